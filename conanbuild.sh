@@ -1,0 +1,1 @@
+. "/work/main/conanbuildenv-release-x86_64.sh"

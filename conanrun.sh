@@ -1,0 +1,1 @@
+. "/work/main/conanrunenv-release-x86_64.sh"

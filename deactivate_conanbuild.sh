@@ -1,0 +1,1 @@
+. "/work/main/deactivate_conanbuildenv-release-x86_64.sh"

@@ -1,0 +1,194 @@
+/*
+ * libelizainference — the public C ABI.
+ *
+ * One prefix (eliza_inference_), opaque handles, sized integer types. Consumers (Node/Bun
+ * FFI, JNI, Swift) bind these symbols and marshal eliza_llm_stream_config_t by offset, so
+ * names, values and layout here are a published contract: change them only together with
+ * ELIZA_INFERENCE_ABI_VERSION.
+ *
+ * Conventions for every function below:
+ *   - A status return is >= 0 on success and one of the negative ELIZA_ERR_* codes on
+ *     failure. On failure, when out_error is not NULL, *out_error receives a heap string
+ *     that names the function and the reason; free it with eliza_inference_free_string.
+ *     On success *out_error is left NULL.
+ *   - The library never prints to stdout/stderr and never returns a defaulted result on
+ *     failure.
+ *   - No C++ exception crosses this boundary.
+ */
+#ifndef ELIZA_INFERENCE_FFI_H
+#define ELIZA_INFERENCE_FFI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#  define ELIZA_API __declspec(dllexport)
+#else
+#  define ELIZA_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ELIZA_INFERENCE_ABI_VERSION 9
+
+#define ELIZA_OK                    0
+#define ELIZA_ERR_NOT_IMPLEMENTED (-1)
+#define ELIZA_ERR_INVALID_ARG     (-2)
+#define ELIZA_ERR_BUNDLE_INVALID  (-3)
+#define ELIZA_ERR_FFI_FAULT       (-4)
+#define ELIZA_ERR_OOM             (-5)
+#define ELIZA_ERR_ABI_MISMATCH    (-6)
+#define ELIZA_ERR_CANCELLED       (-7)
+
+typedef struct EliInferenceContext EliInferenceContext;
+typedef struct EliLlmStream EliLlmStream;
+
+/* The decimal ELIZA_INFERENCE_ABI_VERSION as a static string ("9"). Never freed. */
+ELIZA_API const char * eliza_inference_abi_version(void);
+
+/* Frees a string returned through an out_error or out_text argument. NULL-safe. */
+ELIZA_API void eliza_inference_free_string(char * s);
+
+/*
+ * Loads the bundle's text model, <bundle_dir>/text/<name>.gguf (exactly one .gguf file
+ * there). Returns NULL and sets *out_error when the directory is missing, holds no or
+ * several text GGUFs, or the model fails to load (truncated, corrupt).
+ */
+ELIZA_API EliInferenceContext * eliza_inference_create(const char * bundle_dir, char ** out_error);
+
+/* Frees the context. All of its streams must be closed first. NULL-safe. */
+ELIZA_API void eliza_inference_destroy(EliInferenceContext * ctx);
+
+/* ---- Tokenizer (ABI v9) ------------------------------------------------------------ */
+
+/* 1 when eliza_inference_tokenize/detokenize are implemented by this build. */
+ELIZA_API int eliza_inference_tokenize_supported(void);
+
+/*
+ * Tokenizes len bytes of text (not NUL-terminated necessarily). On success returns the
+ * number of tokens (>= 0), *out_tokens is a heap array freed with
+ * eliza_inference_free_tokens (NULL when there are no tokens) and *out_n its length.
+ */
+ELIZA_API int eliza_inference_tokenize(EliInferenceContext * ctx, const char * text, size_t len,
+                                       int add_special, int parse_special,
+                                       int ** out_tokens, size_t * out_n, char ** out_error);
+
+/*
+ * Turns n token ids back into UTF-8 bytes. On success returns ELIZA_OK, *out_text is a
+ * NUL-terminated heap string freed with eliza_inference_free_string and *out_len its length
+ * in bytes (the text may hold bytes that are not valid UTF-8 when the tokens end inside a
+ * multi-byte character). remove_special drops a leading BOS; unparse_special renders
+ * special tokens as their text. Ids outside the vocabulary: ELIZA_ERR_INVALID_ARG.
+ */
+ELIZA_API int eliza_inference_detokenize(EliInferenceContext * ctx, const int32_t * tokens, size_t n,
+                                         int remove_special, int unparse_special,
+                                         char ** out_text, size_t * out_len, char ** out_error);
+
+/* Frees an array returned by eliza_inference_tokenize. NULL-safe. */
+ELIZA_API void eliza_inference_free_tokens(int * tokens);
+
+/* ---- Streaming LLM ----------------------------------------------------------------- */
+
+/* 1 when the streaming surface below is implemented by this build. */
+ELIZA_API int eliza_inference_llm_stream_supported(void);
+
+/*
+ * Generation settings, marshalled by offset: 64 bytes on LP64, 8-byte aligned.
+ *   offset  0 max_tokens         tokens per generation (counted from the last prefill); <= 0: until EOS or context full
+ *   offset  4 temperature        <= 0: greedy (deterministic)
+ *   offset  8 top_p              (0, 1]; <= 0 or >= 1: off
+ *   offset 12 top_k              <= 0: off
+ *   offset 16 repeat_penalty     1.0 or <= 0: off
+ *   offset 20 slot_id            seed of the sampler when sampling (temperature > 0)
+ *   offset 24 prompt_cache_key   reserved; may be NULL
+ *   offset 32 draft_min          speculative decoding: minimum draft length
+ *   offset 36 draft_max          speculative decoding: maximum draft length
+ *   offset 40 mtp_drafter_path   draft GGUF for speculative decoding; NULL: none
+ *   offset 48 gbnf_grammar       NULL or empty: none (non-empty: ELIZA_ERR_NOT_IMPLEMENTED)
+ *   offset 56 disable_thinking   reserved for chat templates; ignored on raw token streams
+ */
+typedef struct eliza_llm_stream_config_t {
+    int32_t      max_tokens;
+    float        temperature;
+    float        top_p;
+    int32_t      top_k;
+    float        repeat_penalty;
+    int32_t      slot_id;
+    const char * prompt_cache_key;
+    int32_t      draft_min;
+    int32_t      draft_max;
+    const char * mtp_drafter_path;
+    const char * gbnf_grammar;
+    int32_t      disable_thinking;
+} eliza_llm_stream_config_t;
+
+/* Opens a generation stream on the context. NULL + *out_error on failure. */
+ELIZA_API EliLlmStream * eliza_inference_llm_stream_open(EliInferenceContext * ctx,
+                                                         const eliza_llm_stream_config_t * cfg,
+                                                         char ** out_error);
+
+/*
+ * Appends n (>= 1) tokens to the stream's context and evaluates them. Ids must be in the
+ * vocabulary and the stream's context must have room; otherwise ELIZA_ERR_INVALID_ARG and
+ * the stream is unchanged. Resets the max_tokens count.
+ */
+ELIZA_API int eliza_inference_llm_stream_prefill(EliLlmStream * stream, const int32_t * token_ids,
+                                                 size_t n, char ** out_error);
+
+/*
+ * Generates the next step. Writes the step's token ids to tokens_out (tokens_cap >= 1) and
+ * their count to *num_tokens_out, and the step's text, NUL-terminated, to text_out. Text
+ * never ends inside a multi-byte UTF-8 character: incomplete bytes are held back and
+ * written with the step that completes them (or the final step). A text_cap too small for
+ * the step's bytes plus NUL is ELIZA_ERR_INVALID_ARG with nothing consumed; 64 bytes
+ * always suffice for one plain step.
+ * drafter_*_out (may be NULL) receive the step's speculative stats, 0 without a drafter.
+ * Returns 0 when more may follow, 1 on the final step (EOS — not written to tokens_out —,
+ * max_tokens reached, or context full), < 0 on error; ELIZA_ERR_CANCELLED after _cancel.
+ */
+ELIZA_API int eliza_inference_llm_stream_next(EliLlmStream * stream,
+                                              int32_t * tokens_out, size_t tokens_cap, size_t * num_tokens_out,
+                                              char * text_out, size_t text_cap,
+                                              int32_t * drafter_drafted_out, int32_t * drafter_accepted_out,
+                                              char ** out_error);
+
+/*
+ * Thread-safe. Aborts the step in flight (or the next one): it returns ELIZA_ERR_CANCELLED,
+ * and so does every _prefill/_next until _reset, _reset_keep or _restore_slot. Returns
+ * ELIZA_OK whether or not a step is running; ELIZA_ERR_INVALID_ARG for NULL.
+ */
+ELIZA_API int eliza_inference_llm_stream_cancel(EliLlmStream * stream);
+
+/* Clears the context, the sampler and the cancel flag. ELIZA_OK, or ELIZA_ERR_INVALID_ARG for NULL. */
+ELIZA_API int eliza_inference_llm_stream_reset(EliLlmStream * stream);
+
+/*
+ * Keeps the first n_keep tokens of the context and drops the rest, clears the sampler and
+ * the cancel flag. Returns the number of tokens kept (n_keep clamped to [0, tokens held]);
+ * falls back to a full reset and returns 0 where the prefix cannot be kept. Never an error
+ * except ELIZA_ERR_INVALID_ARG for a NULL stream.
+ */
+ELIZA_API int eliza_inference_llm_stream_reset_keep(EliLlmStream * stream, int32_t n_keep);
+
+/* Writes the stream's state (context, last logits, pending text) to filename. */
+ELIZA_API int eliza_inference_llm_stream_save_slot(EliLlmStream * stream, const char * filename,
+                                                   char ** out_error);
+
+/*
+ * Replaces the stream's state with one written by _save_slot on the same model; generation
+ * then continues exactly where the saved stream stood. A missing, foreign or corrupt file
+ * is ELIZA_ERR_INVALID_ARG and leaves the stream reset.
+ */
+ELIZA_API int eliza_inference_llm_stream_restore_slot(EliLlmStream * stream, const char * filename,
+                                                      char ** out_error);
+
+/* Frees the stream. NULL-safe. */
+ELIZA_API void eliza_inference_llm_stream_close(EliLlmStream * stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ELIZA_INFERENCE_FFI_H */
