@@ -1,0 +1,35 @@
+"""Shared fixtures. Native tests build (or reuse) the linux-cpu no-gate cell and the tiny
+bundle through the same eliza functions the nox sessions use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle() -> Path:
+    from eliza.workflow import ensure_tiny_bundle
+
+    return ensure_tiny_bundle()
+
+
+@pytest.fixture(scope="session")
+def library_path() -> Path:
+    from eliza.workflow import ensure_cell_built
+
+    return ensure_cell_built("linux-cpu.none").library
+
+
+@pytest.fixture(scope="session")
+def lib(library_path: Path):  # type: ignore[no-untyped-def]
+    from eliza.ffi import Library
+
+    return Library(library_path)
+
+
+@pytest.fixture()
+def ctx(lib, tiny_bundle):  # type: ignore[no-untyped-def]
+    with lib.open_context(tiny_bundle) as context:
+        yield context

@@ -1,0 +1,219 @@
+"""Every bad input returns the documented negative code and a message, never a crash."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+from pathlib import Path
+
+import pytest
+
+from eliza.ffi import (
+    ERR_BUNDLE_INVALID,
+    ERR_INVALID_ARG,
+    ERR_NOT_IMPLEMENTED,
+    ElizaError,
+    greedy_config,
+)
+
+
+def call_status(lib, name: str, *args):  # type: ignore[no-untyped-def]
+    """Calls a status-returning function with an out_error slot; returns (rc, message)."""
+    err = ctypes.c_void_p()
+    rc = getattr(lib.lib, name)(*args, ctypes.byref(err))
+    return rc, lib.take_error(err)
+
+
+def test_null_handles(lib) -> None:  # type: ignore[no-untyped-def]
+    toks = (ctypes.c_int32 * 4)(1, 2, 3, 4)
+    n = ctypes.c_size_t()
+    text = ctypes.create_string_buffer(64)
+    out_tokens = ctypes.POINTER(ctypes.c_int)()
+    out_text = ctypes.c_void_p()
+    cases = [
+        ("eliza_inference_tokenize", (None, b"hi", 2, 1, 0, ctypes.byref(out_tokens), ctypes.byref(n))),
+        ("eliza_inference_detokenize", (None, toks, 4, 0, 0, ctypes.byref(out_text), ctypes.byref(n))),
+        ("eliza_inference_llm_stream_prefill", (None, toks, 4)),
+        ("eliza_inference_llm_stream_next", (None, toks, 4, ctypes.byref(n), text, 64, None, None)),
+        ("eliza_inference_llm_stream_save_slot", (None, b"/tmp/x")),
+        ("eliza_inference_llm_stream_restore_slot", (None, b"/tmp/x")),
+    ]
+    for name, args in cases:
+        rc, message = call_status(lib, name, *args)
+        assert rc == ERR_INVALID_ARG, name
+        assert name in message and "NULL" in message
+    for name in ("eliza_inference_llm_stream_cancel", "eliza_inference_llm_stream_reset"):
+        assert getattr(lib.lib, name)(None) == ERR_INVALID_ARG
+    assert lib.lib.eliza_inference_llm_stream_reset_keep(None, 3) == ERR_INVALID_ARG
+    err = ctypes.c_void_p()
+    assert not lib.lib.eliza_inference_llm_stream_open(None, ctypes.byref(greedy_config()), ctypes.byref(err))
+    assert "ctx and cfg must be non-NULL" in lib.take_error(err)
+    # NULL-safe frees
+    lib.lib.eliza_inference_destroy(None)
+    lib.lib.eliza_inference_llm_stream_close(None)
+    lib.lib.eliza_inference_free_string(None)
+    lib.lib.eliza_inference_free_tokens(None)
+
+
+def test_null_pointers_inside_valid_handles(lib, ctx) -> None:  # type: ignore[no-untyped-def]
+    n = ctypes.c_size_t()
+    rc, message = call_status(lib, "eliza_inference_tokenize", ctx.handle, b"hi", 2, 1, 0, None, ctypes.byref(n))
+    assert rc == ERR_INVALID_ARG and "out_tokens" in message
+    err = ctypes.c_void_p()
+    assert not lib.lib.eliza_inference_llm_stream_open(ctx.handle, None, ctypes.byref(err))
+    assert "cfg" in lib.take_error(err)
+    with ctx.open_stream() as stream:
+        rc, message = call_status(lib, "eliza_inference_llm_stream_prefill", stream.handle, None, 3)
+        assert rc == ERR_INVALID_ARG and "token_ids is NULL" in message
+        stream.prefill(ctx.tokenize("hi"))
+        text = ctypes.create_string_buffer(64)
+        rc, message = call_status(lib, "eliza_inference_llm_stream_next", stream.handle, None, 4,
+                                  ctypes.byref(n), text, 64, None, None)
+        assert rc == ERR_INVALID_ARG and "tokens_out" in message
+
+
+def test_tokens_cap_zero(ctx) -> None:  # type: ignore[no-untyped-def]
+    with ctx.open_stream() as stream:
+        stream.prefill(ctx.tokenize("hello"))
+        with pytest.raises(ElizaError) as err:
+            stream.next(tokens_cap=0)
+        assert err.value.code == ERR_INVALID_ARG and "tokens_cap" in err.value.message
+        assert stream.next().tokens  # nothing was consumed
+
+
+def test_text_cap_too_small_consumes_nothing(ctx) -> None:  # type: ignore[no-untyped-def]
+    with ctx.open_stream(greedy_config(6)) as fresh:
+        fresh.prefill(ctx.tokenize("hello"))
+        want = fresh.generate()
+    with ctx.open_stream(greedy_config(6)) as stream:
+        stream.prefill(ctx.tokenize("hello"))
+        with pytest.raises(ElizaError) as err:
+            stream.next(text_cap=2)
+        assert err.value.code == ERR_INVALID_ARG and "text_cap 2 is too small" in err.value.message
+        assert stream.generate() == want
+
+
+def test_token_ids_out_of_vocabulary(ctx) -> None:  # type: ignore[no-untyped-def]
+    n_vocab = 32000
+    with ctx.open_stream() as stream:
+        for bad in ([-1], [1, n_vocab], [2**31 - 1]):
+            with pytest.raises(ElizaError) as err:
+                stream.prefill(bad)
+            assert err.value.code == ERR_INVALID_ARG and "outside the vocabulary" in err.value.message
+    with pytest.raises(ElizaError) as err:
+        ctx.detokenize([5, n_vocab])
+    assert err.value.code == ERR_INVALID_ARG and "tokens[1]" in err.value.message
+
+
+def test_empty_prefill_and_next_before_prefill(ctx) -> None:  # type: ignore[no-untyped-def]
+    with ctx.open_stream() as stream:
+        with pytest.raises(ElizaError) as err:
+            stream.prefill([])
+        assert err.value.code == ERR_INVALID_ARG and "empty prefill" in err.value.message
+        with pytest.raises(ElizaError) as err:
+            stream.next()
+        assert err.value.code == ERR_INVALID_ARG and "_prefill first" in err.value.message
+
+
+def test_prefill_past_context_size_leaves_stream_usable(ctx) -> None:  # type: ignore[no-untyped-def]
+    with ctx.open_stream(greedy_config(4)) as stream:
+        stream.prefill(ctx.tokenize("hello"))
+        with pytest.raises(ElizaError) as err:
+            stream.prefill([100] * 600)
+        assert err.value.code == ERR_INVALID_ARG and "exceeds the context size 512" in err.value.message
+        assert len(stream.generate()[0]) == 4
+
+
+def test_drafter_and_grammar_are_not_implemented(ctx) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ElizaError) as err:
+        ctx.open_stream(greedy_config(mtp_drafter_path=b"/nonexistent/draft.gguf"))
+    assert err.value.code == ERR_NOT_IMPLEMENTED and "mtp_drafter_path" in err.value.message
+    with pytest.raises(ElizaError) as err:
+        ctx.open_stream(greedy_config(gbnf_grammar=b'root ::= "a"'))
+    assert err.value.code == ERR_NOT_IMPLEMENTED and "gbnf_grammar" in err.value.message
+
+
+def _create_error(lib, bundle) -> str:  # type: ignore[no-untyped-def]
+    with pytest.raises(ElizaError) as err:
+        lib.open_context(bundle)
+    return err.value.message
+
+
+def test_bad_bundles(lib, tiny_bundle: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    assert "does not exist" in _create_error(lib, tmp_path / "missing")
+    assert "NULL or empty" in _create_error(lib, None)
+
+    empty = tmp_path / "no-text"
+    (empty / "text").mkdir(parents=True)
+    (empty / "text" / "model.litertlm").write_bytes(b"x")
+    assert "expected exactly one text/*.gguf" in _create_error(lib, empty)
+
+    model = next((tiny_bundle / "text").glob("*.gguf"))
+    truncated = tmp_path / "truncated"
+    (truncated / "text").mkdir(parents=True)
+    (truncated / "text" / "m.gguf").write_bytes(model.read_bytes()[: model.stat().st_size // 3])
+    assert "cannot load text model" in _create_error(lib, truncated)
+
+    corrupt = tmp_path / "corrupt"
+    (corrupt / "text").mkdir(parents=True)
+    (corrupt / "text" / "m.gguf").write_bytes(b"GGUF" + bytes(range(256)) * 40)
+    assert "cannot load text model" in _create_error(lib, corrupt)
+
+    two = tmp_path / "two"
+    (two / "text").mkdir(parents=True)
+    shutil.copy(model, two / "text" / "a.gguf")
+    shutil.copy(model, two / "text" / "b.gguf")
+    assert "keep exactly one" in _create_error(lib, two)
+
+
+def test_bad_slot_files(ctx, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    good = tmp_path / "good.bin"
+    with ctx.open_stream(greedy_config(8)) as stream:
+        stream.prefill(ctx.tokenize("hello there"))
+        stream.next()
+        stream.save_slot(good)
+    data = good.read_bytes()
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(b"not a slot file at all" * 10)
+    truncated = tmp_path / "truncated.bin"
+    truncated.write_bytes(data[: len(data) // 2])
+    flipped = tmp_path / "flipped.bin"
+    flipped.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])
+    cases = {
+        tmp_path / "missing.bin": "cannot be opened",
+        garbage: "bad magic",
+        truncated: "corrupt",
+        flipped: "checksum mismatch",
+    }
+    with ctx.open_stream(greedy_config(8)) as stream:
+        for path, why in cases.items():
+            with pytest.raises(ElizaError) as err:
+                stream.restore_slot(path)
+            assert err.value.code == ERR_INVALID_ARG
+            assert str(path) in err.value.message and why in err.value.message
+        stream.restore_slot(good)  # still usable afterwards
+        assert stream.next().tokens
+
+
+def test_malformed_env_override_is_an_error(lib, tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("ELIZA_N_CTX", "lots")
+    message = _create_error(lib, tiny_bundle)
+    assert "ELIZA_N_CTX='lots' is not a positive integer" in message
+
+
+def test_env_override_sets_context_size(lib, tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    import re
+
+    monkeypatch.setenv("ELIZA_N_CTX", "200")
+    with lib.open_context(tiny_bundle) as ctx, ctx.open_stream() as stream:
+        with pytest.raises(ElizaError) as err:
+            stream.prefill([100] * 300)  # fits the model's default of 512, not the override
+        size = int(re.search(r"exceeds the context size (\d+)", err.value.message).group(1))  # type: ignore[union-attr]
+        assert 200 <= size < 300  # llama.cpp may round the request up to its padding
+
+
+def test_bundle_error_code(lib, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    err = ctypes.c_void_p()
+    assert not lib.lib.eliza_inference_create(str(tmp_path / "nope").encode(), ctypes.byref(err))
+    assert "does not exist" in lib.take_error(err)
+    assert ERR_BUNDLE_INVALID == -3
