@@ -94,13 +94,13 @@ def test_json_round_trip_and_schema_agrees() -> None:
 def test_model_invariants() -> None:
     with pytest.raises(EvidenceError, match="exceeds ran"):
         Counts(ran=1, passed=1, failed=1)
-    with pytest.raises(EvidenceError, match="counts.ran"):
+    with pytest.raises(EvidenceError, match=r"counts\.ran"):
         Counts(ran=-1, passed=0, failed=0)
     with pytest.raises(EvidenceError, match="UTC"):
         make_record(finished_at="2026-01-31T12:00:05+02:00")
     with pytest.raises(EvidenceError, match="before started_at"):
         make_record(finished_at="2026-01-31T11:00:00Z")
-    with pytest.raises(EvidenceError, match="metrics.tok_s"):
+    with pytest.raises(EvidenceError, match=r"metrics\.tok_s"):
         make_record(metrics={"tok_s": float("nan")})
     with pytest.raises(EvidenceError, match="details"):
         make_record(details={"x": object()})
@@ -196,7 +196,9 @@ def test_read_records_turns_bad_files_into_problems(tmp_path: Path) -> None:
 
     loaded = read_records([tmp_path / "a", tmp_path / "missing", tmp_path / "a"])
     by_name = {item.path.name: item for item in loaded}
-    assert set(by_name) == {good.name, "broken__build.json", "linux-cpu.none__build.json", nested.name, "missing"}
+    assert set(by_name) == {
+        good.name, "broken__build.json", "linux-cpu.none__build.json", nested.name, "missing",
+    }
     assert by_name[good.name].ok
     assert by_name[nested.name].ok
     broken = by_name["broken__build.json"]
