@@ -28,7 +28,7 @@ def plan_for(cell: Cell, matrix: Matrix, llama_version: str) -> CellBuildPlan:
         repo=REPO_ROOT,
         all_gate_options=tuple(g.conan_option for g in matrix.gates),
         llama_version=llama_version,
-        with_test_kit=False,
+        with_test_kit=True,
     )
 
 

@@ -12,11 +12,17 @@
 #include "context.h"
 #include "eliza-inference-ffi.h"
 #include "llama_stream.h"
+#include "llm-backend.h"
 #include "status.h"
 
 struct EliLlmStream {
-    std::unique_ptr<LlamaStream> llama;  // in-tree llama.cpp path
+    std::unique_ptr<LlmBackendSession> backend;  // non-null: an alternate runtime owns this stream
+    std::unique_ptr<LlamaStream> llama;          // in-tree llama.cpp path
 };
+
+const char * llm_backend_context_bundle_dir(const EliInferenceContext * ctx) {
+    return ctx ? ctx->bundle_dir.c_str() : nullptr;
+}
 
 static_assert(sizeof(eliza_llm_stream_config_t) == 64, "eliza_llm_stream_config_t is 64 bytes on LP64");
 static_assert(offsetof(eliza_llm_stream_config_t, max_tokens) == 0, "ABI offset");
@@ -181,6 +187,22 @@ EliLlmStream * eliza_inference_llm_stream_open(EliInferenceContext * ctx, const 
             return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string(fn) + ": ctx and cfg must be non-NULL");
         }
         auto stream = std::make_unique<EliLlmStream>();
+        llm_backend_register_builtins();
+        char * select_error = nullptr;
+        LlmBackendFactory * factory = llm_backend_select(ctx->bundle_dir.c_str(), cfg, &select_error);
+        if (select_error != nullptr) {
+            const std::string why = select_error;
+            std::free(select_error);
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string(fn) + ": " + why);
+        }
+        if (factory != nullptr) {
+            stream->backend.reset(factory->open(ctx, cfg, out_error));
+            if (!stream->backend) {
+                return ELIZA_ERR_NOT_IMPLEMENTED;
+            }
+            result = stream.release();
+            return ELIZA_OK;
+        }
         int code = ELIZA_OK;
         std::string message;
         stream->llama = LlamaStream::open(*ctx, *cfg, code, message);
@@ -200,6 +222,7 @@ int eliza_inference_llm_stream_prefill(EliLlmStream * stream, const int32_t * to
         if (stream == nullptr) {
             return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string(fn) + ": stream is NULL");
         }
+        if (stream->backend) return stream->backend->prefill(token_ids, n, out_error);
         std::string message;
         return report(fn, out_error, stream->llama->prefill(token_ids, n, message), message);
     });
@@ -219,6 +242,10 @@ int eliza_inference_llm_stream_next(EliLlmStream * stream, int32_t * tokens_out,
         }
         *num_tokens_out = 0;
         if (text_cap > 0) text_out[0] = '\0';
+        if (stream->backend) {
+            return stream->backend->next(tokens_out, tokens_cap, num_tokens_out, text_out, text_cap,
+                                         drafter_drafted_out, drafter_accepted_out, out_error);
+        }
         std::string message;
         const StepBuffers out{tokens_out, tokens_cap, num_tokens_out, text_out, text_cap};
         return report(fn, out_error, stream->llama->next(out, message), message);
@@ -227,17 +254,20 @@ int eliza_inference_llm_stream_next(EliLlmStream * stream, int32_t * tokens_out,
 
 int eliza_inference_llm_stream_cancel(EliLlmStream * stream) {
     if (stream == nullptr) return ELIZA_ERR_INVALID_ARG;
+    if (stream->backend) return stream->backend->cancel();
     stream->llama->cancel();
     return ELIZA_OK;
 }
 
 int eliza_inference_llm_stream_reset(EliLlmStream * stream) {
     if (stream == nullptr) return ELIZA_ERR_INVALID_ARG;
+    if (stream->backend) return stream->backend->reset();
     return guarded("eliza_inference_llm_stream_reset", nullptr, [&] { return stream->llama->reset(); });
 }
 
 int eliza_inference_llm_stream_reset_keep(EliLlmStream * stream, int32_t n_keep) {
     if (stream == nullptr) return ELIZA_ERR_INVALID_ARG;
+    if (stream->backend) return stream->backend->reset_keep(n_keep);
     return guarded("eliza_inference_llm_stream_reset_keep", nullptr,
                    [&] { return stream->llama->reset_keep(n_keep); });
 }
@@ -249,6 +279,7 @@ int eliza_inference_llm_stream_save_slot(EliLlmStream * stream, const char * fil
         if (stream == nullptr) {
             return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string(fn) + ": stream is NULL");
         }
+        if (stream->backend) return stream->backend->save_slot(filename, out_error);
         std::string message;
         return report(fn, out_error, stream->llama->save_slot(filename, message), message);
     });
@@ -261,6 +292,7 @@ int eliza_inference_llm_stream_restore_slot(EliLlmStream * stream, const char * 
         if (stream == nullptr) {
             return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string(fn) + ": stream is NULL");
         }
+        if (stream->backend) return stream->backend->restore_slot(filename, out_error);
         std::string message;
         return report(fn, out_error, stream->llama->restore_slot(filename, message), message);
     });

@@ -1,0 +1,90 @@
+// The multi-backend seam: alternate in-process runtimes answering the same streaming FFI.
+//
+// One LlmBackendFactory per linked-in runtime registers itself; at every
+// eliza_inference_llm_stream_open the selector picks a factory or returns nullptr, which
+// means "use the in-tree llama.cpp path". The FFI then forwards every stream call to the
+// session verbatim. Nothing below the FFI's `if (stream->backend)` branches changes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "eliza-inference-ffi.h"
+
+// Opaque here: a backend reads the bundle root through llm_backend_context_bundle_dir.
+struct EliInferenceContext;
+
+// One active generation on an alternate runtime. Methods mirror the FFI minus the handle;
+// status conventions are the FFI's (>= 0 success, ELIZA_ERR_* on failure, *out_error heap).
+class LlmBackendSession {
+public:
+    virtual ~LlmBackendSession() = default;
+    virtual int prefill(const int32_t * token_ids, size_t num_tokens, char ** out_error) = 0;
+    // 0 = more, 1 = final, < 0 = ELIZA_* error (ELIZA_ERR_CANCELLED after cancel()).
+    virtual int next(int32_t * tokens_out, size_t tokens_cap, size_t * num_tokens_out, char * text_out,
+                     size_t text_cap, int32_t * drafter_drafted_out, int32_t * drafter_accepted_out,
+                     char ** out_error) = 0;
+    virtual int cancel() = 0;  // ELIZA_OK; safe from another thread
+    virtual int reset() = 0;   // clear KV + sampler/counters
+    // Prefix-preserving reset; a backend without prefix reuse does a full reset and returns 0.
+    virtual int reset_keep(int32_t n_keep) = 0;
+    virtual int save_slot(const char * filename, char ** out_error);
+    virtual int restore_slot(const char * filename, char ** out_error);
+};
+
+// A static-lifetime singleton per linked-in runtime.
+class LlmBackendFactory {
+public:
+    virtual ~LlmBackendFactory() = default;
+    virtual const char * name() const = 0;                // "litert-lm" | "mlx-coreml" | ...
+    virtual bool available() const = 0;                   // compiled in AND its runtime present on this host; cheap
+    virtual bool can_serve(const char * bundle_dir) const = 0;  // its artifact exists under <bundle>/text; cheap
+    virtual int preference_rank() const = 0;              // higher wins; the in-tree llama.cpp path is 0
+    // The FFI owns the returned session. nullptr + *out_error on failure.
+    virtual LlmBackendSession * open(EliInferenceContext * ctx, const eliza_llm_stream_config_t * cfg,
+                                     char ** out_error) = 0;
+};
+
+// Adds a factory. Idempotent by name (case-insensitive): a name already registered keeps
+// its first factory and the call returns false. Thread-safe.
+bool llm_backend_register(LlmBackendFactory * factory);
+
+// Registers every factory whose build gate (ELIZA_ENABLE_*) is on. Idempotent; the FFI
+// calls it at each _open.
+void llm_backend_register_builtins();
+
+// Resolution (ELIZA_LLM_BACKEND, matched case-insensitively after trimming whitespace;
+// empty or all-whitespace counts as unset):
+//   "llama.cpp" / "llamacpp"              -> nullptr, *out_error == nullptr (in-tree path)
+//   X registered, available, can serve    -> X
+//   X registered, not available           -> nullptr + error (unavailable on this host)
+//   X available, cannot serve the bundle  -> nullptr + error (bundle lacks X's artifact)
+//   X not registered                      -> nullptr + error (not registered in this build)
+//   unset: the highest preference_rank among available factories that can serve the
+//   bundle, if that rank is above llama.cpp's 0; ties go to the earliest registered;
+//   none -> nullptr, no error (in-tree path).
+// The return contract: non-null = open this backend; nullptr + no error = llama.cpp;
+// nullptr + error = hard failure, the FFI aborts the _open.
+LlmBackendFactory * llm_backend_select(const char * bundle_dir, const eliza_llm_stream_config_t * cfg,
+                                       char ** out_error);
+
+// The bundle root of a context, for backends (defined where the struct is complete).
+const char * llm_backend_context_bundle_dir(const EliInferenceContext * ctx);
+
+namespace eliza::seam {
+
+// llm_backend_select with the override passed in (nullptr = unset) instead of read from
+// the environment: the one implementation both paths share.
+LlmBackendFactory * select_with_override(const char * bundle_dir, const char * override_value, char ** out_error);
+
+// true when <bundle_dir>/text holds an entry whose name ends with suffix (".litertlm").
+bool bundle_text_has_suffix(const char * bundle_dir, const std::string & suffix, bool want_directory = false);
+
+// Snapshot of the registered names in registration order (for messages and tests).
+std::string registered_names();
+
+// Empties the registry. For the test kit only; never exported from the shipped library.
+void clear_registry_for_tests();
+
+}  // namespace eliza::seam
