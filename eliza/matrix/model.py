@@ -95,6 +95,22 @@ class Cell:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Problem:
+    """One finding in matrix.yaml, located so an editor can jump to it."""
+
+    file: str                                # the source as given, e.g. "matrix.yaml"
+    line: int | None                         # 1-based; None when no line applies (unreadable file)
+    key_path: str                            # "platforms[2].allowed_gates[0]"; "" for the whole file
+    message: str                             # what is wrong
+    hint: str = ""                           # what would be valid, shown in parentheses
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        text = f"{where}: {self.key_path}: {self.message}" if self.key_path else f"{where}: {self.message}"
+        return f"{text} ({self.hint})" if self.hint else text
+
+
+@dataclass(frozen=True, kw_only=True)
 class DeviceGatedItem:
     id: str
     title: str
@@ -113,12 +129,25 @@ class Matrix:
     checks: tuple[Check, ...]
     cells: tuple[Cell, ...]
     device_gated: tuple[DeviceGatedItem, ...] = ()
+    warnings: tuple[Problem, ...] = ()       # not fatal, e.g. an exclude that matches nothing
 
     def platform(self, platform_id: str) -> Platform:
         for p in self.platforms:
             if p.id == platform_id:
                 return p
         raise KeyError(platform_id)
+
+    def gate(self, gate_id: str) -> Gate:
+        for g in self.gates:
+            if g.id == gate_id:
+                return g
+        raise KeyError(gate_id)
+
+    def check(self, check_id: str) -> Check:
+        for c in self.checks:
+            if c.id == check_id:
+                return c
+        raise KeyError(check_id)
 
     def cells_of(self, platform_id: str) -> tuple[Cell, ...]:
         return tuple(c for c in self.cells if c.platform.id == platform_id)

@@ -1,0 +1,608 @@
+"""matrix.yaml loading: the shipped file, and one test per class of mistake a person makes in it."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+
+import pytest
+
+from eliza.matrix import CheckKind, Matrix, MatrixError, Problem, Requirement, load_matrix, parse_matrix
+
+ROOT = Path(__file__).resolve().parents[2]
+MATRIX_FILE = ROOT / "matrix.yaml"
+
+# A small valid matrix; tests edit single lines, so the line numbers below stay put.
+BASE = """\
+version: 1
+platforms:
+  - id: linux-cpu
+    description: CPU
+    os: linux
+    arch: x86_64
+    llama_backend: cpu
+    build_requires: [cxx-compiler]
+    run_requires: []
+    allowed_gates: [litert, mlx]
+    ci_runner: [ubuntu-24.04]
+  - id: android-arm64
+    description: Android
+    os: android
+    arch: arm64
+    llama_backend: cpu
+    build_requires: [android-ndk]
+    run_requires: [android-device]
+    allowed_gates: [litert]
+    ci_runner: [ubuntu-24.04]
+gates:
+  - id: litert
+    description: LiteRT
+    cmake_option: ELIZA_ENABLE_LITERT
+    conan_option: with_litert
+    factory: litert-lm
+    artifacts: ["text/*.litertlm"]
+  - id: mlx
+    description: MLX
+    cmake_option: ELIZA_ENABLE_MLX
+    conan_option: with_mlx
+    factory: mlx-coreml
+    artifacts: ["text/*.mlpackage"]
+checks:
+  - id: build
+    kind: build
+    description: builds
+    pass_rule: it builds
+    needs_run: false
+  - id: byte-identity-gates
+    kind: byte-identity-gates
+    description: vs no-gate
+    pass_rule: identical
+    needs_run: true
+    gated_cells_only: true
+cells:
+  product:
+    - platforms: [linux-cpu]
+      gate_sets: [[], [litert], [mlx], [mlx, litert]]
+    - platforms: [android-arm64]
+      gate_sets: [[], [litert]]
+"""
+SOURCE = "m.yaml"
+
+
+def edit(old: str, new: str, text: str = BASE) -> str:
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+def problems(text: str) -> list[Problem]:
+    with pytest.raises(MatrixError) as info:
+        parse_matrix(text, SOURCE)
+    return list(info.value.problems)
+
+
+def only_problem(text: str) -> Problem:
+    found = problems(text)
+    assert len(found) == 1, [str(p) for p in found]
+    return found[0]
+
+
+# --- the shipped matrix -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Matrix:
+    return load_matrix(MATRIX_FILE)
+
+
+def test_shipped_matrix_yields_the_expected_cells(shipped: Matrix) -> None:
+    # The rule: Linux platforms take every combination of the two gates; each other
+    # platform takes no gate and its own runtime's gate.
+    linux_sets = [(), ("litert",), ("mlx",), ("litert", "mlx")]
+    expected = [(p, gs) for p in ("linux-cpu", "linux-cuda") for gs in linux_sets]
+    expected += [("android-arm64", ()), ("android-arm64", ("litert",))]
+    expected += [(p, gs) for p in ("macos-arm64", "ios-arm64") for gs in [(), ("mlx",)]]
+    assert len(expected) == 2 * 4 + 2 + 2 * 2
+    got = [(c.platform.id, tuple(g.id for g in c.gates)) for c in shipped.cells]
+    assert got == expected
+    assert [c.id for c in shipped.cells][:4] == [
+        "linux-cpu.none",
+        "linux-cpu.litert",
+        "linux-cpu.mlx",
+        "linux-cpu.litert+mlx",
+    ]
+    assert shipped.warnings == ()
+
+
+def test_shipped_matrix_checks_per_cell(shipped: Matrix) -> None:
+    all_ids = [c.id for c in shipped.checks]
+    assert all_ids == [
+        "build",
+        "selector",
+        "gate-fallthrough",
+        "byte-identity-reference",
+        "byte-identity-gates",
+        "byte-identity-baseline",
+        "abi",
+    ]
+    for cell in shipped.cells:
+        ids = [c.id for c in cell.checks]
+        if cell.gates:
+            assert ids == all_ids, cell.id
+        else:
+            assert ids == [i for i in all_ids if i != "byte-identity-gates"], cell.id
+    assert shipped.check("byte-identity-gates").gated_cells_only
+    assert not shipped.check("build").needs_run
+    assert not shipped.check("abi").needs_run
+    assert shipped.check("selector").kind is CheckKind.SELECTOR
+
+
+def test_shipped_matrix_platforms_and_gates(shipped: Matrix) -> None:
+    assert [p.id for p in shipped.platforms] == [
+        "linux-cpu",
+        "linux-cuda",
+        "android-arm64",
+        "macos-arm64",
+        "ios-arm64",
+    ]
+    cpu, cuda = shipped.platform("linux-cpu"), shipped.platform("linux-cuda")
+    assert cpu.llama_options == {"cpu_isa": "x86-64-v3"}
+    assert cpu.build_requires == (
+        Requirement.CXX_COMPILER,
+        Requirement.CONAN,
+        Requirement.CMAKE,
+        Requirement.NINJA,
+    )
+    assert cpu.run_requires == (Requirement.X86_64_V3_CPU,)
+    assert cpu.allowed_gates == ("litert", "mlx")
+    assert cuda.llama_backend == "cuda"
+    assert cuda.llama_options["cuda_architectures"] == "90"
+    assert {Requirement.NVCC, Requirement.CUBLAS} <= set(cuda.build_requires)
+    assert Requirement.NVIDIA_GPU in cuda.run_requires
+    assert cuda.slow_build and not cpu.slow_build
+    assert shipped.platform("android-arm64").allowed_gates == ("litert",)
+    assert Requirement.XCODE in shipped.platform("macos-arm64").build_requires
+    assert shipped.platform("ios-arm64").allowed_gates == ("mlx",)
+    assert shipped.platform("macos-arm64").ci_runner == ("macos-14",)
+
+    litert, mlx = shipped.gate("litert"), shipped.gate("mlx")
+    assert (litert.cmake_option, litert.conan_option, litert.factory) == (
+        "ELIZA_ENABLE_LITERT",
+        "with_litert",
+        "litert-lm",
+    )
+    assert litert.artifacts == ("text/*.litertlm",)
+    assert litert.runtime_platforms == ("android-arm64",)
+    assert (mlx.cmake_option, mlx.conan_option, mlx.factory) == ("ELIZA_ENABLE_MLX", "with_mlx", "mlx-coreml")
+    assert mlx.artifacts == ("text/*.mlpackage", "text/*.mlmodelc", "text/mlx/")
+    assert mlx.runtime_platforms == ("macos-arm64", "ios-arm64")
+
+
+def test_shipped_matrix_device_gated_items(shipped: Matrix) -> None:
+    items = shipped.device_gated
+    assert len(items) == 6
+    assert [i.milestone for i in items] == ["M4", "M4", "M4 / M7", "M5", "M5 / M7", "M6 / M7"]
+    assert all(i.evidence and i.needs and i.platforms for i in items)
+    assert len({i.id for i in items}) == 6
+
+
+def test_load_records_source_and_content_hash(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(BASE, encoding="utf-8")
+    m = load_matrix(path)
+    assert m.source == str(path)
+    assert m.sha256 == hashlib.sha256(BASE.encode()).hexdigest()
+    assert parse_matrix(BASE, "x").sha256 == m.sha256
+
+
+# --- ordering -----------------------------------------------------------------------------
+
+
+def test_cells_sorted_by_platform_then_gate_set_size_then_ids() -> None:
+    text = edit(
+        "gate_sets: [[], [litert], [mlx], [mlx, litert]]", "gate_sets: [[mlx, litert], [mlx], [], [litert]]"
+    )
+    m = parse_matrix(text, SOURCE)
+    assert [c.id for c in m.cells] == [
+        "linux-cpu.none",
+        "linux-cpu.litert",
+        "linux-cpu.mlx",
+        "linux-cpu.litert+mlx",
+        "android-arm64.none",
+        "android-arm64.litert",
+    ]
+    assert [g.id for g in m.cell("linux-cpu.litert+mlx").gates] == ["litert", "mlx"]
+
+
+def test_platform_order_follows_declaration_not_cells_entries() -> None:
+    text = edit(
+        "    - platforms: [linux-cpu]\n      gate_sets: [[], [litert], [mlx], [mlx, litert]]\n"
+        "    - platforms: [android-arm64]\n      gate_sets: [[], [litert]]\n",
+        "    - platforms: [android-arm64]\n      gate_sets: [[]]\n"
+        "    - platforms: [linux-cpu]\n      gate_sets: [[]]\n",
+    )
+    assert [c.id for c in parse_matrix(text, SOURCE).cells] == ["linux-cpu.none", "android-arm64.none"]
+
+
+# --- schema-level mistakes ----------------------------------------------------------------
+
+
+def test_misspelt_key_suggests_the_valid_one() -> None:
+    p = only_problem(edit("    allowed_gates: [litert]\n", "    alowed_gates: [litert]\n"))
+    assert (p.file, p.line, p.key_path) == ("m.yaml", 19, "platforms[1].alowed_gates")
+    assert p.message == "unknown key 'alowed_gates'; did you mean 'allowed_gates'?"
+    assert p.hint.startswith("valid keys: id, description, os, arch, llama_backend,")
+    assert "allowed_gates" in p.hint
+    assert str(p).startswith("m.yaml:19: platforms[1].alowed_gates: unknown key 'alowed_gates'; did you mean")
+
+
+def test_misspelt_top_level_key() -> None:
+    p = only_problem(BASE + "device_gatd: []\n")
+    assert (p.line, p.key_path) == (52, "device_gatd")
+    assert "did you mean 'device_gated'?" in p.message
+
+
+def test_unknown_enum_value_suggests_the_valid_one() -> None:
+    p = only_problem(edit("run_requires: [android-device]", "run_requires: [android-devic]"))
+    assert (p.line, p.key_path) == (18, "platforms[1].run_requires[0]")
+    assert p.message == "unknown run requirement 'android-devic'; did you mean 'android-device'?"
+    assert p.hint == "valid: x86-64-v3-cpu, nvidia-gpu, android-device, apple-silicon, ios-device"
+
+
+def test_wrong_type_says_how_to_write_it() -> None:
+    text = edit(
+        "    llama_backend: cpu\n    build_requires: [cxx-compiler]",
+        "    llama_backend: cpu\n"
+        "    llama_options: {cuda_architectures: 90}\n"
+        "    build_requires: [cxx-compiler]",
+    )
+    p = problems(text)[0]
+    assert (p.line, p.key_path) == (8, "platforms[0].llama_options.cuda_architectures")
+    assert p.message == "expected text, got int 90"
+    assert p.hint == 'quote it: "90"'
+
+
+def test_missing_required_key_describes_it() -> None:
+    p = only_problem(edit("    factory: mlx-coreml\n", ""))
+    assert (p.line, p.key_path) == (28, "gates[1]")
+    assert p.message == "missing required key 'factory'"
+    assert "ELIZA_LLM_BACKEND" in p.hint
+
+
+def test_bad_id_pattern() -> None:
+    p = only_problem(edit("  - id: mlx\n", "  - id: MLX.x\n"))
+    assert (p.line, p.key_path) == (28, "gates[1].id")
+    assert p.message == "'MLX.x' is not a valid id"
+    assert "lowercase" in p.hint
+
+
+def test_repeated_list_entry() -> None:
+    p = only_problem(edit("build_requires: [android-ndk]", "build_requires: [android-ndk, android-ndk]"))
+    assert (p.line, p.key_path) == (17, "platforms[1].build_requires[1]")
+    assert p.message == "'android-ndk' is listed more than once"
+
+
+# --- references between sections ---------------------------------------------------------
+
+
+def test_unknown_gate_in_allowed_gates() -> None:
+    p = only_problem(edit("allowed_gates: [litert]", "allowed_gates: [litrt]"))
+    assert str(p) == (
+        "m.yaml:19: platforms[1].allowed_gates[0]: unknown gate 'litrt'; did you mean 'litert'? "
+        "(valid: litert, mlx)"
+    )
+
+
+def test_unknown_gate_in_a_gate_set() -> None:
+    p = only_problem(edit("gate_sets: [[], [litert]]", "gate_sets: [[], [litrt]]"))
+    assert (p.line, p.key_path) == (51, "cells.product[1].gate_sets[1][0]")
+    assert p.message == "unknown gate 'litrt'; did you mean 'litert'?"
+    assert p.hint == "valid: litert, mlx"
+
+
+def test_unknown_platform_in_product() -> None:
+    p = only_problem(edit("- platforms: [android-arm64]", "- platforms: [android-arm46]"))
+    assert (p.line, p.key_path) == (50, "cells.product[1].platforms[0]")
+    assert p.message == "unknown platform 'android-arm46'; did you mean 'android-arm64'?"
+    assert p.hint == "valid: linux-cpu, android-arm64"
+
+
+def test_unknown_check_in_default_checks_and_entry() -> None:
+    text = edit("cells:\n", "default_checks: [biuld]\ncells:\n")
+    text = edit(
+        "gate_sets: [[], [litert]]\n", "gate_sets: [[], [litert]]\n      checks: [build, abi]\n", text
+    )
+    found = problems(text)
+    assert [(p.line, p.key_path, p.message) for p in found] == [
+        (46, "default_checks[0]", "unknown check 'biuld'; did you mean 'build'?"),
+        (53, "cells.product[1].checks[1]", "unknown check 'abi'"),
+    ]
+    assert found[1].hint == "valid: build, byte-identity-gates"
+
+
+def test_unknown_platform_in_gate_runtime_platforms_and_device_gated() -> None:
+    text = edit(
+        'artifacts: ["text/*.litertlm"]\n',
+        'artifacts: ["text/*.litertlm"]\n    runtime_platforms: [androd-arm64]\n',
+    )
+    text += (
+        "device_gated:\n  - {id: x, title: t, needs: n, milestone: M4, evidence: e, platforms: [ios-arm64]}\n"
+    )
+    found = problems(text)
+    assert [(p.line, p.key_path) for p in found] == [
+        (28, "gates[0].runtime_platforms[0]"),
+        (54, "device_gated[0].platforms[0]"),
+    ]
+    assert "did you mean 'android-arm64'?" in found[0].message
+
+
+def test_duplicate_ids() -> None:
+    text = edit("  - id: mlx\n", "  - id: litert\n")
+    text = edit("  - id: byte-identity-gates\n", "  - id: build\n", text)
+    found = {p.key_path: p for p in problems(text)}
+    gate, check = found["gates[1].id"], found["checks[1].id"]
+    assert (gate.line, gate.message, gate.hint) == (
+        28,
+        "duplicate gate id 'litert'",
+        "first at gates[0].id (line 22)",
+    )
+    assert (check.line, check.message) == (40, "duplicate check id 'build'")
+    # The gate renamed away is now unknown where it is used: also reported, in the same run.
+    assert found["platforms[0].allowed_gates[1]"].message == "unknown gate 'mlx'"
+
+
+def test_duplicate_platform_id() -> None:
+    found = problems(edit("  - id: android-arm64\n", "  - id: linux-cpu\n"))
+    assert (found[0].line, found[0].key_path) == (12, "platforms[1].id")
+    assert found[0].message == "duplicate platform id 'linux-cpu'"
+
+
+def test_gate_forbidden_by_allowed_gates() -> None:
+    p = only_problem(edit("gate_sets: [[], [litert]]", "gate_sets: [[], [litert], [mlx]]"))
+    assert (p.line, p.key_path) == (51, "cells.product[1].gate_sets[2]")
+    assert p.message == "gate 'mlx' is not allowed on platform 'android-arm64'"
+    assert p.hint == (
+        "allowed_gates of android-arm64: litert; add it at platforms[1].allowed_gates (line 19) "
+        "or drop this gate set"
+    )
+
+
+def test_gate_forbidden_in_include() -> None:
+    p = only_problem(BASE + "  include:\n    - {platform: android-arm64, gates: [mlx]}\n")
+    assert (p.line, p.key_path) == (53, "cells.include[0].gates")
+    assert p.message == "gate 'mlx' is not allowed on platform 'android-arm64'"
+
+
+def test_reserved_gate_id_and_shared_options() -> None:
+    text = edit("  - id: mlx\n", "  - id: none\n")
+    text = edit("    cmake_option: ELIZA_ENABLE_MLX\n", "    cmake_option: ELIZA_ENABLE_LITERT\n", text)
+    found = {p.key_path: p for p in problems(text)}
+    assert (found["gates[1].id"].line, found["gates[1].id"].message) == (28, "gate id 'none' is reserved")
+    shared = found["gates[1].cmake_option"]
+    assert (shared.line, shared.message) == (
+        30,
+        "cmake_option 'ELIZA_ENABLE_LITERT' is already used by another gate",
+    )
+    assert shared.hint == "first at gates[0].cmake_option (line 24); each gate needs its own"
+
+
+def test_llama_options_that_do_not_apply() -> None:
+    text = edit(
+        "    arch: arm64\n",
+        "    arch: arm64\n    llama_options: {cpu_isa: x86-64-v3, cuda_architectures: '90'}\n",
+    )
+    found = problems(text)
+    assert [(p.line, p.key_path) for p in found] == [
+        (16, "platforms[1].llama_options.cpu_isa"),
+        (16, "platforms[1].llama_options.cuda_architectures"),
+    ]
+    assert found[0].message == "cpu_isa applies to x86_64 platforms only; this one is arm64"
+
+
+# --- the cell set -------------------------------------------------------------------------
+
+
+def test_include_that_adds_nothing_is_an_error() -> None:
+    p = only_problem(BASE + "  include:\n    - platform: linux-cpu\n      gates: [mlx]\n")
+    assert (p.line, p.key_path) == (53, "cells.include[0]")
+    assert p.message == "include adds nothing: cell 'linux-cpu.mlx' is already present"
+    assert p.hint.startswith("formed at cells.product[0].gate_sets[2] (line 49); remove this entry")
+
+
+def test_exclude_that_matches_nothing_is_a_warning() -> None:
+    m = parse_matrix(BASE + "  exclude:\n    - {platform: android-arm64, gates: [litert, mlx]}\n", SOURCE)
+    assert len(m.cells) == 6
+    assert len(m.warnings) == 1
+    w = m.warnings[0]
+    assert (w.file, w.line, w.key_path) == ("m.yaml", 53, "cells.exclude[0]")
+    assert w.message == "exclude matches no cell"
+    assert w.hint == "cells: android-arm64.none, android-arm64.litert"
+    assert str(w).startswith("m.yaml:53: cells.exclude[0]: exclude matches no cell")
+
+
+def test_exclude_then_include_changes_a_cells_checks() -> None:
+    text = BASE + (
+        "  exclude:\n"
+        "    - {gates: [litert]}\n"
+        "  include:\n"
+        "    - {platform: linux-cpu, gates: [litert], checks: [build]}\n"
+    )
+    m = parse_matrix(text, SOURCE)
+    assert [c.id for c in m.cells] == [
+        "linux-cpu.none",
+        "linux-cpu.litert",
+        "linux-cpu.mlx",
+        "linux-cpu.litert+mlx",
+        "android-arm64.none",
+    ]
+    assert [c.id for c in m.cell("linux-cpu.litert").checks] == ["build"]
+    assert [c.id for c in m.cell("linux-cpu.mlx").checks] == ["build", "byte-identity-gates"]
+    assert m.warnings == ()
+
+
+def test_exclude_by_platform_only() -> None:
+    m = parse_matrix(BASE + "  exclude:\n    - platform: android-arm64\n", SOURCE)
+    assert [c.platform.id for c in m.cells] == ["linux-cpu"] * 4
+
+
+def test_excluding_everything_is_an_error() -> None:
+    text = BASE + "  exclude:\n    - platform: linux-cpu\n    - platform: android-arm64\n"
+    p = only_problem(text)
+    assert (p.line, p.key_path) == (46, "cells")
+    assert p.message == "no cells remain"
+
+
+def test_cell_formed_twice() -> None:
+    text = edit(
+        "gate_sets: [[], [litert]]",
+        "gate_sets: [[], [litert]]\n    - platforms: [linux-cpu]\n      gate_sets: [[litert]]",
+    )
+    p = only_problem(text)
+    assert (p.line, p.key_path) == (53, "cells.product[2].gate_sets[0]")
+    assert p.message == "cell 'linux-cpu.litert' is formed twice"
+    assert p.hint == "already formed at cells.product[0].gate_sets[1] (line 49)"
+
+
+def test_same_gate_set_in_two_orders_is_formed_twice() -> None:
+    p = only_problem(edit("[mlx, litert]]", "[mlx, litert], [litert, mlx]]"))
+    assert (p.line, p.key_path) == (49, "cells.product[0].gate_sets[4]")
+    assert "linux-cpu.litert+mlx" in p.message
+
+
+def test_entry_checks_override_defaults() -> None:
+    text = edit("gate_sets: [[], [litert]]\n", "gate_sets: [[], [litert]]\n      checks: [build]\n")
+    m = parse_matrix(text, SOURCE)
+    assert [c.id for c in m.cell("android-arm64.litert").checks] == ["build"]
+    assert [c.id for c in m.cell("linux-cpu.litert").checks] == ["build", "byte-identity-gates"]
+    assert [c.id for c in m.cell("linux-cpu.none").checks] == ["build"]
+
+
+def test_cell_without_checks_is_an_error() -> None:
+    text = edit(
+        "gate_sets: [[], [litert]]\n", "gate_sets: [[], [litert]]\n      checks: [byte-identity-gates]\n"
+    )
+    p = only_problem(text)
+    assert (p.line, p.key_path) == (51, "cells.product[1].gate_sets[0]")
+    assert p.message == "cell 'android-arm64.none' has no checks to run"
+
+
+# --- YAML-level mistakes ------------------------------------------------------------------
+
+
+def test_duplicate_yaml_key() -> None:
+    p = only_problem(edit("    arch: arm64\n", "    arch: arm64\n    arch: x86_64\n"))
+    assert (p.line, p.key_path) == (16, "platforms[1].arch")
+    assert p.message == "duplicate key 'arch' (first at line 15)"
+    assert "keeps only the last" in p.hint
+
+
+def test_duplicate_top_level_key_reported_with_schema_problems() -> None:
+    text = edit("version: 1\n", "version: 2\n") + "cells:\n  product: []\n"
+    found = problems(text)
+    assert [(p.line, p.key_path) for p in found][:2] == [(1, "version"), (52, "cells")]
+    assert found[1].message == "duplicate key 'cells' (first at line 46)"
+
+
+def test_yaml_syntax_error_has_line_and_column() -> None:
+    p = only_problem(edit("gate_sets: [[], [litert]]", "gate_sets: [[], [litert]"))
+    assert (p.file, p.line, p.key_path) == ("m.yaml", 52, "")
+    assert p.message.startswith("YAML syntax error at column ")
+    assert "while parsing a flow sequence at line 51" in p.hint
+
+
+def test_bad_tagged_scalar_is_a_located_error() -> None:
+    p = only_problem(edit("version: 1", "version: !!float abc"))
+    assert (p.line, p.key_path) == (1, "")
+    assert "abc" in p.message
+
+
+def test_top_level_must_be_a_mapping() -> None:
+    p = only_problem("# a list\n- platforms\n")
+    assert (p.file, p.line, p.key_path) == ("m.yaml", 2, "")
+    assert p.message == "the top level is a list; expected a mapping"
+    assert p.hint == "keys: version, platforms, gates, checks, cells"
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n"])
+def test_empty_file(text: str) -> None:
+    p = only_problem(text)
+    assert (p.file, p.line, p.key_path) == ("m.yaml", None, "")
+    assert (
+        str(p)
+        == "m.yaml: the file is empty (expected a mapping with version, platforms, gates, checks, cells)"
+    )
+
+
+def test_recursive_alias_is_a_matrix_error() -> None:
+    p = only_problem(BASE + "device_gated: &x [*x]\n")
+    assert (p.line, p.key_path) == (52, "device_gated[0]")
+    assert p.message.startswith("expected a mapping, got list")
+
+
+# --- files and reporting ------------------------------------------------------------------
+
+
+def test_missing_file_is_a_matrix_error(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(MatrixError) as info:
+        load_matrix(path)
+    (p,) = info.value.problems
+    assert p.file == str(path) and p.line is None
+    assert str(info.value).startswith(f"{path}: cannot read: ")
+
+
+def test_directory_is_a_matrix_error(tmp_path: Path) -> None:
+    with pytest.raises(MatrixError, match="cannot read"):
+        load_matrix(tmp_path)
+
+
+def test_non_utf8_file(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_bytes(b"version: 1\nplatforms: \xff\n")
+    with pytest.raises(MatrixError) as info:
+        load_matrix(path)
+    (p,) = info.value.problems
+    assert (p.line, p.message.startswith("not UTF-8")) == (2, True)
+
+
+def test_all_problems_reported_together_in_line_order() -> None:
+    text = edit("    allowed_gates: [litert]\n", "    alowed_gates: [litert]\n")
+    text = edit("    os: linux\n", "    os: linix\n", text)
+    text = edit("    needs_run: false\n", "    needs_run: no way\n", text)
+    with pytest.raises(MatrixError) as info:
+        parse_matrix(text, SOURCE)
+    lines = [p.line for p in info.value.problems]
+    assert lines == [5, 19, 39]
+    rendered = str(info.value).splitlines()
+    assert rendered[0] == (
+        "m.yaml:5: platforms[0].os: unknown operating system 'linix'; did you mean 'linux'? "
+        "(valid: linux, android, macos, ios)"
+    )
+    assert len(rendered) == 3
+
+
+def test_loader_raises_only_matrix_error_on_mangled_input() -> None:
+    # Mangle the shipped file in many small ways: every outcome is a Matrix or a MatrixError.
+    original = MATRIX_FILE.read_text(encoding="utf-8")
+    rng = random.Random(20240601)
+    lines = original.splitlines(keepends=True)
+    for _ in range(150):
+        mangled = list(lines)
+        n = rng.randrange(len(mangled))
+        op = rng.randrange(4)
+        if op == 0:
+            del mangled[n]
+        elif op == 1:
+            mangled.insert(n, mangled[rng.randrange(len(mangled))])
+        elif op == 2:
+            line = mangled[n]
+            cut = rng.randrange(len(line) + 1)
+            mangled[n] = (
+                line[:cut] + rng.choice([":", "[", "-", " ", "'", "x", "{", "&a ", "*a"]) + line[cut:]
+            )
+        else:
+            mangled[n] = mangled[n].replace("  ", " ", 1)
+        try:
+            parse_matrix("".join(mangled), "matrix.yaml")
+        except MatrixError as exc:
+            assert exc.problems and all(p.file == "matrix.yaml" for p in exc.problems)
