@@ -390,6 +390,13 @@ def atomic_write_text(path: Path, text: str) -> Path:
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     tmp = Path(tmp_name)
     try:
+        # mkstemp creates 0600; evidence and reports are shared (CI artifacts, a web server),
+        # so keep an existing file's mode or use the usual 0644.
+        try:
+            mode = path.stat().st_mode & 0o777
+        except FileNotFoundError:
+            mode = 0o644
+        os.chmod(tmp, mode)
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
             handle.flush()

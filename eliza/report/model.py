@@ -592,7 +592,7 @@ def _box(number: int, spec: _BoxSpec, matrix: Matrix, report_rows: Sequence[Row]
     scope = _scope_words(spec.gated)
     cells_word = f"Linux x86_64 {scope} cells".replace("  ", " ")
     kinds_word = " + ".join(k.value for k in spec.kinds)
-    needs = f"{kinds_word} VERIFIED on every {cells_word}"
+    needs = f"{kinds_word} VERIFIED on all {cells_word}"
     in_scope = {
         c.id for c in matrix.cells
         if _is_linux_x64(c.platform) and (spec.gated is None or bool(c.gates) == spec.gated)
@@ -622,7 +622,9 @@ def _box(number: int, spec: _BoxSpec, matrix: Matrix, report_rows: Sequence[Row]
 
 
 def _problem(path: Path | str, message: str) -> LoadProblem:
-    return LoadProblem(path=str(path), message=message)
+    # Loader messages start with the path for standalone use; the report shows it apart.
+    prefix = f"{path}: "
+    return LoadProblem(path=str(path), message=message.removeprefix(prefix))
 
 
 def build_report(

@@ -161,6 +161,7 @@ def test_atomic_write_round_trips_and_leaves_no_temp_file(tmp_path: Path) -> Non
     path = write_record(tmp_path / "ev", record)
     assert path == tmp_path / "ev" / "linux-cpu.litert+mlx__byte-identity-gates.json"
     assert sorted(p.name for p in (tmp_path / "ev").iterdir()) == [path.name]
+    assert path.stat().st_mode & 0o777 == 0o644  # shareable, unlike mkstemp's default
     # overwriting replaces, still without leftovers
     newer = replace(record, status=Status.FAILED, counts=Counts(ran=3, passed=2, failed=1), reason="diverged")
     write_record(tmp_path / "ev", newer)
