@@ -1,0 +1,247 @@
+"""Host decisions from facts written in code, and one smoke test of the real probe."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+
+import pytest
+
+from eliza.host import Capability, HostFacts, Tool, decide, x86_64_level
+from eliza.host_probe import probe_host
+from eliza.matrix import Platform, Requirement
+
+R = Requirement
+BASE_TOOLS = (R.CXX_COMPILER, R.CONAN, R.CMAKE, R.NINJA)
+
+LINUX_CPU = Platform(
+    id="linux-cpu", description="cpu", os="linux", arch="x86_64", llama_backend="cpu",
+    build_requires=BASE_TOOLS, run_requires=(R.X86_64_V3_CPU,),
+)  # fmt: skip
+LINUX_CUDA = Platform(
+    id="linux-cuda", description="cuda", os="linux", arch="x86_64", llama_backend="cuda",
+    build_requires=(*BASE_TOOLS, R.NVCC, R.CUBLAS), run_requires=(R.X86_64_V3_CPU, R.NVIDIA_GPU),
+)  # fmt: skip
+ANDROID = Platform(
+    id="android-arm64", description="android", os="android", arch="arm64", llama_backend="cpu",
+    build_requires=(*BASE_TOOLS, R.ANDROID_NDK), run_requires=(R.ANDROID_DEVICE,),
+)  # fmt: skip
+MACOS = Platform(
+    id="macos-arm64", description="mac", os="macos", arch="arm64", llama_backend="metal",
+    build_requires=(*BASE_TOOLS, R.XCODE), run_requires=(R.APPLE_SILICON,),
+)  # fmt: skip
+IOS = Platform(
+    id="ios-arm64", description="ios", os="ios", arch="arm64", llama_backend="metal",
+    build_requires=(*BASE_TOOLS, R.XCODE), run_requires=(R.IOS_DEVICE,),
+)  # fmt: skip
+
+V2_FLAGS = frozenset({"fpu", "cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3"})
+V3_FLAGS = V2_FLAGS | {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
+
+
+def tool(name: str, version: str) -> Tool:
+    return Tool(name=name, path=f"/usr/bin/{name}", version=version)
+
+
+# A Linux x86-64 build machine with the base tools and a CUDA 12.4 compiler, no GPU.
+LINUX = HostFacts(
+    os="linux",
+    arch="x86_64",
+    cpu_model="AMD EPYC",
+    cpu_flags=V3_FLAGS,
+    compiler=tool("g++", "13.2.0"),
+    conan=tool("conan", "2.20.1"),
+    cmake=tool("cmake", "3.30.2"),
+    ninja=tool("ninja", "1.12.1"),
+    nvcc=Tool(name="nvcc", path="/usr/local/cuda/bin/nvcc", version="12.4"),
+    cuda_version="12.4",
+    nvidia_gpu_reason="no NVIDIA driver (nvidia-smi not found)",
+    android_device_reason="adb not found",
+    ios_device_reason="iOS devices are detected on a macOS host only",
+)
+
+
+def toolkit_cublas(host: HostFacts) -> HostFacts:
+    return replace(host, cublas_path="/usr/local/cuda/lib64/libcublas.so.12", cublas_origin="cuda-toolkit")
+
+
+def with_gpu(host: HostFacts) -> HostFacts:
+    return replace(host, nvidia_gpu="NVIDIA H200, driver 570.86.15", nvidia_gpu_reason="")
+
+
+MAC = replace(
+    LINUX,
+    os="macos",
+    arch="arm64",
+    cpu_flags=frozenset(),
+    cpu_model="Apple M2",
+    nvcc=None,
+    cuda_version=None,
+    xcode=Tool(name="Xcode", path="/usr/bin/xcodebuild", version="15.4"),
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    host: HostFacts
+    platform: Platform
+    can_build: bool
+    can_run: bool
+    build_words: tuple[str, ...] = ()  # each must appear in build_reason
+    run_words: tuple[str, ...] = ()  # each must appear in run_reason
+
+
+CASES = {
+    "cpu on linux": Case(
+        LINUX, LINUX_CPU, True, True,
+        ("g++ 13.2.0", "conan 2.20.1", "cmake 3.30.2", "ninja 1.12.1"), ("AMD EPYC (x86-64-v3)",),
+    ),
+    "cuda, cuBLAS in toolkit, GPU": Case(
+        with_gpu(toolkit_cublas(LINUX)), LINUX_CUDA, True, True,
+        ("nvcc at /usr/local/cuda/bin/nvcc, CUDA 12.4",
+         "cuBLAS from the CUDA toolkit at /usr/local/cuda/lib64/libcublas.so.12"),
+        ("NVIDIA H200, driver 570.86.15",),
+    ),
+    "cuda, cuBLAS from wheels only": Case(
+        replace(LINUX, cublas_installable=True), LINUX_CUDA, True, False,
+        ("cuBLAS not in the toolkit but installable from NVIDIA's PyPI wheels",),
+    ),
+    "cuda, cuBLAS wheel installed": Case(
+        replace(LINUX, cublas_path="/venv/nvidia/cu13/lib/libcublas.so.13", cublas_origin="python-wheel"),
+        LINUX_CUDA, True, False,
+        ("cuBLAS from an installed NVIDIA wheel at /venv/nvidia/cu13/lib/libcublas.so.13",),
+    ),
+    "cuda, no cuBLAS at all": Case(
+        LINUX, LINUX_CUDA, False, False,
+        ("needs cuBLAS (not in the CUDA toolkit, and NVIDIA's PyPI wheels cannot be installed here)",
+         "this host is linux/x86_64"),
+    ),
+    "cuda, no nvcc": Case(
+        replace(LINUX, nvcc=None, cuda_version=None, cublas_installable=True), LINUX_CUDA, False, False,
+        ("needs nvcc, the CUDA compiler", "this host is linux/x86_64"),
+    ),
+    "cpu, no nvcc is fine": Case(replace(LINUX, nvcc=None), LINUX_CPU, True, True),
+    "gpu absent": Case(
+        toolkit_cublas(LINUX), LINUX_CUDA, True, False,
+        (), ("needs an NVIDIA GPU: no NVIDIA driver (nvidia-smi not found); this host is linux/x86_64",),
+    ),
+    "cpu below v3": Case(
+        replace(LINUX, cpu_flags=V2_FLAGS), LINUX_CPU, True, False,
+        (), ("needs an x86-64-v3 CPU (AVX2, FMA, BMI2); AMD EPYC is x86-64-v2",),
+    ),
+    "macOS on linux": Case(
+        LINUX, MACOS, False, False,
+        ("needs Xcode (macOS host); this host is linux/x86_64",),
+        ("needs Apple Silicon (a macOS arm64 host); this host is linux/x86_64",),
+    ),
+    "iOS on linux": Case(
+        LINUX, IOS, False, False,
+        ("needs Xcode (macOS host); this host is linux/x86_64",),
+        ("needs an iOS device: iOS devices are detected on a macOS host only",),
+    ),
+    "android without NDK": Case(
+        LINUX, ANDROID, False, False,
+        ("needs the Android NDK", "this host is linux/x86_64"), ("needs an Android device: adb not found",),
+    ),
+    "android with NDK and a device": Case(
+        replace(LINUX, android_ndk="/opt/ndk/27.0", android_device="emulator-5554"), ANDROID, True, True,
+        ("Android NDK at /opt/ndk/27.0",), ("Android device emulator-5554",),
+    ),
+    "macOS on a Mac": Case(MAC, MACOS, True, True, ("Xcode 15.4",), ("Apple Silicon (Apple M2)",)),
+    "linux x86-64 target on an arm64 linux host": Case(
+        replace(LINUX, arch="arm64", cpu_flags=frozenset()), LINUX_CPU, False, False,
+        ("needs a linux/x86_64 host (no cross toolchain is set up for linux targets)",),
+        ("needs an x86-64-v3 CPU",),
+    ),
+    "android on a Mac": Case(replace(MAC, android_ndk="/opt/ndk"), ANDROID, True, False),
+    "linux target on a Mac": Case(MAC, LINUX_CPU, False, False, ("needs a linux host to build for linux",)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_decide(case: Case) -> None:
+    cap = decide(case.host, case.platform)
+    assert (cap.can_build, cap.can_run) == (case.can_build, case.can_run), cap
+    for words in case.build_words:
+        assert words in cap.build_reason
+    for words in case.run_words:
+        assert words in cap.run_reason
+    assert cap.build_reason and cap.run_reason
+
+
+def test_missing_tools_are_all_named_in_declared_order() -> None:
+    host = replace(LINUX, conan=None, ninja=None)
+    cap = decide(host, LINUX_CPU)
+    assert cap.build_reason == "needs conan (not on PATH); ninja (not on PATH); this host is linux/x86_64"
+    assert cap.missing_build == (R.CONAN, R.NINJA)
+
+
+def test_missing_requirements_are_listed_for_callers() -> None:
+    cap = decide(replace(LINUX, nvcc=None), LINUX_CUDA)
+    assert cap == Capability(
+        can_build=False,
+        build_reason=cap.build_reason,
+        can_run=False,
+        run_reason=cap.run_reason,
+        missing_build=(R.NVCC, R.CUBLAS),
+        missing_run=(R.NVIDIA_GPU,),
+    )
+
+
+def test_xcode_on_linux_is_said_once() -> None:
+    assert decide(LINUX, MACOS).build_reason == "needs Xcode (macOS host); this host is linux/x86_64"
+    assert decide(LINUX, MACOS).missing_build == (R.XCODE,)
+
+
+def test_every_requirement_is_decidable() -> None:
+    bare = HostFacts(os="linux", arch="x86_64")
+    everything = Platform(
+        id="all", description="all", os="linux", arch="x86_64", llama_backend="cpu",
+        build_requires=tuple(r for r in R if r not in (R.X86_64_V3_CPU, R.NVIDIA_GPU, R.ANDROID_DEVICE,
+                                                       R.APPLE_SILICON, R.IOS_DEVICE)),
+        run_requires=(R.X86_64_V3_CPU, R.NVIDIA_GPU, R.ANDROID_DEVICE, R.APPLE_SILICON, R.IOS_DEVICE),
+    )  # fmt: skip
+    cap = decide(bare, everything)
+    assert not cap.can_build and not cap.can_run
+    assert set(cap.missing_build) | set(cap.missing_run) == set(R)
+
+
+def test_no_requirements() -> None:
+    empty = Platform(id="x", description="x", os="linux", arch="x86_64", llama_backend="cpu")
+    cap = decide(LINUX, empty)
+    assert (cap.can_build, cap.build_reason) == (True, "needs no tools")
+    assert (cap.can_run, cap.run_reason) == (True, "needs no special hardware")
+
+
+@pytest.mark.parametrize(
+    ("flags", "level"),
+    [
+        (frozenset(), 1),
+        (V2_FLAGS, 2),
+        (V3_FLAGS, 3),
+        (V3_FLAGS - {"fma"}, 2),
+        (V3_FLAGS | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}, 4),
+        (V2_FLAGS | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}, 2),
+    ],
+)
+def test_x86_64_level(flags: frozenset[str], level: int) -> None:
+    assert x86_64_level(flags) == level
+
+
+def test_facts_serialise_to_json() -> None:
+    data = toolkit_cublas(LINUX).as_dict()
+    text = json.dumps(data, sort_keys=True)
+    assert json.loads(text)["compiler"] == {"name": "g++", "path": "/usr/bin/g++", "version": "13.2.0"}
+    assert data["x86_64_level"] == 3
+    assert data["cpu_flags"] == sorted(V3_FLAGS)
+    assert HostFacts(os="linux", arch="arm64", cpu_flags=V3_FLAGS).x86_64_level == 0
+
+
+def test_probe_this_machine() -> None:
+    facts = probe_host()
+    assert isinstance(facts, HostFacts)
+    assert facts.os == "linux"
+    assert facts.arch in ("x86_64", "arm64")
+    assert facts.cpu_count >= 1
+    assert (facts.nvidia_gpu is None) == bool(facts.nvidia_gpu_reason)
+    json.dumps(facts.as_dict())
