@@ -401,7 +401,7 @@ def _view(
     )
 
 
-def _check_artifacts(record: EvidenceRecord, verify: ArtifactVerifier) -> tuple[ArtifactResult, ...]:
+def check_artifacts(record: EvidenceRecord, verify: ArtifactVerifier) -> tuple[ArtifactResult, ...]:
     results = []
     for artifact in record.artifacts:
         verdict = verify(artifact)
@@ -517,7 +517,7 @@ def _evaluate(
     chosen = ranked[0]
     record = chosen.record
     assert record is not None
-    artifacts = _check_artifacts(record, verify)
+    artifacts = check_artifacts(record, verify)
     state, reason = judge_record(record, current, artifacts)
     kept_notes = list(broken_notes)
     absent = [a.path for a in artifacts if a.state is ArtifactState.ABSENT]
