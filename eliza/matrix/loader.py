@@ -76,15 +76,12 @@ def load_matrix(path: Path) -> Matrix:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        reason = exc.strerror or str(exc)
-        problem = Problem(file=source, line=None, key_path="", message=f"cannot read: {reason}")
-        raise MatrixError([problem]) from exc
+        raise MatrixError([_file_problem(source, f"cannot read: {exc.strerror or exc}")]) from exc
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        problem = Problem(file=source, line=line, key_path="", message=f"not UTF-8 text ({exc.reason})")
-        raise MatrixError([problem]) from exc
+        raise MatrixError([_file_problem(source, f"not UTF-8 text ({exc.reason})", line=line)]) from exc
     return _parse(text, source, hashlib.sha256(raw).hexdigest())
 
 
@@ -101,9 +98,7 @@ def _parse(text: str, source: str, sha256: str) -> Matrix:
         return builder.build(sha256)
     except RecursionError as exc:
         # Only a self-referencing alias (&a [*a]) nests deep enough to get here.
-        message = "recursive YAML aliases are not supported"
-        problem = Problem(file=source, line=None, key_path="", message=message)
-        raise MatrixError([problem]) from exc
+        raise MatrixError([_file_problem(source, "recursive YAML aliases are not supported")]) from exc
 
 
 # --- YAML ---------------------------------------------------------------------------------
@@ -126,40 +121,32 @@ def _read_yaml(text: str, source: str) -> tuple[yaml.Node, Any, list[Problem]]:
     try:
         root = loader.get_single_node()
         if root is None:
-            raise MatrixError(
-                [
-                    Problem(
-                        file=source,
-                        line=None,
-                        key_path="",
-                        message="the file is empty",
-                        hint=f"expected a mapping with {_TOP_LEVEL_KEYS}",
-                    )
-                ]
+            empty = _file_problem(
+                source, "the file is empty", hint=f"expected a mapping with {_TOP_LEVEL_KEYS}"
             )
+            raise MatrixError([empty])
         # Duplicates must be found on the node tree: construction silently keeps the last one.
         duplicates = _duplicate_keys(root, source)
         data = loader.construct_document(root)
     except yaml.MarkedYAMLError as exc:
         raise MatrixError([_yaml_problem(exc, source)]) from exc
     except yaml.YAMLError as exc:
-        problem = Problem(file=source, line=None, key_path="", message=f"YAML error: {exc}")
-        raise MatrixError([problem]) from exc
+        raise MatrixError([_file_problem(source, f"YAML error: {exc}")]) from exc
     finally:
         loader.dispose()
     if not isinstance(root, yaml.MappingNode):
         kind = "a list" if isinstance(root, yaml.SequenceNode) else f"the scalar {root.value!r}"
-        duplicates.append(
-            Problem(
-                file=source,
-                line=root.start_mark.line + 1,
-                key_path="",
-                message=f"the top level is {kind}; expected a mapping",
-                hint=f"keys: {_TOP_LEVEL_KEYS}",
-            )
+        message = f"the top level is {kind}; expected a mapping"
+        line = root.start_mark.line + 1
+        raise MatrixError(
+            [*duplicates, _file_problem(source, message, hint=f"keys: {_TOP_LEVEL_KEYS}", line=line)]
         )
-        raise MatrixError(duplicates)
     return root, data, duplicates
+
+
+def _file_problem(source: str, message: str, *, hint: str = "", line: int | None = None) -> Problem:
+    """A problem with the file as a whole (no key path applies)."""
+    return Problem(file=source, line=line, key_path="", message=message, hint=hint)
 
 
 def _yaml_problem(exc: yaml.MarkedYAMLError, source: str) -> Problem:
@@ -168,17 +155,11 @@ def _yaml_problem(exc: yaml.MarkedYAMLError, source: str) -> Problem:
     # A constructor error is a well-formed document with a value YAML cannot represent.
     kind = "YAML error" if isinstance(exc, yaml.constructor.ConstructorError) else "YAML syntax error"
     if mark is None:
-        return Problem(file=source, line=None, key_path="", message=f"{kind}: {what}")
+        return _file_problem(source, f"{kind}: {what}")
     hint = exc.context or ""
     if exc.context_mark is not None and exc.context_mark is not mark and exc.context:
         hint = f"{exc.context} at line {exc.context_mark.line + 1}"
-    return Problem(
-        file=source,
-        line=mark.line + 1,
-        key_path="",
-        message=f"{kind} at column {mark.column + 1}: {what}",
-        hint=hint,
-    )
+    return _file_problem(source, f"{kind} at column {mark.column + 1}: {what}", hint=hint, line=mark.line + 1)
 
 
 def _duplicate_keys(root: yaml.Node, source: str) -> list[Problem]:
