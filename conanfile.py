@@ -47,7 +47,8 @@ class ElizaInferenceConan(ConanFile):
         tc.cache_variables["ELIZA_BUILD_TEST_KIT"] = bool(self.options.with_test_kit)
         llama = self.dependencies["llama-cpp"]
         tc.cache_variables["ELIZA_LLAMA_BUILD_FACTS"] = os.path.join(
-            llama.package_folder, "res", "eliza-llama-build.json").replace("\\", "/")
+            llama.package_folder, "res", "eliza-llama-build.json"
+        ).replace("\\", "/")
         tc.cache_variables["ELIZA_WITH_CUDA"] = bool(llama.options.with_cuda)
         tc.generate()
 

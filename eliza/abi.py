@@ -24,7 +24,9 @@ class AbiToolMissing(RuntimeError):
 
 
 def exported_symbols(library: Path) -> list[str]:
-    out = subprocess.run(["nm", "-D", "--defined-only", str(library)], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", str(library)], check=True, capture_output=True, text=True
+    )
     return sorted(line.split()[-1] for line in out.stdout.splitlines() if line.strip())
 
 
@@ -55,9 +57,22 @@ def abidiff(reference: Path, candidate: Path, headers: Path = PUBLIC_HEADERS) ->
     The SONAME is ignored so that differently named artefacts can be compared."""
     tool = shutil.which("abidiff")
     if tool is None:
-        raise AbiToolMissing("abidiff not found: install Debian's abigail-tools (apt-get install abigail-tools)")
+        raise AbiToolMissing(
+            "abidiff not found: install Debian's abigail-tools (apt-get install abigail-tools)"
+        )
     result = subprocess.run(
-        [tool, "--no-show-locs", "--headers-dir1", str(headers), "--headers-dir2", str(headers),
-         str(reference), str(candidate)],
-        capture_output=True, text=True, check=False)
+        [
+            tool,
+            "--no-show-locs",
+            "--headers-dir1",
+            str(headers),
+            "--headers-dir2",
+            str(headers),
+            str(reference),
+            str(candidate),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return AbiDiff(exit_code=result.returncode, report=(result.stdout + result.stderr).strip())

@@ -60,18 +60,31 @@ def plan_cell_build(
 ) -> CellBuildPlan:
     out = cell_build_dir(cell.id, repo)
     argv = [
-        "conan", "build", str(repo),
-        "--output-folder", str(out),
-        "--profile:all", profile_name(cell.platform),
-        "--settings:host", f"build_type={build_type}",
-        "--build", "missing",
-        "--format", "json",
-        "--conf", f"user.eliza:llama_cpp_version={llama_version}",
+        "conan",
+        "build",
+        str(repo),
+        "--output-folder",
+        str(out),
+        "--profile:all",
+        profile_name(cell.platform),
+        "--settings:host",
+        f"build_type={build_type}",
+        "--build",
+        "missing",
+        # Re-read recipes from the in-repo index: without it Conan keeps a cached recipe
+        # revision and an edited recipe would silently not apply.
+        "--update",
+        "--format",
+        "json",
+        "--conf",
+        f"user.eliza:llama_cpp_version={llama_version}",
         *llama_option_args(cell.platform),
         *gate_option_args(cell, all_gate_options),
-        "-o", f"&:with_test_kit={'True' if with_test_kit else 'False'}",
+        "-o",
+        f"&:with_test_kit={'True' if with_test_kit else 'False'}",
     ]
     for key, value in sorted((extra_conf or {}).items()):
         argv += ["--conf", f"{key}={value}"]
-    return CellBuildPlan(cell_id=cell.id, output_dir=out, library=out / "build" / "libelizainference.so",
-                         argv=tuple(argv))
+    return CellBuildPlan(
+        cell_id=cell.id, output_dir=out, library=out / "build" / "libelizainference.so", argv=tuple(argv)
+    )

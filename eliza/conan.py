@@ -40,7 +40,9 @@ def conan_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _conan(*args: str, env: Mapping[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+def _conan(
+    *args: str, env: Mapping[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(["conan", *args], env=conan_env(env), capture_output=True, text=True, check=False)
     if check and result.returncode != 0:
         raise BuildError(f"conan {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-4000:]}")
@@ -48,17 +50,23 @@ def _conan(*args: str, env: Mapping[str, str] | None = None, check: bool = True)
 
 
 def _profile_text(os_family: str) -> str:
-    return "\n".join([
-        "# Written by eliza.conan.prepare_conan_home; host settings from `conan profile detect`.",
-        "include(default)",
-        "[settings]",
-        "build_type=Release",
-        "compiler.cppstd=17",
-        "[conf]",
-        "tools.cmake.cmaketoolchain:generator=Ninja",
-        f"tools.build:jobs={os.cpu_count() or 2}",
-        "",
-    ]) if os_family == "linux" else ""
+    return (
+        "\n".join(
+            [
+                "# Written by eliza.conan.prepare_conan_home; host settings from `conan profile detect`.",
+                "include(default)",
+                "[settings]",
+                "build_type=Release",
+                "compiler.cppstd=17",
+                "[conf]",
+                "tools.cmake.cmaketoolchain:generator=Ninja",
+                f"tools.build:jobs={os.cpu_count() or 2}",
+                "",
+            ]
+        )
+        if os_family == "linux"
+        else ""
+    )
 
 
 def prepare_conan_home(repo: Path = REPO_ROOT) -> Path:
@@ -106,7 +114,9 @@ def resolve_llama_source(env: Mapping[str, str] | None = None) -> LlamaSource:
     if checkout:
         tree = Path(checkout).resolve()
         if not (tree / "include" / "llama.h").is_file():
-            raise BuildError(f"ELIZA_LLAMA_CPP_DIR={checkout!r} is not a llama.cpp checkout (no include/llama.h)")
+            raise BuildError(
+                f"ELIZA_LLAMA_CPP_DIR={checkout!r} is not a llama.cpp checkout (no include/llama.h)"
+            )
         version = fork_version(tree)
         source_env = {"ELIZA_LLAMA_CPP_DIR": str(tree)}
         _conan("export", str(RECIPE_DIR), "--version", version, env=source_env)
@@ -118,8 +128,9 @@ def resolve_llama_source(env: Mapping[str, str] | None = None) -> LlamaSource:
 class BuildResult:
     cell_id: str
     library: Path
-    llama_binary: str            # "Build" (built now) or "Cache" (reused)
+    llama_binary: str  # "Build" (built now) or "Cache" (reused)
     llama_package_folder: Path
+    llama_package_id: str
     seconds: float
     log: Path
 
@@ -130,8 +141,13 @@ def run_build(plan: CellBuildPlan, source: LlamaSource, *, echo: bool = True) ->
     graph_file = plan.output_dir / "conan-graph.json"
     started = time.monotonic()
     with log.open("w") as log_f, graph_file.open("w") as graph_f:
-        proc = subprocess.Popen(plan.argv, env=conan_env({**source.env, **plan.env}), stdout=graph_f,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            plan.argv,
+            env=conan_env({**source.env, **plan.env}),
+            stdout=graph_f,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert proc.stderr is not None
         for line in proc.stderr:
             log_f.write(line)
@@ -143,8 +159,17 @@ def run_build(plan: CellBuildPlan, source: LlamaSource, *, echo: bool = True) ->
         tail = "".join(log.read_text().splitlines(keepends=True)[-40:])
         raise BuildError(f"{plan.cell_id}: conan build failed ({rc}); log: {log}\n{tail}")
     graph = json.loads(graph_file.read_text())
-    llama = next(n for n in graph["graph"]["nodes"].values() if str(n.get("ref", "")).startswith(LLAMA_PACKAGE + "/"))
+    llama = next(
+        n for n in graph["graph"]["nodes"].values() if str(n.get("ref", "")).startswith(LLAMA_PACKAGE + "/")
+    )
     if not plan.library.is_file():
         raise BuildError(f"{plan.cell_id}: build finished but {plan.library} is missing; log: {log}")
-    return BuildResult(cell_id=plan.cell_id, library=plan.library, llama_binary=str(llama.get("binary")),
-                       llama_package_folder=Path(llama["package_folder"]), seconds=seconds, log=log)
+    return BuildResult(
+        cell_id=plan.cell_id,
+        library=plan.library,
+        llama_binary=str(llama.get("binary")),
+        llama_package_folder=Path(llama["package_folder"]),
+        llama_package_id=str(llama.get("package_id")),
+        seconds=seconds,
+        log=log,
+    )

@@ -60,7 +60,7 @@ def _bad(field_path: str, problem: str) -> EvidenceError:
 class Status(StrEnum):
     PASSED = "passed"
     FAILED = "failed"
-    ERROR = "error"      # the check could not run to a verdict (tool crashed, setup failed)
+    ERROR = "error"  # the check could not run to a verdict (tool crashed, setup failed)
     SKIPPED = "skipped"  # deliberately not run; `reason` says why
 
 
@@ -137,9 +137,9 @@ class InputFingerprint:
 class HostInfo:
     os: str
     cpu: str
-    gpu: str = ""        # "" when the host has none
+    gpu: str = ""  # "" when the host has none
     compiler: str = ""
-    cuda: str = ""       # toolkit version, "" when absent
+    cuda: str = ""  # toolkit version, "" when absent
     tools: Mapping[str, str] = field(default_factory=dict)  # tool name -> version
 
     def __post_init__(self) -> None:
@@ -148,7 +148,7 @@ class HostInfo:
 
 @dataclass(frozen=True, kw_only=True)
 class Artifact:
-    path: str            # as the producer wrote it; the report resolves it
+    path: str  # as the producer wrote it; the report resolves it
     sha256: str
 
     def __post_init__(self) -> None:
@@ -177,13 +177,13 @@ def parse_utc(text: str, field_path: str = "timestamp") -> datetime:
 @dataclass(frozen=True, kw_only=True)
 class EvidenceRecord:
     schema_version: int = SCHEMA_VERSION
-    cell: str                    # cell id, e.g. "linux-cpu.litert+mlx"
-    check: str                   # check id, e.g. "byte-identity-gates"
+    cell: str  # cell id, e.g. "linux-cpu.litert+mlx"
+    check: str  # check id, e.g. "byte-identity-gates"
     status: Status
-    reason: str = ""             # why it failed, errored or was skipped
+    reason: str = ""  # why it failed, errored or was skipped
     counts: Counts
     fingerprint: InputFingerprint
-    commit: str                  # provenance only; freshness is the fingerprint
+    commit: str  # provenance only; freshness is the fingerprint
     dirty: bool
     host: HostInfo
     artifacts: tuple[Artifact, ...] = ()
@@ -220,8 +220,10 @@ class EvidenceRecord:
             json.dumps(dict(self.details), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise _bad("details", f"must be JSON-serialisable: {exc}") from None
-        if isinstance(self.duration_s, bool) or not isinstance(self.duration_s, int | float) or not (
-            math.isfinite(self.duration_s) and self.duration_s >= 0
+        if (
+            isinstance(self.duration_s, bool)
+            or not isinstance(self.duration_s, int | float)
+            or not (math.isfinite(self.duration_s) and self.duration_s >= 0)
         ):
             raise _bad("duration_s", f"must be a finite number >= 0, got {self.duration_s!r}")
         started = parse_utc(self.started_at, "started_at")
@@ -318,7 +320,8 @@ def record_from_dict(data: JsonValue, source: str = "<record>") -> EvidenceRecor
     # whichever field happened to change.
     if "schema_version" in data and version != SCHEMA_VERSION:
         raise EvidenceError(
-            source, "schema_version",
+            source,
+            "schema_version",
             f"version {version!r} is not supported by this reader (expects {SCHEMA_VERSION}); "
             "re-run the check to produce current evidence",
         )
@@ -340,8 +343,12 @@ def record_from_dict(data: JsonValue, source: str = "<record>") -> EvidenceRecor
             commit=data["commit"],
             dirty=data["dirty"],
             host=HostInfo(
-                os=host["os"], cpu=host["cpu"], gpu=host["gpu"], compiler=host["compiler"],
-                cuda=host["cuda"], tools=host["tools"],
+                os=host["os"],
+                cpu=host["cpu"],
+                gpu=host["gpu"],
+                compiler=host["compiler"],
+                cuda=host["cuda"],
+                tools=host["tools"],
             ),
             artifacts=tuple(Artifact(path=a["path"], sha256=a["sha256"]) for a in data.get("artifacts", [])),
             started_at=data["started_at"],
@@ -373,6 +380,7 @@ def _json_problem(exc: json.JSONDecodeError) -> str:
 
 def record_filename(cell: str, check: str) -> str:
     """``<cell>__<check>.json`` with anything outside ``[A-Za-z0-9._+-]`` replaced by ``_``."""
+
     def safe(text: str) -> str:
         cleaned = _UNSAFE_NAME_CHARS.sub("_", text).lstrip(".")
         return cleaned or "_"

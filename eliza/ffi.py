@@ -77,20 +77,53 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "eliza_inference_create": (_p, [ctypes.c_char_p, _perr]),
     "eliza_inference_destroy": (None, [_p]),
     "eliza_inference_tokenize_supported": (ctypes.c_int, []),
-    "eliza_inference_tokenize": (ctypes.c_int, [_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                                                ctypes.POINTER(ctypes.POINTER(ctypes.c_int)),
-                                                ctypes.POINTER(ctypes.c_size_t), _perr]),
-    "eliza_inference_detokenize": (ctypes.c_int, [_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.c_int,
-                                                  ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
-                                                  ctypes.POINTER(ctypes.c_size_t), _perr]),
+    "eliza_inference_tokenize": (
+        ctypes.c_int,
+        [
+            _p,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.POINTER(ctypes.c_int)),
+            ctypes.POINTER(ctypes.c_size_t),
+            _perr,
+        ],
+    ),
+    "eliza_inference_detokenize": (
+        ctypes.c_int,
+        [
+            _p,
+            ctypes.POINTER(ctypes.c_int32),
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_size_t),
+            _perr,
+        ],
+    ),
     "eliza_inference_free_tokens": (None, [ctypes.POINTER(ctypes.c_int)]),
     "eliza_inference_llm_stream_supported": (ctypes.c_int, []),
     "eliza_inference_llm_stream_open": (_p, [_p, ctypes.POINTER(StreamConfig), _perr]),
-    "eliza_inference_llm_stream_prefill": (ctypes.c_int, [_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, _perr]),
-    "eliza_inference_llm_stream_next": (ctypes.c_int, [_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t,
-                                                       ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p,
-                                                       ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32),
-                                                       ctypes.POINTER(ctypes.c_int32), _perr]),
+    "eliza_inference_llm_stream_prefill": (
+        ctypes.c_int,
+        [_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, _perr],
+    ),
+    "eliza_inference_llm_stream_next": (
+        ctypes.c_int,
+        [
+            _p,
+            ctypes.POINTER(ctypes.c_int32),
+            ctypes.c_size_t,
+            ctypes.POINTER(ctypes.c_size_t),
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+            ctypes.POINTER(ctypes.c_int32),
+            ctypes.POINTER(ctypes.c_int32),
+            _perr,
+        ],
+    ),
     "eliza_inference_llm_stream_cancel": (ctypes.c_int, [_p]),
     "eliza_inference_llm_stream_reset": (ctypes.c_int, [_p]),
     "eliza_inference_llm_stream_reset_keep": (ctypes.c_int, [_p, ctypes.c_int32]),
@@ -112,7 +145,9 @@ class Library:
             fn.argtypes = argtypes
         version = self.lib.eliza_inference_abi_version()
         if version is None or version.decode() != ABI_VERSION:
-            raise ElizaError(ERR_ABI_MISMATCH, f"{path}: ABI version {version!r}, this binding expects {ABI_VERSION!r}")
+            raise ElizaError(
+                ERR_ABI_MISMATCH, f"{path}: ABI version {version!r}, this binding expects {ABI_VERSION!r}"
+            )
 
     def take_error(self, err: ctypes.c_void_p) -> str:
         if not err.value:
@@ -164,22 +199,39 @@ class Context:
         out = ctypes.POINTER(ctypes.c_int)()
         n = ctypes.c_size_t()
         err = ctypes.c_void_p()
-        rc = self.lib.lib.eliza_inference_tokenize(self.handle, data, len(data), int(add_special), int(parse_special),
-                                                   ctypes.byref(out), ctypes.byref(n), ctypes.byref(err))
+        rc = self.lib.lib.eliza_inference_tokenize(
+            self.handle,
+            data,
+            len(data),
+            int(add_special),
+            int(parse_special),
+            ctypes.byref(out),
+            ctypes.byref(n),
+            ctypes.byref(err),
+        )
         self.lib.check(rc, err)
         try:
             return [out[i] for i in range(n.value)]
         finally:
             self.lib.lib.eliza_inference_free_tokens(out)
 
-    def detokenize(self, tokens: Sequence[int], remove_special: bool = False, unparse_special: bool = False) -> bytes:
+    def detokenize(
+        self, tokens: Sequence[int], remove_special: bool = False, unparse_special: bool = False
+    ) -> bytes:
         arr = (ctypes.c_int32 * len(tokens))(*tokens)
         out = ctypes.c_void_p()
         n = ctypes.c_size_t()
         err = ctypes.c_void_p()
-        rc = self.lib.lib.eliza_inference_detokenize(self.handle, arr, len(tokens), int(remove_special),
-                                                     int(unparse_special), ctypes.byref(out), ctypes.byref(n),
-                                                     ctypes.byref(err))
+        rc = self.lib.lib.eliza_inference_detokenize(
+            self.handle,
+            arr,
+            len(tokens),
+            int(remove_special),
+            int(unparse_special),
+            ctypes.byref(out),
+            ctypes.byref(n),
+            ctypes.byref(err),
+        )
         self.lib.check(rc, err)
         try:
             return ctypes.string_at(out.value, n.value) if out.value else b""
@@ -189,7 +241,9 @@ class Context:
     def open_stream(self, cfg: StreamConfig | None = None) -> Stream:
         cfg = cfg or greedy_config()
         err = ctypes.c_void_p()
-        handle = self.lib.lib.eliza_inference_llm_stream_open(self.handle, ctypes.byref(cfg), ctypes.byref(err))
+        handle = self.lib.lib.eliza_inference_llm_stream_open(
+            self.handle, ctypes.byref(cfg), ctypes.byref(err)
+        )
         message = self.lib.take_error(err)
         if not handle:
             code = ERR_NOT_IMPLEMENTED if "not implemented" in message else ERR_INVALID_ARG
@@ -199,7 +253,7 @@ class Context:
 
 @dataclass(frozen=True)
 class Step:
-    status: int           # 0 more, 1 final
+    status: int  # 0 more, 1 final
     tokens: list[int]
     text: bytes
     drafted: int
@@ -216,8 +270,9 @@ class Stream:
     def __enter__(self) -> Stream:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -228,8 +283,10 @@ class Stream:
     def prefill(self, tokens: Sequence[int]) -> None:
         arr = (ctypes.c_int32 * max(1, len(tokens)))(*tokens)
         err = ctypes.c_void_p()
-        self.lib.check(self.lib.lib.eliza_inference_llm_stream_prefill(self.handle, arr, len(tokens),
-                                                                       ctypes.byref(err)), err)
+        self.lib.check(
+            self.lib.lib.eliza_inference_llm_stream_prefill(self.handle, arr, len(tokens), ctypes.byref(err)),
+            err,
+        )
 
     def next(self, tokens_cap: int = 16, text_cap: int = TEXT_CAP) -> Step:
         toks = (ctypes.c_int32 * max(1, tokens_cap))()
@@ -238,9 +295,17 @@ class Stream:
         drafted = ctypes.c_int32(-1)
         accepted = ctypes.c_int32(-1)
         err = ctypes.c_void_p()
-        rc = self.lib.lib.eliza_inference_llm_stream_next(self.handle, toks, tokens_cap, ctypes.byref(n), text,
-                                                          text_cap, ctypes.byref(drafted), ctypes.byref(accepted),
-                                                          ctypes.byref(err))
+        rc = self.lib.lib.eliza_inference_llm_stream_next(
+            self.handle,
+            toks,
+            tokens_cap,
+            ctypes.byref(n),
+            text,
+            text_cap,
+            ctypes.byref(drafted),
+            ctypes.byref(accepted),
+            ctypes.byref(err),
+        )
         self.lib.check(rc, err)
         return Step(rc, [toks[i] for i in range(n.value)], text.value, drafted.value, accepted.value)
 
@@ -270,10 +335,18 @@ class Stream:
 
     def save_slot(self, path: Path) -> None:
         err = ctypes.c_void_p()
-        self.lib.check(self.lib.lib.eliza_inference_llm_stream_save_slot(self.handle, str(path).encode(),
-                                                                         ctypes.byref(err)), err)
+        self.lib.check(
+            self.lib.lib.eliza_inference_llm_stream_save_slot(
+                self.handle, str(path).encode(), ctypes.byref(err)
+            ),
+            err,
+        )
 
     def restore_slot(self, path: Path) -> None:
         err = ctypes.c_void_p()
-        self.lib.check(self.lib.lib.eliza_inference_llm_stream_restore_slot(self.handle, str(path).encode(),
-                                                                            ctypes.byref(err)), err)
+        self.lib.check(
+            self.lib.lib.eliza_inference_llm_stream_restore_slot(
+                self.handle, str(path).encode(), ctypes.byref(err)
+            ),
+            err,
+        )

@@ -39,7 +39,9 @@ def pinned_source(version: str = PINNED_VERSION) -> LlamaSourcePin:
     try:
         entry = data["sources"][version]
     except KeyError as exc:
-        raise SourceError(f"{RECIPE_DIR / 'conandata.yml'}: no sources entry for version {version!r}") from exc
+        raise SourceError(
+            f"{RECIPE_DIR / 'conandata.yml'}: no sources entry for version {version!r}"
+        ) from exc
     return LlamaSourcePin(version=version, **entry)
 
 
@@ -60,8 +62,18 @@ def ensure_sdist(pin: LlamaSourcePin | None = None) -> Path:
         return target
     target_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target_dir) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               "-d", tmp, pin.pip_requirement]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "-d",
+            tmp,
+            pin.pip_requirement,
+        ]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         fetched = Path(tmp) / pin.archive
         if result.returncode != 0 and not fetched.is_file():
@@ -70,7 +82,8 @@ def ensure_sdist(pin: LlamaSourcePin | None = None) -> Path:
         if actual != pin.sha256:
             raise SourceError(
                 f"{pin.archive}: sha256 {actual} does not match the pin {pin.sha256} "
-                f"in {RECIPE_DIR / 'conandata.yml'}")
+                f"in {RECIPE_DIR / 'conandata.yml'}"
+            )
         fetched.replace(target)
     return target
 

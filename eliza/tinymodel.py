@@ -16,6 +16,7 @@ attention.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from dataclasses import dataclass
@@ -64,7 +65,7 @@ def _weights(spec: TinyModelSpec, n_vocab: int, chain_ids: list[int]) -> dict[st
     emb[:, :free] = gaussian((n_vocab, free), 1.0)
     out = np.zeros((n_vocab, spec.n_embd), dtype=np.float32)
     out[:, :free] = gaussian((n_vocab, free), 0.35)
-    for i, (trigger, target) in enumerate(zip(chain_ids, chain_ids[1:], strict=False)):
+    for i, (trigger, target) in enumerate(itertools.pairwise(chain_ids)):
         emb[trigger, free + i] = 6.0
         out[target, :] = 0.0
         out[target, free + i] = 12.0
@@ -136,6 +137,20 @@ def write_tiny_gguf(path: Path, vocab_path: Path, spec: TinyModelSpec = TinyMode
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def generator_fingerprint(spec: TinyModelSpec = TinyModelSpec()) -> str:
+    """Changes whenever this module or the spec changes, so a stale bundle is rewritten."""
+    return hashlib.sha256(Path(__file__).read_bytes() + repr(spec).encode()).hexdigest()
+
+
+def bundle_is_current(bundle_dir: Path, spec: TinyModelSpec = TinyModelSpec()) -> bool:
+    try:
+        manifest = json.loads((bundle_dir / "manifest.json").read_text())
+        model = bundle_dir / manifest["text"]["model"]
+        return bool(manifest["generator"]["fingerprint"] == generator_fingerprint(spec) and model.is_file())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def write_tiny_bundle(bundle_dir: Path, vocab_path: Path, spec: TinyModelSpec = TinyModelSpec()) -> Path:
     """Lays out <bundle>/text/<name>.gguf and <bundle>/manifest.json; returns the manifest path."""
     model_rel = f"text/{spec.name}.gguf"
@@ -144,8 +159,14 @@ def write_tiny_bundle(bundle_dir: Path, vocab_path: Path, spec: TinyModelSpec = 
         "format": "eliza-bundle/1",
         "name": spec.name,
         "text": {"model": model_rel, "sha256": digest, "context_length": spec.context_length},
-        "generator": {"seed": spec.seed, "n_embd": spec.n_embd, "n_layer": spec.n_layer,
-                      "vocab": "ggml-vocab-llama-spm.gguf", "planted_chain": list(PLANTED_CHAIN)},
+        "generator": {
+            "fingerprint": generator_fingerprint(spec),
+            "seed": spec.seed,
+            "n_embd": spec.n_embd,
+            "n_layer": spec.n_layer,
+            "vocab": "ggml-vocab-llama-spm.gguf",
+            "planted_chain": list(PLANTED_CHAIN),
+        },
     }
     target = bundle_dir / "manifest.json"
     tmp = target.with_name("manifest.json.part")

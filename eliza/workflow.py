@@ -4,15 +4,21 @@ this host can do, build cells, lay out the tiny bundle, generate text."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from eliza import conan
 from eliza.build import CellBuildPlan, plan_cell_build
-from eliza.matrix.model import Cell, Matrix
+from eliza.host import Capability, HostFacts, decide
+from eliza.matrix.model import Cell, Matrix, Platform
 from eliza.paths import REPO_ROOT, tiny_bundle_dir
 
 MATRIX_PATH = REPO_ROOT / "matrix.yaml"
+
+
+class NotBuildableHere(RuntimeError):
+    """This host lacks what a platform needs; the message says what and why."""
 
 
 @functools.cache
@@ -22,13 +28,27 @@ def load_project_matrix(path: Path = MATRIX_PATH) -> Matrix:
     return load_matrix(path)
 
 
-def plan_for(cell: Cell, matrix: Matrix, llama_version: str) -> CellBuildPlan:
-    return plan_cell_build(
+@functools.cache
+def host_facts() -> HostFacts:
+    from eliza.host_probe import probe_host
+
+    return probe_host()
+
+
+def capability(platform: Platform) -> Capability:
+    return decide(host_facts(), platform)
+
+
+def plan_for(cell: Cell, matrix: Matrix, llama_version: str, env: dict[str, str]) -> CellBuildPlan:
+    plan = plan_cell_build(
         cell,
         repo=REPO_ROOT,
         all_gate_options=tuple(g.conan_option for g in matrix.gates),
         llama_version=llama_version,
         with_test_kit=True,
+    )
+    return CellBuildPlan(
+        cell_id=plan.cell_id, output_dir=plan.output_dir, library=plan.library, argv=plan.argv, env=env
     )
 
 
@@ -37,17 +57,52 @@ class BuiltCell:
     cell_id: str
     library: Path
     llama_built_now: bool
+    llama_package: Path
+    llama_package_id: str
     seconds: float
+    log: Path
 
 
-def build_cells(cells: tuple[Cell, ...], matrix: Matrix, *, echo: bool = True) -> list[BuiltCell]:
+def _platform_env(platform: Platform) -> dict[str, str]:
+    if platform.llama_backend == "cuda":
+        from eliza.cuda import prepare_toolkit
+
+        return prepare_toolkit().build_env()
+    return {}
+
+
+def build_cells(
+    cells: tuple[Cell, ...],
+    matrix: Matrix,
+    *,
+    echo: bool = True,
+    on_built: Callable[[BuiltCell], None] | None = None,
+) -> list[BuiltCell]:
+    """Builds cells in order. Cells of one platform share one llama.cpp package: the first
+    builds it if the Conan cache lacks it, the others reuse it."""
+    for platform in {c.platform.id: c.platform for c in cells}.values():
+        can = capability(platform)
+        if not can.can_build:
+            raise NotBuildableHere(f"{platform.id} cannot be built on this host: {can.build_reason}")
     conan.prepare_conan_home(REPO_ROOT)
     source = conan.resolve_llama_source()
     built: list[BuiltCell] = []
+    envs: dict[str, dict[str, str]] = {}
     for cell in cells:
-        result = conan.run_build(plan_for(cell, matrix, source.version), source, echo=echo)
-        built.append(BuiltCell(cell_id=cell.id, library=result.library, llama_built_now=result.llama_binary == "Build",
-                               seconds=result.seconds))
+        env = envs.setdefault(cell.platform.id, _platform_env(cell.platform))
+        result = conan.run_build(plan_for(cell, matrix, source.version, env), source, echo=echo)
+        done = BuiltCell(
+            cell_id=cell.id,
+            library=result.library,
+            llama_built_now=result.llama_binary == "Build",
+            llama_package=result.llama_package_folder,
+            llama_package_id=result.llama_package_id,
+            seconds=result.seconds,
+            log=result.log,
+        )
+        built.append(done)
+        if on_built:
+            on_built(done)
     return built
 
 
@@ -57,12 +112,18 @@ def ensure_cell_built(cell_id: str) -> BuiltCell:
     return build_cells((matrix.cell(cell_id),), matrix, echo=False)[0]
 
 
+def describe_build(cell: BuiltCell) -> str:
+    how = "built now" if cell.llama_built_now else "reused from the Conan cache"
+    package = cell.llama_package_id[:12]
+    return f"{cell.cell_id}: {cell.library} ({cell.seconds:.1f}s; llama.cpp {how}: package {package})"
+
+
 def ensure_tiny_bundle(bundle_dir: Path | None = None) -> Path:
     from eliza.sources import vocab_gguf
-    from eliza.tinymodel import write_tiny_bundle
+    from eliza.tinymodel import bundle_is_current, write_tiny_bundle
 
     bundle = bundle_dir or tiny_bundle_dir()
-    if not (bundle / "manifest.json").is_file():
+    if not bundle_is_current(bundle):
         write_tiny_bundle(bundle, vocab_gguf())
     return bundle
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from eliza.ffi import Library
+
 
 @pytest.fixture(scope="session")
 def tiny_bundle() -> Path:
@@ -23,13 +25,13 @@ def library_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def lib(library_path: Path):  # type: ignore[no-untyped-def]
+def lib(library_path: Path):
     from eliza.ffi import Library
 
     return Library(library_path)
 
 
 @pytest.fixture()
-def ctx(lib, tiny_bundle):  # type: ignore[no-untyped-def]
+def ctx(lib: Library, tiny_bundle: Path):
     with lib.open_context(tiny_bundle) as context:
         yield context

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class Requirement(str, Enum):
+class Requirement(StrEnum):
     """What a platform needs: tools to build it, hardware to run what was built."""
 
     # build-time tools
@@ -31,66 +31,66 @@ class Requirement(str, Enum):
     IOS_DEVICE = "ios-device"
 
 
-class CheckKind(str, Enum):
-    BUILD = "build"                      # the cell's library builds and exports only eliza_inference_*
-    SELECTOR = "selector"                # selector unit tests against the compiled selector
+class CheckKind(StrEnum):
+    BUILD = "build"  # the cell's library builds and exports only eliza_inference_*
+    SELECTOR = "selector"  # selector unit tests against the compiled selector
     GATE_FALLTHROUGH = "gate-fallthrough"  # env/bundle cases end to end through the shipped library
     BYTE_IDENTITY_REFERENCE = "byte-identity-reference"  # FFI bench vs plain llama.h runner, same build
-    BYTE_IDENTITY_GATES = "byte-identity-gates"          # this cell vs the no-gate cell of the platform
-    BYTE_IDENTITY_BASELINE = "byte-identity-baseline"    # working tree vs a baseline git ref
-    ABI = "abi"                          # exports and abidiff vs the no-gate cell
+    BYTE_IDENTITY_GATES = "byte-identity-gates"  # this cell vs the no-gate cell of the platform
+    BYTE_IDENTITY_BASELINE = "byte-identity-baseline"  # working tree vs a baseline git ref
+    ABI = "abi"  # exports and abidiff vs the no-gate cell
 
 
 @dataclass(frozen=True, kw_only=True)
 class Platform:
-    id: str                                  # "linux-cpu"
+    id: str  # "linux-cpu"
     description: str
-    os: str                                  # "linux" | "android" | "macos" | "ios"
-    arch: str                                # "x86_64" | "arm64"
-    llama_backend: str                       # "cpu" | "cuda" | "metal" | ...
+    os: str  # "linux" | "android" | "macos" | "ios"
+    arch: str  # "x86_64" | "arm64"
+    llama_backend: str  # "cpu" | "cuda" | "metal" | ...
     llama_options: Mapping[str, str] = field(default_factory=dict)  # llama-cpp Conan options
     build_requires: tuple[Requirement, ...] = ()
     run_requires: tuple[Requirement, ...] = ()
-    allowed_gates: tuple[str, ...] = ()      # gate ids this platform may enable
-    ci_runner: tuple[str, ...] = ()          # CI runner labels
-    slow_build: bool = False                 # kept out of CI's default path (e.g. CUDA)
+    allowed_gates: tuple[str, ...] = ()  # gate ids this platform may enable
+    ci_runner: tuple[str, ...] = ()  # CI runner labels
+    slow_build: bool = False  # kept out of CI's default path (e.g. CUDA)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Gate:
-    id: str                                  # "litert"
+    id: str  # "litert"
     description: str
-    cmake_option: str                        # "ELIZA_ENABLE_LITERT"
-    conan_option: str                        # "with_litert"
-    factory: str                             # "litert-lm"
-    artifacts: tuple[str, ...]               # bundle globs it serves, e.g. ("text/*.litertlm",)
+    cmake_option: str  # "ELIZA_ENABLE_LITERT"
+    conan_option: str  # "with_litert"
+    factory: str  # "litert-lm"
+    artifacts: tuple[str, ...]  # bundle globs it serves, e.g. ("text/*.litertlm",)
     runtime_platforms: tuple[str, ...] = ()  # platform ids where the runtime can really exist
 
 
 @dataclass(frozen=True, kw_only=True)
 class Check:
-    id: str                                  # "byte-identity-gates"
+    id: str  # "byte-identity-gates"
     kind: CheckKind
     description: str
-    pass_rule: str                           # in words, shown in the report
-    needs_run: bool                          # runs the built artefact (so run_requires apply)
-    gated_cells_only: bool = False           # only for cells with at least one gate
+    pass_rule: str  # in words, shown in the report
+    needs_run: bool  # runs the built artefact (so run_requires apply)
+    gated_cells_only: bool = False  # only for cells with at least one gate
 
 
 @dataclass(frozen=True, kw_only=True)
 class Cell:
     platform: Platform
-    gates: tuple[Gate, ...]                  # sorted by gate id
+    gates: tuple[Gate, ...]  # sorted by gate id
     checks: tuple[Check, ...]
 
     @property
     def gate_key(self) -> str:
-        """"none" or the gate ids joined with "+", e.g. "litert+mlx"."""
+        """ "none" or the gate ids joined with "+", e.g. "litert+mlx"."""
         return "+".join(g.id for g in self.gates) or "none"
 
     @property
     def id(self) -> str:
-        """"<platform>.<gate_key>", e.g. "linux-cpu.litert+mlx"."""
+        """ "<platform>.<gate_key>", e.g. "linux-cpu.litert+mlx"."""
         return f"{self.platform.id}.{self.gate_key}"
 
 
@@ -98,11 +98,11 @@ class Cell:
 class Problem:
     """One finding in matrix.yaml, located so an editor can jump to it."""
 
-    file: str                                # the source as given, e.g. "matrix.yaml"
-    line: int | None                         # 1-based; None when no line applies (unreadable file)
-    key_path: str                            # "platforms[2].allowed_gates[0]"; "" for the whole file
-    message: str                             # what is wrong
-    hint: str = ""                           # what would be valid, shown in parentheses
+    file: str  # the source as given, e.g. "matrix.yaml"
+    line: int | None  # 1-based; None when no line applies (unreadable file)
+    key_path: str  # "platforms[2].allowed_gates[0]"; "" for the whole file
+    message: str  # what is wrong
+    hint: str = ""  # what would be valid, shown in parentheses
 
     def __str__(self) -> str:
         where = self.file if self.line is None else f"{self.file}:{self.line}"
@@ -114,22 +114,22 @@ class Problem:
 class DeviceGatedItem:
     id: str
     title: str
-    needs: str                               # hardware/toolchain it needs
-    milestone: str                           # owning milestone, e.g. "M4"
-    evidence: str                            # what would count as evidence
+    needs: str  # hardware/toolchain it needs
+    milestone: str  # owning milestone, e.g. "M4"
+    evidence: str  # what would count as evidence
     platforms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
 class Matrix:
-    source: str                              # path of matrix.yaml as given
-    sha256: str                              # content hash of the file
+    source: str  # path of matrix.yaml as given
+    sha256: str  # content hash of the file
     platforms: tuple[Platform, ...]
     gates: tuple[Gate, ...]
     checks: tuple[Check, ...]
     cells: tuple[Cell, ...]
     device_gated: tuple[DeviceGatedItem, ...] = ()
-    warnings: tuple[Problem, ...] = ()       # not fatal, e.g. an exclude that matches nothing
+    warnings: tuple[Problem, ...] = ()  # not fatal, e.g. an exclude that matches nothing
 
     def platform(self, platform_id: str) -> Platform:
         for p in self.platforms:

@@ -77,22 +77,32 @@ class GridState(StrEnum):
 
 _STATE_TEXT: dict[GridState, tuple[str, str, str]] = {
     GridState.VERIFIED: (
-        "VERIFIED", "verified", "fresh passing evidence: ran > 0, all passed, inputs unchanged",
+        "VERIFIED",
+        "verified",
+        "fresh passing evidence: ran > 0, all passed, inputs unchanged",
     ),
     GridState.FAILED: ("FAILED", "FAILED", "fresh evidence of a failure or an error"),
     GridState.STALE: ("STALE", "stale", "evidence exists but the inputs changed since; re-run"),
     GridState.NOT_RUN: ("NOT RUN", "not run", "no usable evidence: never ran, skipped, or ran nothing"),
     GridState.NOT_BUILDABLE_HERE: (
-        "NOT BUILDABLE HERE", "no build here", "this host lacks a toolchain the platform needs to build",
+        "NOT BUILDABLE HERE",
+        "no build here",
+        "this host lacks a toolchain the platform needs to build",
     ),
     GridState.NOT_RUNNABLE_HERE: (
-        "NOT RUNNABLE HERE", "no run here", "builds here, but running it needs hardware this host lacks",
+        "NOT RUNNABLE HERE",
+        "no run here",
+        "builds here, but running it needs hardware this host lacks",
     ),
     GridState.DEVICE_GATED: (
-        "DEVICE-GATED", "device-gated", "needs a device; scoped to a later milestone, not claimed",
+        "DEVICE-GATED",
+        "device-gated",
+        "needs a device; scoped to a later milestone, not claimed",
     ),
     GridState.INVALID: (
-        "INVALID", "INVALID", "evidence is malformed, self-contradictory, or its artifacts no longer match",
+        "INVALID",
+        "INVALID",
+        "evidence is malformed, self-contradictory, or its artifacts no longer match",
     ),
     GridState.NOT_APPLICABLE: ("n/a", "n/a", "the check does not apply to this cell"),
 }
@@ -112,8 +122,10 @@ class PlatformCapability:
 
 
 UNPROBED = PlatformCapability(
-    can_build=False, build_reason="host capability was not probed for this platform",
-    can_run=False, run_reason="host capability was not probed for this platform",
+    can_build=False,
+    build_reason="host capability was not probed for this platform",
+    can_run=False,
+    run_reason="host capability was not probed for this platform",
 )
 
 
@@ -121,8 +133,8 @@ UNPROBED = PlatformCapability(
 class HeaderFacts:
     commit: str
     dirty: bool
-    generated_at: str          # ISO 8601 UTC
-    host: str                  # where the report was generated, in words
+    generated_at: str  # ISO 8601 UTC
+    host: str  # where the report was generated, in words
 
 
 # The current fingerprint of a (cell, check): the full fingerprint (lets the report say
@@ -141,7 +153,7 @@ ArtifactVerifier = Callable[[Artifact], bool | None]
 class ArtifactState(StrEnum):
     MATCH = "match"
     MISMATCH = "mismatch"
-    ABSENT = "absent"      # not on this host, so not verified either way
+    ABSENT = "absent"  # not on this host, so not verified either way
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,8 +189,8 @@ class EvidenceView:
     differing_parts: tuple[str, ...]
     artifacts: tuple[ArtifactResult, ...]
     metrics: tuple[Fact, ...]
-    highlights: tuple[Fact, ...]   # well-known details of the check kind (first divergence, ABI diff)
-    details: tuple[Fact, ...]      # every other details entry
+    highlights: tuple[Fact, ...]  # well-known details of the check kind (first divergence, ABI diff)
+    details: tuple[Fact, ...]  # every other details entry
     log_tail: str
 
 
@@ -223,7 +235,7 @@ class Row:
     platform_description: str
     gate_key: str
     anchor: str
-    entries: tuple[Entry, ...]     # one per column, in column order
+    entries: tuple[Entry, ...]  # one per column, in column order
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,11 +249,11 @@ class EntryRef:
 @dataclass(frozen=True, kw_only=True)
 class ChecklistBox:
     number: int
-    text: str                      # the box as the seam doc words it (backticks mark code)
-    needs: str                     # which evidence ticks it, in words
+    text: str  # the box as the seam doc words it (backticks mark code)
+    needs: str  # which evidence ticks it, in words
     ticked: bool
     evidence: tuple[EntryRef, ...]
-    missing: tuple[str, ...]       # empty exactly when ticked
+    missing: tuple[str, ...]  # empty exactly when ticked
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -250,10 +262,10 @@ class DeviceGatedRow:
     title: str
     needs: str
     milestone: str
-    evidence: str                  # what would count as evidence
+    evidence: str  # what would count as evidence
     platforms: tuple[str, ...]
-    cells: tuple[str, ...]         # grid entries ("cell · check") shown as DEVICE-GATED by it
-    claimed: bool = False          # never claimed from this report; kept explicit for readers of the JSON
+    cells: tuple[str, ...]  # grid entries ("cell · check") shown as DEVICE-GATED by it
+    claimed: bool = False  # never claimed from this report; kept explicit for readers of the JSON
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -277,7 +289,7 @@ class ReportHeader:
     matrix_source: str
     matrix_sha256: str
     verified: int
-    declared: int                  # applicable (cell, check) entries
+    declared: int  # applicable (cell, check) entries
     by_state: tuple[StateCount, ...]
 
 
@@ -405,8 +417,10 @@ def check_artifacts(record: EvidenceRecord, verify: ArtifactVerifier) -> tuple[A
     results = []
     for artifact in record.artifacts:
         verdict = verify(artifact)
-        state = ArtifactState.ABSENT if verdict is None else (
-            ArtifactState.MATCH if verdict else ArtifactState.MISMATCH
+        state = (
+            ArtifactState.ABSENT
+            if verdict is None
+            else (ArtifactState.MATCH if verdict else ArtifactState.MISMATCH)
         )
         results.append(ArtifactResult(path=artifact.path, sha256=artifact.sha256, state=state))
     return tuple(results)
@@ -434,9 +448,7 @@ def judge_record(
         return GridState.STALE, f"{what}; last result: {record.status.value}"
     mismatched = [a.path for a in artifacts if a.state is ArtifactState.MISMATCH]
     if mismatched:
-        return GridState.INVALID, (
-            "artifact sha256 no longer matches the evidence: " + ", ".join(mismatched)
-        )
+        return GridState.INVALID, ("artifact sha256 no longer matches the evidence: " + ", ".join(mismatched))
     counts = record.counts
     if record.status in (Status.FAILED, Status.ERROR):
         return GridState.FAILED, (
@@ -495,14 +507,24 @@ def _evaluate(
     if not candidates:
         if broken:
             return Entry(
-                cell=cell.id, check=check.id, kind=check.kind, state=GridState.INVALID,
-                reason=f"evidence file is malformed: {broken[0].problem}", anchor=anchor,
+                cell=cell.id,
+                check=check.id,
+                kind=check.kind,
+                state=GridState.INVALID,
+                reason=f"evidence file is malformed: {broken[0].problem}",
+                anchor=anchor,
                 notes=broken_notes[1:],
             )
         state, reason, gated_by, notes = _no_evidence(cell, check, capability, device_items)
         return Entry(
-            cell=cell.id, check=check.id, kind=check.kind, state=state, reason=reason, anchor=anchor,
-            gated_by=gated_by, notes=notes,
+            cell=cell.id,
+            check=check.id,
+            kind=check.kind,
+            state=state,
+            reason=reason,
+            anchor=anchor,
+            gated_by=gated_by,
+            notes=notes,
         )
 
     current = _current(current_source, cell, check)
@@ -536,9 +558,15 @@ def _evaluate(
         if item.record is not None
     )
     return Entry(
-        cell=cell.id, check=check.id, kind=check.kind, state=state, reason=reason, anchor=anchor,
+        cell=cell.id,
+        check=check.id,
+        kind=check.kind,
+        state=state,
+        reason=reason,
+        anchor=anchor,
         evidence=_view(chosen, record, check.kind, current, artifacts),
-        superseded=superseded, notes=tuple(kept_notes),
+        superseded=superseded,
+        notes=tuple(kept_notes),
     )
 
 
@@ -549,7 +577,7 @@ def _evaluate(
 class _BoxSpec:
     text: str
     kinds: tuple[CheckKind, ...]
-    gated: bool | None             # False: no-gate cells, True: gated cells, None: both
+    gated: bool | None  # False: no-gate cells, True: gated cells, None: both
 
 
 _M3_BOXES: tuple[_BoxSpec, ...] = (
@@ -594,7 +622,8 @@ def _box(number: int, spec: _BoxSpec, matrix: Matrix, report_rows: Sequence[Row]
     kinds_word = " + ".join(k.value for k in spec.kinds)
     needs = f"{kinds_word} VERIFIED on all {cells_word}"
     in_scope = {
-        c.id for c in matrix.cells
+        c.id
+        for c in matrix.cells
         if _is_linux_x64(c.platform) and (spec.gated is None or bool(c.gates) == spec.gated)
     }
     missing: list[str] = []
@@ -603,8 +632,11 @@ def _box(number: int, spec: _BoxSpec, matrix: Matrix, report_rows: Sequence[Row]
         missing.append(f"no {cells_word.removesuffix('s')} is declared in the matrix")
     for kind in spec.kinds:
         entries = [
-            e for row in report_rows if row.cell in in_scope
-            for e in row.entries if e.kind is kind and e.state is not GridState.NOT_APPLICABLE
+            e
+            for row in report_rows
+            if row.cell in in_scope
+            for e in row.entries
+            if e.kind is kind and e.state is not GridState.NOT_APPLICABLE
         ]
         if in_scope and not entries:
             missing.append(f"no {kind.value} check applies to the {cells_word}")
@@ -613,8 +645,12 @@ def _box(number: int, spec: _BoxSpec, matrix: Matrix, report_rows: Sequence[Row]
             if e.state is not GridState.VERIFIED:
                 missing.append(f"{e.cell} · {e.check}: {e.state.label} — {e.reason}")
     return ChecklistBox(
-        number=number, text=spec.text, needs=needs, ticked=not missing,
-        evidence=tuple(used), missing=tuple(missing),
+        number=number,
+        text=spec.text,
+        needs=needs,
+        ticked=not missing,
+        evidence=tuple(used),
+        missing=tuple(missing),
     )
 
 
@@ -678,21 +714,39 @@ def build_report(
             why_not = applies(cell, check)
             anchor = entry_anchor(cell.id, check.id)
             if why_not is not None:
-                entries.append(Entry(
-                    cell=cell.id, check=check.id, kind=check.kind, state=GridState.NOT_APPLICABLE,
-                    reason=why_not, anchor=anchor,
-                ))
+                entries.append(
+                    Entry(
+                        cell=cell.id,
+                        check=check.id,
+                        kind=check.kind,
+                        state=GridState.NOT_APPLICABLE,
+                        reason=why_not,
+                        anchor=anchor,
+                    )
+                )
                 continue
-            entries.append(_evaluate(
-                cell, check,
-                good.get((cell.id, check.id), []),
-                broken.get((cell.id, check.id), []),
-                current_fingerprint, capability, matrix.device_gated, artifact_matches,
-            ))
-        rows.append(Row(
-            cell=cell.id, platform=cell.platform.id, platform_description=cell.platform.description,
-            gate_key=cell.gate_key, anchor=cell_anchor(cell.id), entries=tuple(entries),
-        ))
+            entries.append(
+                _evaluate(
+                    cell,
+                    check,
+                    good.get((cell.id, check.id), []),
+                    broken.get((cell.id, check.id), []),
+                    current_fingerprint,
+                    capability,
+                    matrix.device_gated,
+                    artifact_matches,
+                )
+            )
+        rows.append(
+            Row(
+                cell=cell.id,
+                platform=cell.platform.id,
+                platform_description=cell.platform.description,
+                gate_key=cell.gate_key,
+                anchor=cell_anchor(cell.id),
+                entries=tuple(entries),
+            )
+        )
 
     all_entries = [e for r in rows for e in r.entries]
     applicable = [e for e in all_entries if e.state is not GridState.NOT_APPLICABLE]
@@ -711,10 +765,15 @@ def build_report(
     )
     device_rows = tuple(
         DeviceGatedRow(
-            id=item.id, title=item.title, needs=item.needs, milestone=item.milestone, evidence=item.evidence,
+            id=item.id,
+            title=item.title,
+            needs=item.needs,
+            milestone=item.milestone,
+            evidence=item.evidence,
             platforms=item.platforms,
             cells=tuple(
-                f"{e.cell} · {e.check}" for e in all_entries
+                f"{e.cell} · {e.check}"
+                for e in all_entries
                 if e.state is GridState.DEVICE_GATED and any(g.id == item.id for g in e.gated_by)
             ),
         )
@@ -725,8 +784,12 @@ def build_report(
         legend=tuple(GridState),
         columns=tuple(
             Column(
-                id=c.id, kind=c.kind, description=c.description, pass_rule=c.pass_rule,
-                needs_run=c.needs_run, gated_cells_only=c.gated_cells_only,
+                id=c.id,
+                kind=c.kind,
+                description=c.description,
+                pass_rule=c.pass_rule,
+                needs_run=c.needs_run,
+                gated_cells_only=c.gated_cells_only,
             )
             for c in matrix.checks
         ),
@@ -759,9 +822,7 @@ def _jsonable(value: object) -> Any:
 def report_to_dict(report: Report) -> dict[str, Any]:
     """The report as plain JSON data; state values are the `GridState` values."""
     body: dict[str, Any] = _jsonable(report)
-    body["legend"] = [
-        {"state": s.value, "label": s.label, "meaning": s.meaning} for s in report.legend
-    ]
+    body["legend"] = [{"state": s.value, "label": s.label, "meaning": s.meaning} for s in report.legend]
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
         "evidence_schema_version": EVIDENCE_SCHEMA_VERSION,

@@ -11,7 +11,9 @@ from tests.gates.conftest import LINUX_CPU_CELLS
 
 
 @pytest.mark.parametrize("cell", LINUX_CPU_CELLS[1:])
-def test_abidiff_reports_no_change_against_the_no_gate_build(cell: str, gate_libraries: dict[str, Path]) -> None:
+def test_abidiff_reports_no_change_against_the_no_gate_build(
+    cell: str, gate_libraries: dict[str, Path]
+) -> None:
     diff = abidiff(gate_libraries["linux-cpu.none"], gate_libraries[cell])
     assert not diff.tool_failed, diff.report
     assert diff.exit_code == 0, diff.report

@@ -32,7 +32,10 @@ def gates_of(cell: str) -> set[str]:
 
 @pytest.mark.parametrize("cell", LINUX_CPU_CELLS)
 def test_no_env_output_is_identical_to_the_no_gate_build(
-    cell: str, gate_libraries: dict[str, Path], bundle_with_foreign_artifacts: Path, monkeypatch: pytest.MonkeyPatch
+    cell: str,
+    gate_libraries: dict[str, Path],
+    bundle_with_foreign_artifacts: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("ELIZA_LLM_BACKEND", raising=False)
     reference = generate_all(gate_libraries["linux-cpu.none"], bundle_with_foreign_artifacts)
@@ -43,7 +46,11 @@ def test_no_env_output_is_identical_to_the_no_gate_build(
 @pytest.mark.parametrize("cell", LINUX_CPU_CELLS)
 @pytest.mark.parametrize(("gate", "backend"), [("litert", "litert-lm"), ("mlx", "mlx-coreml")])
 def test_explicit_backend_request_fails_loudly(
-    cell: str, gate: str, backend: str, gate_libraries: dict[str, Path], bundle_with_foreign_artifacts: Path,
+    cell: str,
+    gate: str,
+    backend: str,
+    gate_libraries: dict[str, Path],
+    bundle_with_foreign_artifacts: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("ELIZA_LLM_BACKEND", backend)
@@ -58,7 +65,10 @@ def test_explicit_backend_request_fails_loudly(
 
 @pytest.mark.parametrize("cell", LINUX_CPU_CELLS)
 def test_env_llama_cpp_uses_the_llama_path(
-    cell: str, gate_libraries: dict[str, Path], bundle_with_foreign_artifacts: Path, monkeypatch: pytest.MonkeyPatch
+    cell: str,
+    gate_libraries: dict[str, Path],
+    bundle_with_foreign_artifacts: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("ELIZA_LLM_BACKEND", raising=False)
     reference = generate_all(gate_libraries["linux-cpu.none"], bundle_with_foreign_artifacts)
@@ -67,7 +77,9 @@ def test_env_llama_cpp_uses_the_llama_path(
 
 
 def exported(library: Path) -> list[str]:
-    out = subprocess.run(["nm", "-D", "--defined-only", str(library)], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", str(library)], check=True, capture_output=True, text=True
+    )
     return sorted(line.split()[-1] for line in out.stdout.splitlines() if line.strip())
 
 

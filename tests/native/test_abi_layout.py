@@ -35,8 +35,9 @@ def test_config_layout_static_asserts_match_the_header() -> None:
 
 
 def test_only_the_c_abi_is_exported(library_path: Path) -> None:
-    out = subprocess.run(["nm", "-D", "--defined-only", str(library_path)], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", str(library_path)], check=True, capture_output=True, text=True
+    ).stdout
     symbols = [line.split()[-1] for line in out.splitlines() if line.strip()]
     assert symbols, "nm listed nothing"
     assert [s for s in symbols if not s.startswith("eliza_inference_")] == []

@@ -12,19 +12,21 @@ from eliza.ffi import (
     ERR_BUNDLE_INVALID,
     ERR_INVALID_ARG,
     ERR_NOT_IMPLEMENTED,
+    Context,
     ElizaError,
+    Library,
     greedy_config,
 )
 
 
-def call_status(lib, name: str, *args):  # type: ignore[no-untyped-def]
+def call_status(lib: Library, name: str, *args):
     """Calls a status-returning function with an out_error slot; returns (rc, message)."""
     err = ctypes.c_void_p()
     rc = getattr(lib.lib, name)(*args, ctypes.byref(err))
     return rc, lib.take_error(err)
 
 
-def test_null_handles(lib) -> None:  # type: ignore[no-untyped-def]
+def test_null_handles(lib: Library) -> None:
     toks = (ctypes.c_int32 * 4)(1, 2, 3, 4)
     n = ctypes.c_size_t()
     text = ctypes.create_string_buffer(64)
@@ -55,9 +57,11 @@ def test_null_handles(lib) -> None:  # type: ignore[no-untyped-def]
     lib.lib.eliza_inference_free_tokens(None)
 
 
-def test_null_pointers_inside_valid_handles(lib, ctx) -> None:  # type: ignore[no-untyped-def]
+def test_null_pointers_inside_valid_handles(lib: Library, ctx: Context) -> None:
     n = ctypes.c_size_t()
-    rc, message = call_status(lib, "eliza_inference_tokenize", ctx.handle, b"hi", 2, 1, 0, None, ctypes.byref(n))
+    rc, message = call_status(
+        lib, "eliza_inference_tokenize", ctx.handle, b"hi", 2, 1, 0, None, ctypes.byref(n)
+    )
     assert rc == ERR_INVALID_ARG and "out_tokens" in message
     err = ctypes.c_void_p()
     assert not lib.lib.eliza_inference_llm_stream_open(ctx.handle, None, ctypes.byref(err))
@@ -67,12 +71,22 @@ def test_null_pointers_inside_valid_handles(lib, ctx) -> None:  # type: ignore[n
         assert rc == ERR_INVALID_ARG and "token_ids is NULL" in message
         stream.prefill(ctx.tokenize("hi"))
         text = ctypes.create_string_buffer(64)
-        rc, message = call_status(lib, "eliza_inference_llm_stream_next", stream.handle, None, 4,
-                                  ctypes.byref(n), text, 64, None, None)
+        rc, message = call_status(
+            lib,
+            "eliza_inference_llm_stream_next",
+            stream.handle,
+            None,
+            4,
+            ctypes.byref(n),
+            text,
+            64,
+            None,
+            None,
+        )
         assert rc == ERR_INVALID_ARG and "tokens_out" in message
 
 
-def test_tokens_cap_zero(ctx) -> None:  # type: ignore[no-untyped-def]
+def test_tokens_cap_zero(ctx: Context) -> None:
     with ctx.open_stream() as stream:
         stream.prefill(ctx.tokenize("hello"))
         with pytest.raises(ElizaError) as err:
@@ -81,7 +95,7 @@ def test_tokens_cap_zero(ctx) -> None:  # type: ignore[no-untyped-def]
         assert stream.next().tokens  # nothing was consumed
 
 
-def test_text_cap_too_small_consumes_nothing(ctx) -> None:  # type: ignore[no-untyped-def]
+def test_text_cap_too_small_consumes_nothing(ctx: Context) -> None:
     with ctx.open_stream(greedy_config(6)) as fresh:
         fresh.prefill(ctx.tokenize("hello"))
         want = fresh.generate()
@@ -93,7 +107,7 @@ def test_text_cap_too_small_consumes_nothing(ctx) -> None:  # type: ignore[no-un
         assert stream.generate() == want
 
 
-def test_token_ids_out_of_vocabulary(ctx) -> None:  # type: ignore[no-untyped-def]
+def test_token_ids_out_of_vocabulary(ctx: Context) -> None:
     n_vocab = 32000
     with ctx.open_stream() as stream:
         for bad in ([-1], [1, n_vocab], [2**31 - 1]):
@@ -105,7 +119,7 @@ def test_token_ids_out_of_vocabulary(ctx) -> None:  # type: ignore[no-untyped-de
     assert err.value.code == ERR_INVALID_ARG and "tokens[1]" in err.value.message
 
 
-def test_empty_prefill_and_next_before_prefill(ctx) -> None:  # type: ignore[no-untyped-def]
+def test_empty_prefill_and_next_before_prefill(ctx: Context) -> None:
     with ctx.open_stream() as stream:
         with pytest.raises(ElizaError) as err:
             stream.prefill([])
@@ -115,7 +129,7 @@ def test_empty_prefill_and_next_before_prefill(ctx) -> None:  # type: ignore[no-
         assert err.value.code == ERR_INVALID_ARG and "_prefill first" in err.value.message
 
 
-def test_prefill_past_context_size_leaves_stream_usable(ctx) -> None:  # type: ignore[no-untyped-def]
+def test_prefill_past_context_size_leaves_stream_usable(ctx: Context) -> None:
     with ctx.open_stream(greedy_config(4)) as stream:
         stream.prefill(ctx.tokenize("hello"))
         with pytest.raises(ElizaError) as err:
@@ -124,7 +138,7 @@ def test_prefill_past_context_size_leaves_stream_usable(ctx) -> None:  # type: i
         assert len(stream.generate()[0]) == 4
 
 
-def test_drafter_and_grammar_are_not_implemented(ctx) -> None:  # type: ignore[no-untyped-def]
+def test_drafter_and_grammar_are_not_implemented(ctx: Context) -> None:
     with pytest.raises(ElizaError) as err:
         ctx.open_stream(greedy_config(mtp_drafter_path=b"/nonexistent/draft.gguf"))
     assert err.value.code == ERR_NOT_IMPLEMENTED and "mtp_drafter_path" in err.value.message
@@ -133,13 +147,13 @@ def test_drafter_and_grammar_are_not_implemented(ctx) -> None:  # type: ignore[n
     assert err.value.code == ERR_NOT_IMPLEMENTED and "gbnf_grammar" in err.value.message
 
 
-def _create_error(lib, bundle) -> str:  # type: ignore[no-untyped-def]
+def _create_error(lib: Library, bundle) -> str:
     with pytest.raises(ElizaError) as err:
         lib.open_context(bundle)
     return err.value.message
 
 
-def test_bad_bundles(lib, tiny_bundle: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_bad_bundles(lib: Library, tiny_bundle: Path, tmp_path: Path) -> None:
     assert "does not exist" in _create_error(lib, tmp_path / "missing")
     assert "NULL or empty" in _create_error(lib, None)
 
@@ -166,7 +180,7 @@ def test_bad_bundles(lib, tiny_bundle: Path, tmp_path: Path) -> None:  # type: i
     assert "keep exactly one" in _create_error(lib, two)
 
 
-def test_bad_slot_files(ctx, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_bad_slot_files(ctx: Context, tmp_path: Path) -> None:
     good = tmp_path / "good.bin"
     with ctx.open_stream(greedy_config(8)) as stream:
         stream.prefill(ctx.tokenize("hello there"))
@@ -195,13 +209,17 @@ def test_bad_slot_files(ctx, tmp_path: Path) -> None:  # type: ignore[no-untyped
         assert stream.next().tokens
 
 
-def test_malformed_env_override_is_an_error(lib, tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_malformed_env_override_is_an_error(
+    lib: Library, tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ELIZA_N_CTX", "lots")
     message = _create_error(lib, tiny_bundle)
     assert "ELIZA_N_CTX='lots' is not a positive integer" in message
 
 
-def test_env_override_sets_context_size(lib, tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_env_override_sets_context_size(
+    lib: Library, tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import re
 
     monkeypatch.setenv("ELIZA_N_CTX", "200")
@@ -212,7 +230,7 @@ def test_env_override_sets_context_size(lib, tiny_bundle: Path, monkeypatch: pyt
         assert 200 <= size < 300  # llama.cpp may round the request up to its padding
 
 
-def test_bundle_error_code(lib, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_bundle_error_code(lib: Library, tmp_path: Path) -> None:
     err = ctypes.c_void_p()
     assert not lib.lib.eliza_inference_create(str(tmp_path / "nope").encode(), ctypes.byref(err))
     assert "does not exist" in lib.take_error(err)

@@ -10,25 +10,25 @@ from pathlib import Path
 
 import pytest
 
-from eliza.ffi import ERR_CANCELLED, ElizaError, greedy_config
+from eliza.ffi import ERR_CANCELLED, Context, ElizaError, Library, greedy_config
 from eliza.tinymodel import PLANTED_CHAIN
 
 PROMPTS = ["Hello world, this is", "Once upon a time there was", "naïve café — 東京 and", "The price"]
 
 
-def generate(ctx, prompt: str, max_tokens: int = 24) -> tuple[list[int], bytes]:  # type: ignore[no-untyped-def]
+def generate(ctx: Context, prompt: str, max_tokens: int = 24) -> tuple[list[int], bytes]:
     with ctx.open_stream(greedy_config(max_tokens)) as stream:
         stream.prefill(ctx.tokenize(prompt))
         return stream.generate()
 
 
-def test_abi_version_and_support_flags(lib) -> None:  # type: ignore[no-untyped-def]
+def test_abi_version_and_support_flags(lib: Library) -> None:
     assert lib.lib.eliza_inference_abi_version() == b"9"
     assert lib.lib.eliza_inference_tokenize_supported() == 1
     assert lib.lib.eliza_inference_llm_stream_supported() == 1
 
 
-def test_greedy_is_identical_across_two_streams(ctx) -> None:  # type: ignore[no-untyped-def]
+def test_greedy_is_identical_across_two_streams(ctx: Context) -> None:
     for prompt in PROMPTS:
         first = generate(ctx, prompt)
         second = generate(ctx, prompt)
@@ -36,7 +36,9 @@ def test_greedy_is_identical_across_two_streams(ctx) -> None:  # type: ignore[no
         assert first[0], f"no tokens generated for {prompt!r}"
 
 
-def test_greedy_is_identical_across_two_processes(library_path: Path, tiny_bundle: Path, ctx) -> None:  # type: ignore[no-untyped-def]
+def test_greedy_is_identical_across_two_processes(
+    library_path: Path, tiny_bundle: Path, ctx: Context
+) -> None:
     script = (
         "import json, sys\n"
         "from eliza.ffi import Library, greedy_config\n"
@@ -50,8 +52,14 @@ def test_greedy_is_identical_across_two_processes(library_path: Path, tiny_bundl
         "print(json.dumps(out))\n"
     )
     runs = [
-        json.loads(subprocess.run([sys.executable, "-c", script, str(library_path), str(tiny_bundle),
-                                   json.dumps(PROMPTS)], check=True, capture_output=True, text=True).stdout)
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", script, str(library_path), str(tiny_bundle), json.dumps(PROMPTS)],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
         for _ in range(2)
     ]
     assert runs[0] == runs[1]
@@ -59,14 +67,16 @@ def test_greedy_is_identical_across_two_processes(library_path: Path, tiny_bundl
     assert runs[0] == here
 
 
-def test_context_changes_the_continuation(ctx) -> None:  # type: ignore[no-untyped-def]
+def test_context_changes_the_continuation(ctx: Context) -> None:
     # The same last token after different prefixes must lead elsewhere, or the KV-cache
     # tests below could pass with a broken cache.
-    outputs = {generate(ctx, prefix + " the")[0][:8].__repr__() for prefix in ("Yesterday", "Under", "Quickly")}
+    outputs = {
+        generate(ctx, prefix + " the")[0][:8].__repr__() for prefix in ("Yesterday", "Under", "Quickly")
+    }
     assert len(outputs) == 3
 
 
-def test_text_concatenation_equals_detokenized_tokens(ctx) -> None:  # type: ignore[no-untyped-def]
+def test_text_concatenation_equals_detokenized_tokens(ctx: Context) -> None:
     bos = ctx.tokenize("", add_special=True)
     assert len(bos) == 1
     for prompt in PROMPTS:
@@ -75,7 +85,7 @@ def test_text_concatenation_equals_detokenized_tokens(ctx) -> None:  # type: ign
         assert ctx.detokenize(bos + tokens, remove_special=True) == text
 
 
-def test_utf8_is_never_split_across_steps(ctx) -> None:  # type: ignore[no-untyped-def]
+def test_utf8_is_never_split_across_steps(ctx: Context) -> None:
     with ctx.open_stream(greedy_config(16)) as stream:
         stream.prefill(ctx.tokenize("The price"))
         steps = list(stream.steps())
@@ -93,7 +103,7 @@ def test_utf8_is_never_split_across_steps(ctx) -> None:  # type: ignore[no-untyp
                 step.text.decode("utf-8")
 
 
-def test_next_returns_final_at_max_tokens(ctx) -> None:  # type: ignore[no-untyped-def]
+def test_next_returns_final_at_max_tokens(ctx: Context) -> None:
     with ctx.open_stream(greedy_config(5)) as stream:
         stream.prefill(ctx.tokenize(PROMPTS[0]))
         steps = list(stream.steps())
@@ -104,7 +114,7 @@ def test_next_returns_final_at_max_tokens(ctx) -> None:  # type: ignore[no-untyp
         assert again.status == 1 and again.tokens == []
 
 
-def test_next_returns_final_at_eos(ctx) -> None:  # type: ignore[no-untyped-def]
+def test_next_returns_final_at_eos(ctx: Context) -> None:
     vocab_ids = [ctx.tokenize(t, add_special=False, parse_special=True) for t in PLANTED_CHAIN[1:-1]]
     with ctx.open_stream(greedy_config(100)) as stream:
         stream.prefill(ctx.tokenize("The price"))
@@ -115,7 +125,7 @@ def test_next_returns_final_at_eos(ctx) -> None:  # type: ignore[no-untyped-def]
     assert vocab_ids  # the chain's tokens exist in the vocabulary
 
 
-def test_cancel_from_another_thread(ctx) -> None:  # type: ignore[no-untyped-def]
+def test_cancel_from_another_thread(ctx: Context) -> None:
     expected = generate(ctx, PROMPTS[1], 12)
     with ctx.open_stream(greedy_config(0)) as stream:
         stream.prefill(ctx.tokenize(PROMPTS[1]))
@@ -150,7 +160,7 @@ def test_cancel_from_another_thread(ctx) -> None:  # type: ignore[no-untyped-def
     assert tokens == expected[0]
 
 
-def test_cancel_when_idle_returns_ok(ctx) -> None:  # type: ignore[no-untyped-def]
+def test_cancel_when_idle_returns_ok(ctx: Context) -> None:
     with ctx.open_stream(greedy_config(4)) as stream:
         assert stream.cancel() == 0
         with pytest.raises(ElizaError) as err:
@@ -158,7 +168,7 @@ def test_cancel_when_idle_returns_ok(ctx) -> None:  # type: ignore[no-untyped-de
         assert err.value.code == ERR_CANCELLED
 
 
-def test_reset_keep_then_same_suffix_equals_fresh_run(ctx) -> None:  # type: ignore[no-untyped-def]
+def test_reset_keep_then_same_suffix_equals_fresh_run(ctx: Context) -> None:
     prefix = ctx.tokenize("Once upon a time there was a")
     suffix = ctx.tokenize(" small village by the sea", add_special=False)
     with ctx.open_stream(greedy_config(20)) as fresh:
@@ -173,7 +183,7 @@ def test_reset_keep_then_same_suffix_equals_fresh_run(ctx) -> None:  # type: ign
         assert stream.generate() == want
 
 
-def test_reset_keep_clamps_and_falls_back(ctx) -> None:  # type: ignore[no-untyped-def]
+def test_reset_keep_clamps_and_falls_back(ctx: Context) -> None:
     prompt = ctx.tokenize(PROMPTS[0])
     with ctx.open_stream(greedy_config(4)) as stream:
         stream.prefill(prompt)
@@ -183,7 +193,7 @@ def test_reset_keep_clamps_and_falls_back(ctx) -> None:  # type: ignore[no-untyp
         assert stream.reset_keep(0) == 0
 
 
-def test_save_then_restore_into_new_stream_continues_identically(ctx, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_save_then_restore_into_new_stream_continues_identically(ctx: Context, tmp_path: Path) -> None:
     slot = tmp_path / "slot.bin"
     with ctx.open_stream(greedy_config(30)) as stream:
         stream.prefill(ctx.tokenize("naïve café — 東京 and"))
@@ -196,7 +206,7 @@ def test_save_then_restore_into_new_stream_continues_identically(ctx, tmp_path: 
     assert head and tail and not list(tmp_path.glob("*.tmp"))
 
 
-def test_restore_works_mid_character(ctx, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_restore_works_mid_character(ctx: Context, tmp_path: Path) -> None:
     slot = tmp_path / "mid.bin"
     with ctx.open_stream(greedy_config(30)) as stream:
         stream.prefill(ctx.tokenize("The price"))

@@ -21,8 +21,13 @@ class TestKit(Library):
         kit.eliza_testkit_register_fake.restype = ctypes.c_int
         kit.eliza_testkit_register_fake.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
         kit.eliza_testkit_select.restype = ctypes.c_int
-        kit.eliza_testkit_select.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int,
-                                             ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]
+        kit.eliza_testkit_select.argtypes = [
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_int,
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_void_p),
+        ]
         kit.eliza_testkit_fake_opens.restype = ctypes.c_int
         kit.eliza_testkit_fake_opens.argtypes = [ctypes.c_char_p]
         kit.eliza_testkit_registered.restype = ctypes.c_void_p
@@ -34,16 +39,28 @@ class TestKit(Library):
     def register_builtins(self) -> None:
         self.lib.eliza_testkit_register_builtins()
 
-    def register_fake(self, name: str, *, available: bool = True, can_serve: bool = True, rank: int = 10) -> bool:
+    def register_fake(
+        self, name: str, *, available: bool = True, can_serve: bool = True, rank: int = 10
+    ) -> bool:
         return bool(self.lib.eliza_testkit_register_fake(name.encode(), int(available), int(can_serve), rank))
 
-    def select(self, bundle_dir: str = "/bundle", env: str | None = None, *, use_env: bool = False,
-               ) -> tuple[int, str | None, str | None]:
+    def select(
+        self,
+        bundle_dir: str = "/bundle",
+        env: str | None = None,
+        *,
+        use_env: bool = False,
+    ) -> tuple[int, str | None, str | None]:
         """(status, chosen factory name or None, error text or None)."""
         name = ctypes.c_void_p()
         err = ctypes.c_void_p()
-        rc = self.lib.eliza_testkit_select(bundle_dir.encode(), None if env is None else env.encode(), int(use_env),
-                                           ctypes.byref(name), ctypes.byref(err))
+        rc = self.lib.eliza_testkit_select(
+            bundle_dir.encode(),
+            None if env is None else env.encode(),
+            int(use_env),
+            ctypes.byref(name),
+            ctypes.byref(err),
+        )
         chosen = self.take_error(name) or None
         error = self.take_error(err) or None
         return rc, chosen, error

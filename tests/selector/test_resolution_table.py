@@ -3,6 +3,8 @@ with fake factories whose available / can_serve / rank / name each test sets."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from eliza.ffi import ERR_INVALID_ARG
@@ -12,6 +14,7 @@ IN_TREE = (0, None, None)  # nullptr and no error: the llama.cpp path
 
 
 # --- one case per row of the table ----------------------------------------------------
+
 
 @pytest.mark.parametrize("env", ["llama.cpp", "llamacpp"])
 def test_row_env_llama_cpp_forces_in_tree_path(kit: TestKit, env: str) -> None:
@@ -70,6 +73,7 @@ def test_row_unset_nothing_registered_in_tree_path(kit: TestKit) -> None:
 
 # --- edge cases -----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("env", ["", " ", "\t\n "])
 def test_empty_or_whitespace_env_counts_as_unset(kit: TestKit, env: str) -> None:
     kit.register_fake("a", rank=3)
@@ -127,7 +131,10 @@ def test_select_reads_the_real_environment(kit: TestKit, monkeypatch: pytest.Mon
 
 # --- through _open of the test kit's own FFI ------------------------------------------
 
-def test_open_dispatches_to_the_chosen_factory(kit: TestKit, tiny_bundle, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+
+def test_open_dispatches_to_the_chosen_factory(
+    kit: TestKit, tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("ELIZA_LLM_BACKEND", raising=False)
     kit.register_fake("fake-open", rank=5)
     with kit.open_context(tiny_bundle) as ctx:
@@ -145,7 +152,9 @@ def test_open_dispatches_to_the_chosen_factory(kit: TestKit, tiny_bundle, monkey
         assert kit.fake_opens("fake-open") == before + 1
 
 
-def test_open_fails_loudly_on_a_hard_select_error(kit: TestKit, tiny_bundle, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_open_fails_loudly_on_a_hard_select_error(
+    kit: TestKit, tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from eliza.ffi import ElizaError
 
     kit.register_fake("sleepy", available=False)

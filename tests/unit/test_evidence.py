@@ -198,7 +198,11 @@ def test_read_records_turns_bad_files_into_problems(tmp_path: Path) -> None:
     loaded = read_records([tmp_path / "a", tmp_path / "missing", tmp_path / "a"])
     by_name = {item.path.name: item for item in loaded}
     assert set(by_name) == {
-        good.name, "broken__build.json", "linux-cpu.none__build.json", nested.name, "missing",
+        good.name,
+        "broken__build.json",
+        "linux-cpu.none__build.json",
+        nested.name,
+        "missing",
     }
     assert by_name[good.name].ok
     assert by_name[nested.name].ok

@@ -38,29 +38,53 @@ GOOD_SHA = "a" * 64
 BAD_SHA = "b" * 64
 
 LINUX = Platform(
-    id="linux-cpu", description="Linux x86_64, CPU", os="linux", arch="x86_64", llama_backend="cpu",
-    build_requires=(Requirement.CXX_COMPILER, Requirement.CONAN), run_requires=(Requirement.X86_64_V3_CPU,),
+    id="linux-cpu",
+    description="Linux x86_64, CPU",
+    os="linux",
+    arch="x86_64",
+    llama_backend="cpu",
+    build_requires=(Requirement.CXX_COMPILER, Requirement.CONAN),
+    run_requires=(Requirement.X86_64_V3_CPU,),
     allowed_gates=("litert", "mlx"),
 )
 ANDROID = Platform(
-    id="android-arm64", description="Android arm64", os="android", arch="arm64", llama_backend="cpu",
-    build_requires=(Requirement.ANDROID_NDK,), run_requires=(Requirement.ANDROID_DEVICE,),
+    id="android-arm64",
+    description="Android arm64",
+    os="android",
+    arch="arm64",
+    llama_backend="cpu",
+    build_requires=(Requirement.ANDROID_NDK,),
+    run_requires=(Requirement.ANDROID_DEVICE,),
     allowed_gates=("litert",),
 )
 LITERT = Gate(
-    id="litert", description="LiteRT-LM", cmake_option="ELIZA_ENABLE_LITERT", conan_option="with_litert",
-    factory="litert-lm", artifacts=("text/*.litertlm",), runtime_platforms=("android-arm64",),
+    id="litert",
+    description="LiteRT-LM",
+    cmake_option="ELIZA_ENABLE_LITERT",
+    conan_option="with_litert",
+    factory="litert-lm",
+    artifacts=("text/*.litertlm",),
+    runtime_platforms=("android-arm64",),
 )
 MLX = Gate(
-    id="mlx", description="MLX/CoreML", cmake_option="ELIZA_ENABLE_MLX", conan_option="with_mlx",
-    factory="mlx-coreml", artifacts=("text/*.mlpackage",), runtime_platforms=("macos-arm64",),
+    id="mlx",
+    description="MLX/CoreML",
+    cmake_option="ELIZA_ENABLE_MLX",
+    conan_option="with_mlx",
+    factory="mlx-coreml",
+    artifacts=("text/*.mlpackage",),
+    runtime_platforms=("macos-arm64",),
 )
 
 
 def _check(id_: str, kind: CheckKind, needs_run: bool, gated_only: bool = False) -> Check:
     return Check(
-        id=id_, kind=kind, description=f"{id_} check", pass_rule=f"{id_} passes",
-        needs_run=needs_run, gated_cells_only=gated_only,
+        id=id_,
+        kind=kind,
+        description=f"{id_} check",
+        pass_rule=f"{id_} passes",
+        needs_run=needs_run,
+        gated_cells_only=gated_only,
     )
 
 
@@ -73,8 +97,12 @@ ABI = _check("abi", CheckKind.ABI, needs_run=False, gated_only=True)
 CHECKS = (BUILD, SELECTOR, REFERENCE, BASELINE, FALLTHROUGH, ABI)
 
 DEVICE_ITEM = DeviceGatedItem(
-    id="litert-on-device", title="LiteRT on-device tok/s, first-token, peak RSS", needs="Pixel",
-    milestone="M4", evidence="bench record from a Pixel run", platforms=("android-arm64",),
+    id="litert-on-device",
+    title="LiteRT on-device tok/s, first-token, peak RSS",
+    needs="Pixel",
+    milestone="M4",
+    evidence="bench record from a Pixel run",
+    platforms=("android-arm64",),
 )
 
 
@@ -87,18 +115,28 @@ def make_matrix() -> Matrix:
         Cell(platform=ANDROID, gates=(LITERT,), checks=CHECKS),
     )
     return Matrix(
-        source="matrix.yaml", sha256="f" * 64, platforms=(LINUX, ANDROID), gates=(LITERT, MLX),
-        checks=CHECKS, cells=cells, device_gated=(DEVICE_ITEM,),
+        source="matrix.yaml",
+        sha256="f" * 64,
+        platforms=(LINUX, ANDROID),
+        gates=(LITERT, MLX),
+        checks=CHECKS,
+        cells=cells,
+        device_gated=(DEVICE_ITEM,),
     )
 
 
 CAPS = {
     "linux-cpu": PlatformCapability(
-        can_build=True, build_reason="toolchain found", can_run=True, run_reason="ok",
+        can_build=True,
+        build_reason="toolchain found",
+        can_run=True,
+        run_reason="ok",
     ),
     "android-arm64": PlatformCapability(
-        can_build=False, build_reason="android-ndk not found (ANDROID_NDK_HOME unset)",
-        can_run=False, run_reason="no android device attached",
+        can_build=False,
+        build_reason="android-ndk not found (ANDROID_NDK_HOME unset)",
+        can_run=False,
+        run_reason="no android device attached",
     ),
 }
 FACTS = HeaderFacts(commit="c0ffee", dirty=False, generated_at="2026-02-01T00:00:00Z", host="test host")
@@ -120,12 +158,22 @@ def record(
     details: Mapping[str, Any] | None = None,
 ) -> EvidenceRecord:
     return EvidenceRecord(
-        cell=cell, check=check, status=status, reason=reason,
+        cell=cell,
+        check=check,
+        status=status,
+        reason=reason,
         counts=Counts(ran=ran, passed=ran - failed if passed is None else passed, failed=failed),
-        fingerprint=InputFingerprint.of(parts), commit="c0ffee", dirty=False,
-        host=HostInfo(os="linux", cpu="x86_64"), artifacts=artifacts,
-        started_at="2026-01-31T12:00:00Z", finished_at=finished, duration_s=10.0,
-        metrics={"tok_s": 100.0}, details=details or {}, log_tail=log_tail,
+        fingerprint=InputFingerprint.of(parts),
+        commit="c0ffee",
+        dirty=False,
+        host=HostInfo(os="linux", cpu="x86_64"),
+        artifacts=artifacts,
+        started_at="2026-01-31T12:00:00Z",
+        finished_at=finished,
+        duration_s=10.0,
+        metrics={"tok_s": 100.0},
+        details=details or {},
+        log_tail=log_tail,
     )
 
 
@@ -228,8 +276,15 @@ def test_failed_error_and_skipped_carry_their_reason() -> None:
     report = report_of(
         loaded(record("linux-cpu.none", "selector", status=Status.FAILED, failed=1, reason="rank tie case")),
         loaded(record("linux-cpu.none", "build", status=Status.ERROR, ran=0, reason="cmake crashed")),
-        loaded(record("linux-cpu.none", "byte-identity-baseline", status=Status.SKIPPED, ran=0,
-                      reason="no baseline ref given")),
+        loaded(
+            record(
+                "linux-cpu.none",
+                "byte-identity-baseline",
+                status=Status.SKIPPED,
+                ran=0,
+                reason="no baseline ref given",
+            )
+        ),
     )
     selector = report.entry("linux-cpu.none", "selector")
     assert selector.state is GridState.FAILED
@@ -254,11 +309,18 @@ def test_duplicates_prefer_fresh_then_latest_and_list_the_rest() -> None:
     stale_newer = record(
         "linux-cpu.none", "build", parts=dict(CURRENT, native="n0"), finished="2026-01-31T13:00:00Z"
     )
-    fresh_older = record("linux-cpu.none", "build", status=Status.FAILED, failed=1, reason="link error",
-                         finished="2026-01-31T12:00:10Z")
+    fresh_older = record(
+        "linux-cpu.none",
+        "build",
+        status=Status.FAILED,
+        failed=1,
+        reason="link error",
+        finished="2026-01-31T12:00:10Z",
+    )
     fresh_newest = record("linux-cpu.none", "build", finished="2026-01-31T12:30:00Z")
-    report = report_of(loaded(stale_newer, "a/r.json"), loaded(fresh_older, "b/r.json"),
-                       loaded(fresh_newest, "c/r.json"))
+    report = report_of(
+        loaded(stale_newer, "a/r.json"), loaded(fresh_older, "b/r.json"), loaded(fresh_newest, "c/r.json")
+    )
     entry = report.entry("linux-cpu.none", "build")
     assert entry.state is GridState.VERIFIED
     assert entry.evidence is not None and entry.evidence.path == "c/r.json"
@@ -274,8 +336,10 @@ def test_duplicates_prefer_fresh_then_latest_and_list_the_rest() -> None:
 def test_no_evidence_reasons_from_capability_and_device_gating() -> None:
     caps = dict(CAPS)
     caps["linux-cpu"] = PlatformCapability(
-        can_build=True, build_reason="toolchain found",
-        can_run=False, run_reason="CPU lacks AVX2 (x86-64-v3)",
+        can_build=True,
+        build_reason="toolchain found",
+        can_run=False,
+        run_reason="CPU lacks AVX2 (x86-64-v3)",
     )
     report = report_of(caps=caps)
     build = report.entry("android-arm64.none", "build")
@@ -317,7 +381,8 @@ def test_malformed_and_orphan_records_are_problems() -> None:
     broken = LoadedRecord(
         path=Path("ev/linux-cpu.litert__abi.json"),
         problem="ev/linux-cpu.litert__abi.json: field 'counts.ran': required field is missing",
-        cell="linux-cpu.litert", check="abi",
+        cell="linux-cpu.litert",
+        check="abi",
     )
     unreadable = LoadedRecord(path=Path("ev/zzz__y.json"), problem="ev/zzz__y.json: not valid JSON: x")
     orphan = loaded(record("linux-gpu.none", "build"), "ev/linux-gpu.none__build.json")
@@ -348,7 +413,8 @@ def test_checklist_ticks_only_from_verified_evidence() -> None:
     assert "byte-for-byte" in box1.text
     assert any(m.startswith("linux-cpu.none · build: NOT RUN") for m in box1.missing)
     assert {(r.cell, r.check) for r in box1.evidence} == {
-        ("linux-cpu.none", "build"), ("linux-cpu.none", "byte-identity-reference"),
+        ("linux-cpu.none", "build"),
+        ("linux-cpu.none", "byte-identity-reference"),
         ("linux-cpu.none", "byte-identity-baseline"),
     }
     # android cells never count toward the Linux x64 milestone
@@ -359,7 +425,8 @@ def test_checklist_ticks_only_from_verified_evidence() -> None:
     assert all(b.missing == () for b in full.checklist)
     box4 = full.checklist[3]
     assert {(r.cell, r.check) for r in box4.evidence} == {
-        ("linux-cpu.litert", "abi"), ("linux-cpu.mlx", "abi"),
+        ("linux-cpu.litert", "abi"),
+        ("linux-cpu.mlx", "abi"),
     }
     assert all(r.anchor == entry_anchor(r.cell, r.check) for r in box4.evidence)
 
@@ -376,14 +443,21 @@ def test_checklist_says_when_the_matrix_lacks_a_check_kind() -> None:
     matrix = make_matrix()
     without_baseline = tuple(c for c in CHECKS if c.kind is not CheckKind.BYTE_IDENTITY_BASELINE)
     matrix = Matrix(
-        source=matrix.source, sha256=matrix.sha256, platforms=matrix.platforms, gates=matrix.gates,
+        source=matrix.source,
+        sha256=matrix.sha256,
+        platforms=matrix.platforms,
+        gates=matrix.gates,
         checks=without_baseline,
         cells=tuple(Cell(platform=c.platform, gates=c.gates, checks=without_baseline) for c in matrix.cells),
         device_gated=matrix.device_gated,
     )
     report = build_report(
-        matrix, records=_all_m3_evidence(), current_fingerprint=current_of,
-        capabilities=CAPS, artifact_matches=verify_artifact, facts=FACTS,
+        matrix,
+        records=_all_m3_evidence(),
+        current_fingerprint=current_of,
+        capabilities=CAPS,
+        artifact_matches=verify_artifact,
+        facts=FACTS,
     )
     box1 = report.checklist[0]
     assert not box1.ticked

@@ -26,54 +26,106 @@ XSS = "<script>alert(1)</script>"
 CURRENT = {"native": "n1", "matrix": "m1"}
 
 LINUX = Platform(
-    id="linux-cpu", description="Linux x86_64, CPU", os="linux", arch="x86_64", llama_backend="cpu",
-    run_requires=(Requirement.X86_64_V3_CPU,), allowed_gates=("litert", "mlx"),
+    id="linux-cpu",
+    description="Linux x86_64, CPU",
+    os="linux",
+    arch="x86_64",
+    llama_backend="cpu",
+    run_requires=(Requirement.X86_64_V3_CPU,),
+    allowed_gates=("litert", "mlx"),
 )
 ANDROID = Platform(
-    id="android-arm64", description="Android arm64", os="android", arch="arm64", llama_backend="cpu",
-    build_requires=(Requirement.ANDROID_NDK,), run_requires=(Requirement.ANDROID_DEVICE,),
+    id="android-arm64",
+    description="Android arm64",
+    os="android",
+    arch="arm64",
+    llama_backend="cpu",
+    build_requires=(Requirement.ANDROID_NDK,),
+    run_requires=(Requirement.ANDROID_DEVICE,),
 )
 LITERT = Gate(
-    id="litert", description="LiteRT-LM", cmake_option="ELIZA_ENABLE_LITERT", conan_option="with_litert",
-    factory="litert-lm", artifacts=("text/*.litertlm",),
+    id="litert",
+    description="LiteRT-LM",
+    cmake_option="ELIZA_ENABLE_LITERT",
+    conan_option="with_litert",
+    factory="litert-lm",
+    artifacts=("text/*.litertlm",),
 )
 MLX = Gate(
-    id="mlx", description="MLX/CoreML", cmake_option="ELIZA_ENABLE_MLX", conan_option="with_mlx",
-    factory="mlx-coreml", artifacts=("text/*.mlpackage",),
+    id="mlx",
+    description="MLX/CoreML",
+    cmake_option="ELIZA_ENABLE_MLX",
+    conan_option="with_mlx",
+    factory="mlx-coreml",
+    artifacts=("text/*.mlpackage",),
 )
 CHECKS = (
-    Check(id="build", kind=CheckKind.BUILD, description="builds", pass_rule="links, exports only eliza_*",
-          needs_run=False),
-    Check(id="selector", kind=CheckKind.SELECTOR, description="selector table", pass_rule="all rows pass",
-          needs_run=True),
-    Check(id="abi", kind=CheckKind.ABI, description="ABI vs no-gate", pass_rule="no diff", needs_run=False,
-          gated_cells_only=True),
+    Check(
+        id="build",
+        kind=CheckKind.BUILD,
+        description="builds",
+        pass_rule="links, exports only eliza_*",
+        needs_run=False,
+    ),
+    Check(
+        id="selector",
+        kind=CheckKind.SELECTOR,
+        description="selector table",
+        pass_rule="all rows pass",
+        needs_run=True,
+    ),
+    Check(
+        id="abi",
+        kind=CheckKind.ABI,
+        description="ABI vs no-gate",
+        pass_rule="no diff",
+        needs_run=False,
+        gated_cells_only=True,
+    ),
 )
 MATRIX = Matrix(
-    source="matrix.yaml", sha256="9" * 64, platforms=(LINUX, ANDROID), gates=(LITERT, MLX), checks=CHECKS,
+    source="matrix.yaml",
+    sha256="9" * 64,
+    platforms=(LINUX, ANDROID),
+    gates=(LITERT, MLX),
+    checks=CHECKS,
     cells=(
         Cell(platform=LINUX, gates=(), checks=CHECKS),
         Cell(platform=LINUX, gates=(LITERT, MLX), checks=CHECKS),
         Cell(platform=ANDROID, gates=(), checks=CHECKS),
     ),
     device_gated=(
-        DeviceGatedItem(id="pixel-bench", title="LiteRT on-device tok/s", needs="Pixel", milestone="M4",
-                        evidence="bench record from a Pixel", platforms=("android-arm64",)),
+        DeviceGatedItem(
+            id="pixel-bench",
+            title="LiteRT on-device tok/s",
+            needs="Pixel",
+            milestone="M4",
+            evidence="bench record from a Pixel",
+            platforms=("android-arm64",),
+        ),
     ),
 )
 CAPS = {
     "linux-cpu": PlatformCapability(can_build=True, build_reason="", can_run=True, run_reason=""),
-    "android-arm64": PlatformCapability(can_build=False, build_reason="android-ndk not found",
-                                        can_run=False, run_reason="no device"),
+    "android-arm64": PlatformCapability(
+        can_build=False, build_reason="android-ndk not found", can_run=False, run_reason="no device"
+    ),
 }
 
 
 def rec(cell: str, check: str, **kw: object) -> LoadedRecord:
     values: dict[str, object] = {
-        "cell": cell, "check": check, "status": Status.PASSED, "counts": Counts(ran=4, passed=4, failed=0),
-        "fingerprint": InputFingerprint.of(CURRENT), "commit": "abc123", "dirty": False,
+        "cell": cell,
+        "check": check,
+        "status": Status.PASSED,
+        "counts": Counts(ran=4, passed=4, failed=0),
+        "fingerprint": InputFingerprint.of(CURRENT),
+        "commit": "abc123",
+        "dirty": False,
         "host": HostInfo(os="linux", cpu="x86_64", tools={"cmake": "3.30"}),
-        "started_at": "2026-01-31T12:00:00Z", "finished_at": "2026-01-31T12:00:04Z", "duration_s": 4.0,
+        "started_at": "2026-01-31T12:00:00Z",
+        "finished_at": "2026-01-31T12:00:04Z",
+        "duration_s": 4.0,
         "metrics": {"tok_s": 812.5},
     }
     values.update(kw)
@@ -85,15 +137,24 @@ def rec(cell: str, check: str, **kw: object) -> LoadedRecord:
 def report() -> Report:
     records = [
         rec("linux-cpu.none", "build", details={"isa": "x86-64-v3", "llama_commit": "0c1e570"}),
-        rec("linux-cpu.none", "selector", status=Status.FAILED, counts=Counts(ran=4, passed=3, failed=1),
-            reason=f"row 5 {XSS} | rank tie", log_tail=f"case 5 failed\n{XSS}\n"),
+        rec(
+            "linux-cpu.none",
+            "selector",
+            status=Status.FAILED,
+            counts=Counts(ran=4, passed=3, failed=1),
+            reason=f"row 5 {XSS} | rank tie",
+            log_tail=f"case 5 failed\n{XSS}\n",
+        ),
         rec("linux-cpu.litert+mlx", "build", fingerprint=InputFingerprint.of(dict(CURRENT, native="old"))),
         rec("linux-cpu.litert+mlx", "abi", details={"abi_diff": f"- sym {XSS}\n+ sym2"}),
         LoadedRecord(path=Path("ev/junk__x.json"), problem=f"ev/junk__x.json: not valid JSON {XSS}"),
     ]
     return build_report(
-        MATRIX, records=records, current_fingerprint=lambda cell, check: InputFingerprint.of(CURRENT),
-        capabilities=CAPS, artifact_matches=lambda artifact: None,
+        MATRIX,
+        records=records,
+        current_fingerprint=lambda cell, check: InputFingerprint.of(CURRENT),
+        capabilities=CAPS,
+        artifact_matches=lambda artifact: None,
         facts=HeaderFacts(commit="abc123", dirty=True, generated_at="2026-02-01T00:00:00Z", host="ci runner"),
     )
 
@@ -123,7 +184,7 @@ def test_html_escapes_evidence_text_and_is_self_contained(tmp_path: Path, report
 
 def test_html_grid_legend_and_anchors(tmp_path: Path, report: Report) -> None:
     html = render_report(report, tmp_path).html.read_text(encoding="utf-8")
-    grid = html[html.index('<table class="grid">'):html.index("</table>")]
+    grid = html[html.index('<table class="grid">') : html.index("</table>")]
     assert grid.count("<tr>") == 4  # header + three cells
     assert 'class="state st-verified"' in grid and 'class="state st-failed"' in grid
     assert 'class="state st-stale"' in grid and 'class="state st-not-buildable-here"' in grid
@@ -170,16 +231,41 @@ def test_markdown_grid_checklist_and_tables(tmp_path: Path, report: Report) -> N
 def test_markdown_all_ticked_when_evidence_is_complete(tmp_path: Path) -> None:
     records = [rec(c, k) for c in ("linux-cpu.none", "linux-cpu.litert+mlx") for k in ("build", "selector")]
     records.append(rec("linux-cpu.litert+mlx", "abi"))
-    checks = (*CHECKS, Check(id="byte-identity-reference", kind=CheckKind.BYTE_IDENTITY_REFERENCE,
-                             description="ffi vs llama.h", pass_rule="identical", needs_run=True),
-              Check(id="byte-identity-baseline", kind=CheckKind.BYTE_IDENTITY_BASELINE,
-                    description="vs baseline", pass_rule="identical", needs_run=True),
-              Check(id="gate-fallthrough", kind=CheckKind.GATE_FALLTHROUGH, description="falls through",
-                    pass_rule="llama.cpp serves", needs_run=True, gated_cells_only=True))
+    checks = (
+        *CHECKS,
+        Check(
+            id="byte-identity-reference",
+            kind=CheckKind.BYTE_IDENTITY_REFERENCE,
+            description="ffi vs llama.h",
+            pass_rule="identical",
+            needs_run=True,
+        ),
+        Check(
+            id="byte-identity-baseline",
+            kind=CheckKind.BYTE_IDENTITY_BASELINE,
+            description="vs baseline",
+            pass_rule="identical",
+            needs_run=True,
+        ),
+        Check(
+            id="gate-fallthrough",
+            kind=CheckKind.GATE_FALLTHROUGH,
+            description="falls through",
+            pass_rule="llama.cpp serves",
+            needs_run=True,
+            gated_cells_only=True,
+        ),
+    )
     matrix = Matrix(
-        source="m.yaml", sha256="1" * 64, platforms=(LINUX,), gates=(LITERT, MLX), checks=checks,
-        cells=(Cell(platform=LINUX, gates=(), checks=checks),
-               Cell(platform=LINUX, gates=(LITERT, MLX), checks=checks)),
+        source="m.yaml",
+        sha256="1" * 64,
+        platforms=(LINUX,),
+        gates=(LITERT, MLX),
+        checks=checks,
+        cells=(
+            Cell(platform=LINUX, gates=(), checks=checks),
+            Cell(platform=LINUX, gates=(LITERT, MLX), checks=checks),
+        ),
     )
     records += [
         rec("linux-cpu.none", "byte-identity-reference"),
@@ -187,10 +273,13 @@ def test_markdown_all_ticked_when_evidence_is_complete(tmp_path: Path) -> None:
         rec("linux-cpu.litert+mlx", "gate-fallthrough"),
     ]
     full = build_report(
-        matrix, records=records, current_fingerprint={
+        matrix,
+        records=records,
+        current_fingerprint={
             (c.id, k.id): InputFingerprint.of(CURRENT) for c in matrix.cells for k in checks
         },
-        capabilities=CAPS, artifact_matches=lambda artifact: True,
+        capabilities=CAPS,
+        artifact_matches=lambda artifact: True,
         facts=HeaderFacts(commit="abc", dirty=False, generated_at="2026-02-01T00:00:00Z", host="h"),
     )
     md = render_report(full, tmp_path).markdown.read_text(encoding="utf-8")

@@ -3,7 +3,9 @@
 // This build links neither MLX nor CoreML, so available() is false and open() refuses;
 // selection falls through to llama.cpp. The M5 body (Metal device probe, .mlpackage /
 // .mlmodelc / MLX weights loaders, real prefill/next) replaces the marked places.
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "backends/backends.h"
 #include "status.h"
@@ -21,11 +23,12 @@ public:
     }
 
     bool can_serve(const char * bundle_dir) const override {
-        // .mlpackage (a directory), .mlmodelc (compiled, a directory), or MLX weights in
-        // a text/*.mlx directory.
+        // .mlpackage (a directory), .mlmodelc (compiled, a directory), or an MLX weights
+        // directory text/mlx/ (matrix.yaml lists the same three).
+        std::error_code ec;
         return seam::bundle_text_has_suffix(bundle_dir, ".mlpackage") ||
                seam::bundle_text_has_suffix(bundle_dir, ".mlmodelc") ||
-               seam::bundle_text_has_suffix(bundle_dir, ".mlx", /*want_directory=*/true);
+               (bundle_dir != nullptr && std::filesystem::is_directory(std::filesystem::path(bundle_dir) / "text" / "mlx", ec));
     }
 
     int preference_rank() const override { return 90; }

@@ -121,6 +121,9 @@ class LlamaCppConan(ConanFile):
             tc.cache_variables["CMAKE_CUDA_ARCHITECTURES"] = str(self.options.cuda_architectures)
             tc.cache_variables["GGML_CUDA_NCCL"] = False
             tc.cache_variables["GGML_CUDA_FA"] = True
+            # No libcuda.so link: the driver stub is not part of every toolkit install, and
+            # without it a GPU-less host still loads the library and falls back to the CPU.
+            tc.cache_variables["GGML_CUDA_NO_VMM"] = True
         tc.generate()
 
     def build(self):

@@ -1,0 +1,124 @@
+"""nox sessions for libelizainference, generated from matrix.yaml.
+
+A table of contents: every session asks `eliza` for the work. Sessions run in the current
+environment (install it first: `pip install -e '.[test]'`, see README).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import nox
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from eliza import workflow
+from eliza.matrix.loader import MatrixError
+from eliza.sessions import SessionKind, SessionSpec, matrix_sessions
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["tests"]
+nox.options.error_on_missing_interpreters = True
+
+try:
+    MATRIX = workflow.load_project_matrix()
+except MatrixError as exc:  # fail before any session or build starts, naming file/line/key
+    sys.stderr.write(f"{exc}\n")
+    raise SystemExit(2) from None
+
+
+def _strict(session: nox.Session) -> bool:
+    return "--strict" in session.posargs or os.environ.get("ELIZA_STRICT") == "1"
+
+
+def _build(session: nox.Session, cell_ids: tuple[str, ...]) -> None:
+    cells = tuple(MATRIX.cell(c) for c in cell_ids)
+    try:
+        built = workflow.build_cells(
+            cells, MATRIX, on_built=lambda b: session.log(workflow.describe_build(b))
+        )
+    except workflow.NotBuildableHere as exc:
+        if _strict(session):
+            session.error(str(exc))
+        session.skip(str(exc))
+    llama_builds = sum(b.llama_built_now for b in built)
+    session.log(
+        f"{len(built)} cell(s) built; llama.cpp built {llama_builds} time(s), reused "
+        f"{len(built) - llama_builds} time(s)"
+    )
+    for b in built:
+        print(b.library)
+
+
+def _register(spec: SessionSpec) -> None:
+    if spec.kind is SessionKind.BUILD_CELL:
+        assert spec.cell is not None
+        cell_ids: tuple[str, ...] = (spec.cell,)
+    else:
+        cell_ids = tuple(c.id for c in MATRIX.cells_of(spec.platform))
+
+    if spec.kind is SessionKind.BENCH_PLATFORM:
+
+        def run(session: nox.Session) -> None:
+            from eliza.bench import workflow as bench
+
+            bench.run_platform_bench(session, MATRIX, spec.platform)
+    else:
+
+        def run(session: nox.Session) -> None:
+            _build(session, cell_ids)
+
+    run.__doc__ = spec.description
+    nox.session(name=spec.name, python=False)(run)
+
+
+for _spec in matrix_sessions(MATRIX):
+    _register(_spec)
+
+
+@nox.session(python=False)
+def tests(session: nox.Session) -> None:
+    """The pytest suite: unit tests of the pure modules, the C ABI, the selector and the gate cells."""
+    session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session(name="test-selector", python=False)
+def test_selector(session: nox.Session) -> None:
+    """Selector unit tests against the compiled selector (the test kit) with fake factories."""
+    session.run("python", "-m", "pytest", "tests/selector", *session.posargs)
+
+
+@nox.session(name="unit", python=False)
+def unit(session: nox.Session) -> None:
+    """Fast tests of the pure modules only (no compiler, no build)."""
+    session.run("python", "-m", "pytest", "tests/unit", *session.posargs)
+
+
+@nox.session(python=False)
+def generate(session: nox.Session) -> None:
+    """Build linux-cpu (no gates) and generate text from the tiny bundle through the C ABI."""
+    built = workflow.ensure_cell_built("linux-cpu.none")
+    bundle = workflow.ensure_tiny_bundle()
+    prompt = " ".join(session.posargs) or "Once upon a time there was"
+    tokens, text = workflow.generate_text(built.library, bundle, prompt)
+    session.log(f"library: {built.library}")
+    session.log(f"bundle: {bundle}")
+    print(f"{prompt}{text.decode('utf-8', errors='replace')}")
+    session.log(f"{len(tokens)} tokens generated (greedy)")
+
+
+@nox.session(python=False)
+def verify(session: nox.Session) -> None:
+    """The main job: build every cell this host can build, generate text, run the checks, write the report."""
+    from eliza.verify import run_verify
+
+    run_verify(session, MATRIX)
+
+
+@nox.session(python=False)
+def lint(session: nox.Session) -> None:
+    """ruff and mypy --strict on eliza/."""
+    session.run("ruff", "check", "eliza", "tests", "noxfile.py")
+    session.run("mypy", "--strict", "eliza")

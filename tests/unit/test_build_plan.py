@@ -1,0 +1,65 @@
+"""Build plans and the session table, checked from the shipped matrix with no compiler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eliza.build import llama_option_args, plan_cell_build
+from eliza.matrix.loader import load_matrix
+from eliza.paths import REPO_ROOT
+from eliza.sessions import SessionKind, matrix_sessions
+
+MATRIX = load_matrix(REPO_ROOT / "matrix.yaml")
+GATE_OPTIONS = tuple(g.conan_option for g in MATRIX.gates)
+
+
+def option_values(argv: tuple[str, ...]) -> dict[str, str]:
+    pairs = [argv[i + 1] for i, a in enumerate(argv) if a == "-o"]
+    return dict(p.split("=", 1) for p in pairs)
+
+
+def test_gate_cells_share_llama_options_and_differ_only_in_gates(tmp_path: Path) -> None:
+    cells = MATRIX.cells_of("linux-cpu")
+    plans = [
+        plan_cell_build(c, repo=tmp_path, all_gate_options=GATE_OPTIONS, llama_version="0.3.36")
+        for c in cells
+    ]
+    llama = [{k: v for k, v in option_values(p.argv).items() if k.startswith("llama-cpp/")} for p in plans]
+    assert all(opts == llama[0] for opts in llama)
+    assert llama[0]["llama-cpp/*:cpu_isa"] == MATRIX.platform("linux-cpu").llama_options["cpu_isa"]
+    gates = [(option_values(p.argv)["&:with_litert"], option_values(p.argv)["&:with_mlx"]) for p in plans]
+    assert gates == [("False", "False"), ("True", "False"), ("False", "True"), ("True", "True")]
+    assert len({p.output_dir for p in plans}) == 4
+    assert all(p.output_dir.is_relative_to(tmp_path / "build" / "linux-cpu") for p in plans)
+
+
+def test_cuda_platform_turns_on_cuda_with_matrix_architectures() -> None:
+    platform = MATRIX.platform("linux-cuda")
+    opts = dict(a.split("=", 1) for a in llama_option_args(platform) if a != "-o")
+    assert opts["llama-cpp/*:with_cuda"] == "True"
+    assert opts["llama-cpp/*:cuda_architectures"] == platform.llama_options["cuda_architectures"]
+    cpu = dict(a.split("=", 1) for a in llama_option_args(MATRIX.platform("linux-cpu")) if a != "-o")
+    assert cpu["llama-cpp/*:with_cuda"] == "False"
+
+
+def test_plan_updates_recipes_and_reports_json(tmp_path: Path) -> None:
+    plan = plan_cell_build(
+        MATRIX.cells[0], repo=tmp_path, all_gate_options=GATE_OPTIONS, llama_version="fork.abc"
+    )
+    argv = list(plan.argv)
+    assert argv[:3] == ["conan", "build", str(tmp_path)]
+    assert "--update" in argv and argv[argv.index("--format") + 1] == "json"
+    assert "user.eliza:llama_cpp_version=fork.abc" in argv
+
+
+def test_session_table_covers_every_platform_and_cell() -> None:
+    specs = matrix_sessions(MATRIX)
+    names = [s.name for s in specs]
+    assert len(names) == len(set(names))
+    for platform in MATRIX.platforms:
+        assert f"build-{platform.id}" in names
+    for cell in MATRIX.cells:
+        assert f"build-{cell.id}" in names
+    linux = next(s for s in specs if s.name == "build-linux-cpu")
+    assert linux.kind is SessionKind.BUILD_PLATFORM and "4 cells" in linux.description
+    assert all(s.description for s in specs)
