@@ -14,6 +14,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from eliza import verify as jobs
 from eliza import workflow
 from eliza.matrix.loader import MatrixError
 from eliza.sessions import SessionKind, SessionSpec, matrix_sessions
@@ -62,9 +63,14 @@ def _register(spec: SessionSpec) -> None:
     if spec.kind is SessionKind.BENCH_PLATFORM:
 
         def run(session: nox.Session) -> None:
-            from eliza.bench import workflow as bench
-
-            bench.run_platform_bench(session, MATRIX, spec.platform)
+            try:
+                jobs.bench(MATRIX, spec.platform, session.posargs, session.log)
+            except workflow.NotBuildableHere as exc:
+                if _strict(session):
+                    session.error(str(exc))
+                session.skip(str(exc))
+            except jobs.ChecksFailed as exc:
+                session.error(str(exc))
     else:
 
         def run(session: nox.Session) -> None:
@@ -112,9 +118,16 @@ def generate(session: nox.Session) -> None:
 @nox.session(python=False)
 def verify(session: nox.Session) -> None:
     """The main job: build every cell this host can build, generate text, run the checks, write the report."""
-    from eliza.verify import run_verify
+    try:
+        jobs.verify(MATRIX, session.posargs, session.log)
+    except jobs.ChecksFailed as exc:
+        session.error(str(exc))
 
-    run_verify(session, MATRIX)
+
+@nox.session(python=False)
+def report(session: nox.Session) -> None:
+    """Render the report (HTML, Markdown, JSON) from evidence directories: `nox -s report -- DIR...`."""
+    jobs.report(MATRIX, session.posargs, session.log)
 
 
 @nox.session(python=False)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.build import LLAMA_PACKAGE, CellBuildPlan
+from eliza.matrix.model import Platform
 from eliza.paths import REPO_ROOT, cache_dir
 from eliza.sources import PINNED_VERSION, RECIPE_DIR, ensure_sdist
 
@@ -173,3 +174,23 @@ def run_build(plan: CellBuildPlan, source: LlamaSource, *, echo: bool = True) ->
         seconds=seconds,
         log=log,
     )
+
+
+def package_cached(platform: Platform) -> bool:
+    """Whether the Conan cache already holds llama.cpp built with this platform's options."""
+    from eliza.build import llama_option_args
+
+    if not conan_home().is_dir():
+        return False
+    args = ["list", f"{LLAMA_PACKAGE}/{PINNED_VERSION}:*", "--format", "json"]
+    result = _conan(*args, check=False)
+    if result.returncode != 0:
+        return False
+    wanted = dict(a.split(":", 1)[1].split("=", 1) for a in llama_option_args(platform) if a != "-o")
+    for ref in json.loads(result.stdout).get("Local Cache", {}).values():
+        for rev in ref.get("revisions", {}).values():
+            for pkg in rev.get("packages", {}).values():
+                options = pkg.get("info", {}).get("options", {})
+                if all(options.get(k) == v for k, v in wanted.items()):
+                    return True
+    return False

@@ -1,29 +1,123 @@
-"""`nox -s verify`: every check this host can run, for every cell it can build."""
+"""`nox -s verify`, `nox -s bench-<platform>` and `nox -s report` as functions of a
+session-like logger and the arguments after `--`."""
 
 from __future__ import annotations
 
-from typing import Protocol
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from eliza import workflow
-from eliza.matrix.model import Matrix
+from eliza.evidence import Status
+from eliza.matrix.model import Matrix, Platform
+from eliza.runs import (
+    EVIDENCE_DIR,
+    REPORT_DIR,
+    Run,
+    render,
+    run_bench,
+    run_platform_checks,
+    screenshot,
+    skip_platform,
+    summary_line,
+)
+
+Log = Callable[[str], None]
 
 
-class SessionLike(Protocol):
-    def log(self, *args: object) -> None: ...
+class ChecksFailed(RuntimeError):
+    pass
 
 
-def run_verify(session: SessionLike, matrix: Matrix) -> None:
-    buildable = [p for p in matrix.platforms if workflow.capability(p).can_build and not p.slow_build]
+def _llama_cached(platform: Platform, matrix: Matrix) -> bool:
+    """True when a slow platform's llama.cpp package is already in the Conan cache."""
+    from eliza import conan
+
+    return conan.package_cached(platform)
+
+
+def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
+    parser = argparse.ArgumentParser(prog="nox -s verify --")
+    parser.add_argument("--rerun", action="store_true", help="re-run checks that have fresh passing evidence")
+    parser.add_argument("--baseline", metavar="REF", help="also diff every cell against a build of REF")
+    parser.add_argument("--no-bench", action="store_true", help="skip the byte-identity bench")
+    args = parser.parse_args(list(argv))
+
+    run = Run(matrix=matrix, log=log, bundle=workflow.ensure_tiny_bundle())
+    reference: Path | None = None
     for platform in matrix.platforms:
-        if platform not in buildable:
-            can = workflow.capability(platform)
-            why = can.build_reason if not can.can_build else "slow build: run its build session explicitly"
-            session.log(f"{platform.id}: not built here ({why})")
-    cells = tuple(c for p in buildable for c in matrix.cells_of(p.id))
-    built = workflow.build_cells(cells, matrix, on_built=lambda b: session.log(workflow.describe_build(b)))
-    reference = next(b for b in built if b.cell_id == "linux-cpu.none")
-    bundle = workflow.ensure_tiny_bundle()
-    prompt = "Once upon a time there was"
-    _, text = workflow.generate_text(reference.library, bundle, prompt)
-    print(f"{prompt}{text.decode('utf-8', errors='replace')}")
-    print(f"library: {reference.library}")
+        can = workflow.capability(platform)
+        if not can.can_build:
+            log(f"{platform.id}: not buildable here — {can.build_reason}")
+            continue
+        if platform.slow_build and not _llama_cached(platform, matrix):
+            reason = (
+                f"slow build not started by verify: run `nox -s build-{platform.id}` once, then verify again"
+            )
+            log(f"{platform.id}: {reason}")
+            skip_platform(run, platform, reason)
+            continue
+        log(f"{platform.id}: building {len(matrix.cells_of(platform.id))} cells and running its checks")
+        built = run_platform_checks(
+            run, platform, rerun=args.rerun, bench=not args.no_bench, baseline=args.baseline
+        )
+        reference = reference or next((b.library for b in built if b.cell_id.endswith(".none")), None)
+
+    if reference is not None:
+        prompt = "Once upon a time there was"
+        _, text = workflow.generate_text(reference, run.bundle, prompt)
+        log(f"generated through the C ABI: {prompt}{text.decode('utf-8', errors='replace')!r}")
+        log(f"library: {reference}")
+    paths, report = render(matrix, [run.evidence_dir], REPORT_DIR, run.bundle)
+    png = screenshot(paths.html, REPORT_DIR / "report.png")
+    log(
+        f"report: {paths.html} (also {paths.markdown.name}, {paths.json.name}"
+        + (f", {png.name})" if png else ")")
+    )
+    log(summary_line(report))
+    failed = [o for o in run.written if o.status in (Status.FAILED, Status.ERROR)]
+    if failed:
+        raise ChecksFailed(
+            f"{len(failed)} check(s) failed: " + ", ".join(f"{o.cell}/{o.check}" for o in failed)
+        )
+    return paths.html
+
+
+def bench(matrix: Matrix, platform_id: str, argv: Sequence[str], log: Log) -> None:
+    from eliza.bench.workflow import parse_bench_args
+
+    platform = matrix.platform(platform_id)
+    can = workflow.capability(platform)
+    if not can.can_build or not can.can_run:
+        why = can.build_reason if not can.can_build else can.run_reason
+        raise workflow.NotBuildableHere(f"{platform_id} cannot be benched on this host: {why}")
+    opts = parse_bench_args(argv, workflow.tiny_bundle_default())
+    bundle = (
+        workflow.ensure_tiny_bundle()
+        if opts.settings.bundle == workflow.tiny_bundle_default()
+        else opts.settings.bundle
+    )
+    run = Run(matrix=matrix, log=log, bundle=bundle, prompts=opts.settings.prompts)
+    built = workflow.build_cells(
+        matrix.cells_of(platform_id), matrix, on_built=lambda b: log(workflow.describe_build(b))
+    )
+    outcomes = run_bench(run, platform, {b.cell_id: b.library for b in built}, None, argv)
+    failed = [o for o in outcomes if o.status in (Status.FAILED, Status.ERROR)]
+    if failed:
+        raise ChecksFailed(
+            "byte identity does not hold: " + "; ".join(f"{o.cell}/{o.check}: {o.reason}" for o in failed)
+        )
+
+
+def report(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
+    parser = argparse.ArgumentParser(prog="nox -s report --")
+    parser.add_argument(
+        "evidence", nargs="*", type=Path, help=f"evidence directories (default: {EVIDENCE_DIR})"
+    )
+    parser.add_argument("--out", type=Path, default=REPORT_DIR)
+    args = parser.parse_args(list(argv))
+    dirs = args.evidence or [EVIDENCE_DIR]
+    paths, rep = render(matrix, dirs, args.out, workflow.tiny_bundle_default())
+    log(f"report: {paths.html} (also {paths.markdown.name}, {paths.json.name})")
+    log(summary_line(rep))
+    return paths.html

@@ -63,7 +63,7 @@ class BuiltCell:
     log: Path
 
 
-def _platform_env(platform: Platform) -> dict[str, str]:
+def platform_env(platform: Platform) -> dict[str, str]:
     if platform.llama_backend == "cuda":
         from eliza.cuda import prepare_toolkit
 
@@ -89,7 +89,7 @@ def build_cells(
     built: list[BuiltCell] = []
     envs: dict[str, dict[str, str]] = {}
     for cell in cells:
-        env = envs.setdefault(cell.platform.id, _platform_env(cell.platform))
+        env = envs.setdefault(cell.platform.id, platform_env(cell.platform))
         result = conan.run_build(plan_for(cell, matrix, source.version, env), source, echo=echo)
         done = BuiltCell(
             cell_id=cell.id,
@@ -116,6 +116,10 @@ def describe_build(cell: BuiltCell) -> str:
     how = "built now" if cell.llama_built_now else "reused from the Conan cache"
     package = cell.llama_package_id[:12]
     return f"{cell.cell_id}: {cell.library} ({cell.seconds:.1f}s; llama.cpp {how}: package {package})"
+
+
+def tiny_bundle_default() -> Path:
+    return tiny_bundle_dir()
 
 
 def ensure_tiny_bundle(bundle_dir: Path | None = None) -> Path:

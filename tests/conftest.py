@@ -3,6 +3,7 @@ bundle through the same eliza functions the nox sessions use."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,11 @@ def tiny_bundle() -> Path:
 
 @pytest.fixture(scope="session")
 def library_path() -> Path:
+    """The library of ELIZA_TEST_CELL (default linux-cpu.none): verify runs the native and
+    selector suites once per cell this way."""
     from eliza.workflow import ensure_cell_built
 
-    return ensure_cell_built("linux-cpu.none").library
+    return ensure_cell_built(os.environ.get("ELIZA_TEST_CELL", "linux-cpu.none")).library
 
 
 @pytest.fixture(scope="session")

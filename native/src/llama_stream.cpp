@@ -199,11 +199,11 @@ int LlamaStream::prefill(const int32_t * token_ids, size_t n, std::string & mess
 }
 
 llama_token LlamaStream::sample(const float * logits) {
-    std::vector<llama_token_data> candidates(static_cast<size_t>(ctx_.n_vocab));
+    candidates_.resize(static_cast<size_t>(ctx_.n_vocab));
     for (llama_token t = 0; t < ctx_.n_vocab; ++t) {
-        candidates[static_cast<size_t>(t)] = llama_token_data{t, logits[t], 0.0f};
+        candidates_[static_cast<size_t>(t)] = llama_token_data{t, logits[t], 0.0f};
     }
-    llama_token_data_array arr{candidates.data(), candidates.size(), -1, false};
+    llama_token_data_array arr{candidates_.data(), candidates_.size(), -1, false};
     llama_sampler_apply(sampler_.get(), &arr);
     const llama_token token = arr.data[arr.selected].id;
     llama_sampler_accept(sampler_.get(), token);

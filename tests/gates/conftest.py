@@ -1,18 +1,32 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-LINUX_CPU_CELLS = ("linux-cpu.none", "linux-cpu.litert", "linux-cpu.mlx", "linux-cpu.litert+mlx")
+from eliza.workflow import load_project_matrix
+
+# ELIZA_TEST_PLATFORM picks the platform whose gate cells are tested (default linux-cpu).
+PLATFORM = os.environ.get("ELIZA_TEST_PLATFORM", "linux-cpu")
+CELLS = tuple(c.id for c in load_project_matrix().cells_of(PLATFORM))
+NO_GATE_CELL = next(c.id for c in load_project_matrix().cells_of(PLATFORM) if not c.gates)
+GATED_CELLS = tuple(c for c in CELLS if c != NO_GATE_CELL)
+
+
+def cell_id(cell: str) -> str:
+    """Test ids name the cell as cell=<id> so results can be attributed to cells."""
+    return f"cell={cell}"
 
 
 @pytest.fixture(scope="session")
 def gate_libraries() -> dict[str, Path]:
-    """The four gate cells of linux-cpu, built (llama.cpp reused from the Conan cache)."""
-    from eliza.workflow import ensure_cell_built
+    """Every gate cell of the platform, built (llama.cpp reused from the Conan cache)."""
+    from eliza.workflow import build_cells
 
-    return {cell: ensure_cell_built(cell).library for cell in LINUX_CPU_CELLS}
+    matrix = load_project_matrix()
+    built = build_cells(matrix.cells_of(PLATFORM), matrix, echo=False)
+    return {b.cell_id: b.library for b in built}
 
 
 @pytest.fixture(scope="session")

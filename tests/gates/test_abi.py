@@ -7,21 +7,21 @@ from pathlib import Path
 import pytest
 
 from eliza.abi import abidiff, exported_symbols, foreign_exports
-from tests.gates.conftest import LINUX_CPU_CELLS
+from tests.gates.conftest import GATED_CELLS, NO_GATE_CELL, cell_id
 
 
-@pytest.mark.parametrize("cell", LINUX_CPU_CELLS[1:])
+@pytest.mark.parametrize("cell", GATED_CELLS, ids=cell_id)
 def test_abidiff_reports_no_change_against_the_no_gate_build(
     cell: str, gate_libraries: dict[str, Path]
 ) -> None:
-    diff = abidiff(gate_libraries["linux-cpu.none"], gate_libraries[cell])
+    diff = abidiff(gate_libraries[NO_GATE_CELL], gate_libraries[cell])
     assert not diff.tool_failed, diff.report
     assert diff.exit_code == 0, diff.report
 
 
 def test_abidiff_sees_a_changed_export_list(gate_libraries: dict[str, Path]) -> None:
     # The check can fail: the test kit exports six more functions than the shipped library.
-    shipped = gate_libraries["linux-cpu.none"]
+    shipped = gate_libraries[NO_GATE_CELL]
     kit = shipped.with_name("libelizainference_testkit.so")
     diff = abidiff(shipped, kit)
     assert not diff.tool_failed, diff.report

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eliza.ffi import ElizaError, Library, greedy_config
-from tests.gates.conftest import LINUX_CPU_CELLS
+from tests.gates.conftest import CELLS, GATED_CELLS, NO_GATE_CELL, cell_id
 
 PROMPTS = ["Hello world, this is", "naïve café — 東京 and", "The price"]
 
@@ -30,7 +30,7 @@ def gates_of(cell: str) -> set[str]:
     return set() if key == "none" else set(key.split("+"))
 
 
-@pytest.mark.parametrize("cell", LINUX_CPU_CELLS)
+@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
 def test_no_env_output_is_identical_to_the_no_gate_build(
     cell: str,
     gate_libraries: dict[str, Path],
@@ -38,12 +38,12 @@ def test_no_env_output_is_identical_to_the_no_gate_build(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("ELIZA_LLM_BACKEND", raising=False)
-    reference = generate_all(gate_libraries["linux-cpu.none"], bundle_with_foreign_artifacts)
+    reference = generate_all(gate_libraries[NO_GATE_CELL], bundle_with_foreign_artifacts)
     assert all(tokens for tokens, _ in reference)
     assert generate_all(gate_libraries[cell], bundle_with_foreign_artifacts) == reference
 
 
-@pytest.mark.parametrize("cell", LINUX_CPU_CELLS)
+@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
 @pytest.mark.parametrize(("gate", "backend"), [("litert", "litert-lm"), ("mlx", "mlx-coreml")])
 def test_explicit_backend_request_fails_loudly(
     cell: str,
@@ -63,7 +63,7 @@ def test_explicit_backend_request_fails_loudly(
         assert f"'{backend}' is not registered in this build" in err.value.message
 
 
-@pytest.mark.parametrize("cell", LINUX_CPU_CELLS)
+@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
 def test_env_llama_cpp_uses_the_llama_path(
     cell: str,
     gate_libraries: dict[str, Path],
@@ -71,7 +71,7 @@ def test_env_llama_cpp_uses_the_llama_path(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("ELIZA_LLM_BACKEND", raising=False)
-    reference = generate_all(gate_libraries["linux-cpu.none"], bundle_with_foreign_artifacts)
+    reference = generate_all(gate_libraries[NO_GATE_CELL], bundle_with_foreign_artifacts)
     monkeypatch.setenv("ELIZA_LLM_BACKEND", "LLAMA.CPP")
     assert generate_all(gate_libraries[cell], bundle_with_foreign_artifacts) == reference
 
@@ -84,9 +84,9 @@ def exported(library: Path) -> list[str]:
 
 
 def test_exported_symbols_identical_across_gate_builds(gate_libraries: dict[str, Path]) -> None:
-    reference = exported(gate_libraries["linux-cpu.none"])
+    reference = exported(gate_libraries[NO_GATE_CELL])
     assert len(reference) == 18
-    for cell in LINUX_CPU_CELLS[1:]:
+    for cell in GATED_CELLS:
         assert exported(gate_libraries[cell]) == reference, cell
 
 

@@ -1,0 +1,109 @@
+"""Turning check outcomes into evidence records: adds the commit, the host and the input
+fingerprint, hashes the artifacts, writes atomically (eliza.evidence.write_record)."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from eliza.evidence import (
+    Artifact,
+    Counts,
+    EvidenceRecord,
+    HostInfo,
+    InputFingerprint,
+    utc_timestamp,
+    write_record,
+)
+from eliza.host import HostFacts
+from eliza.outcome import CheckOutcome
+from eliza.paths import REPO_ROOT
+
+
+@dataclass(frozen=True, kw_only=True)
+class GitState:
+    commit: str
+    dirty: bool
+
+
+def git_state(repo: Path = REPO_ROOT) -> GitState:
+    def git(*args: str) -> str:
+        result = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
+        return result.stdout.strip() if result.returncode == 0 else ""
+
+    commit = git("rev-parse", "HEAD") or "unknown"
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    return GitState(commit=commit, dirty=dirty)
+
+
+def host_info(host: HostFacts) -> HostInfo:
+    tools = {
+        t.name: t.version or "unknown"
+        for t in (host.compiler, host.cmake, host.conan, host.ninja, host.nvcc)
+        if t
+    }
+    return HostInfo(
+        os=f"{host.os} {host.os_release}".strip(),
+        cpu=f"{host.cpu_model or host.arch} ({host.cpu_count} threads, x86-64-v{host.x86_64_level})"
+        if host.arch == "x86_64"
+        else (host.cpu_model or host.arch),
+        gpu=host.nvidia_gpu or "",
+        compiler=host.compiler.describe() if host.compiler else "",
+        cuda=host.cuda_version or "",
+        tools=tools,
+    )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def artifact(path: Path, repo: Path = REPO_ROOT) -> Artifact:
+    shown = path.resolve()
+    rel = shown.relative_to(repo) if shown.is_relative_to(repo) else shown
+    return Artifact(path=rel.as_posix(), sha256=_sha256(shown))
+
+
+def to_record(
+    outcome: CheckOutcome, fingerprint: InputFingerprint, git: GitState, host: HostInfo
+) -> EvidenceRecord:
+    duration = max(0.0, (outcome.finished_at - outcome.started_at).total_seconds())
+    return EvidenceRecord(
+        cell=outcome.cell,
+        check=outcome.check,
+        status=outcome.status,
+        reason=outcome.reason,
+        counts=Counts(ran=outcome.ran, passed=outcome.passed, failed=outcome.failed),
+        fingerprint=fingerprint,
+        commit=git.commit,
+        dirty=git.dirty,
+        host=host,
+        artifacts=tuple(artifact(p) for p in outcome.artifacts if p.is_file()),
+        started_at=utc_timestamp(outcome.started_at),
+        finished_at=utc_timestamp(outcome.finished_at),
+        duration_s=round(duration, 3),
+        metrics=dict(outcome.metrics),
+        details=dict(outcome.details),
+        log_tail=outcome.log_tail[-4000:],
+    )
+
+
+def resolve_artifact(artifact: Artifact, repo: Path = REPO_ROOT) -> bool | None:
+    """The report's artifact check: True/False when the file is here, None when it is not."""
+    path = Path(artifact.path)
+    path = path if path.is_absolute() else repo / path
+    if not path.is_file():
+        return None
+    return _sha256(path) == artifact.sha256
+
+
+def save(
+    outcome: CheckOutcome, fingerprint: InputFingerprint, git: GitState, host: HostInfo, directory: Path
+) -> Path:
+    return write_record(directory, to_record(outcome, fingerprint, git, host))

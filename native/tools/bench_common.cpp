@@ -1,0 +1,246 @@
+#include "bench_common.h"
+
+#include <sys/resource.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace bench {
+
+bool read_prompts(const std::string & path, std::vector<std::string> & out, std::string & error) {
+    std::ifstream f(path);
+    if (!f) {
+        error = "cannot open prompt file '" + path + "'";
+        return false;
+    }
+    std::string line;
+    while (std::getline(f, line)) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty() || line[0] == '#') continue;
+        std::string prompt;
+        for (size_t i = 0; i < line.size(); ++i) {
+            if (line[i] == '\\' && i + 1 < line.size()) {
+                const char c = line[++i];
+                prompt += c == 'n' ? '\n' : c == 't' ? '\t' : c;
+            } else {
+                prompt += line[i];
+            }
+        }
+        out.push_back(prompt);
+    }
+    if (out.empty()) {
+        error = "prompt file '" + path + "' holds no prompts";
+        return false;
+    }
+    return true;
+}
+
+std::string json_string(const std::string & s) {
+    std::string out = "\"";
+    char buf[8];
+    for (size_t i = 0; i < s.size(); ++i) {
+        const unsigned char c = static_cast<unsigned char>(s[i]);
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += static_cast<char>(c);
+        } else if (c == '\n') {
+            out += "\\n";
+        } else if (c < 0x20 || c == 0x7f) {
+            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            out += buf;
+        } else if (c < 0x80) {
+            out += static_cast<char>(c);
+        } else {
+            // Copy a valid UTF-8 sequence; escape a stray byte so the JSON stays valid.
+            size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+            bool ok = len > 0 && i + len <= s.size();
+            for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+            if (ok) {
+                out.append(s, i, len);
+                i += len - 1;
+            } else {
+                std::snprintf(buf, sizeof buf, "\\u%04x", c);
+                out += buf;
+            }
+        }
+    }
+    return out + "\"";
+}
+
+std::string hex(const std::string & bytes) {
+    static const char * digits = "0123456789abcdef";
+    std::string out;
+    out.reserve(bytes.size() * 2);
+    for (unsigned char c : bytes) {
+        out += digits[c >> 4];
+        out += digits[c & 15];
+    }
+    return out;
+}
+
+std::string read_file(const std::string & path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return "";
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+std::string one_line(std::string json) {
+    for (char & c : json) {
+        if (c == '\n' || c == '\r') c = ' ';
+    }
+    return json;
+}
+
+namespace {
+
+// FIPS 180-4 SHA-256, for the header's library hash.
+struct Sha256 {
+    std::array<uint32_t, 8> h{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                              0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    static uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+    void block(const unsigned char * p) {
+        static const uint32_t k[64] = {
+            0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+            0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+            0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+            0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+            0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+            0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+            0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+            0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+        uint32_t w[64];
+        for (int i = 0; i < 16; ++i)
+            w[i] = (uint32_t(p[4 * i]) << 24) | (uint32_t(p[4 * i + 1]) << 16) | (uint32_t(p[4 * i + 2]) << 8) | p[4 * i + 3];
+        for (int i = 16; i < 64; ++i) {
+            const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+            const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+            w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+        }
+        uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+        for (int i = 0; i < 64; ++i) {
+            const uint32_t t1 = hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + k[i] + w[i];
+            const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+            hh = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+        }
+        h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+    }
+};
+
+}  // namespace
+
+std::string sha256_file(const std::string & path) {
+    std::string data = read_file(path);
+    if (data.empty()) return "";
+    const uint64_t bits = uint64_t(data.size()) * 8;
+    data += static_cast<char>(0x80);
+    while (data.size() % 64 != 56) data += '\0';
+    for (int i = 7; i >= 0; --i) data += static_cast<char>((bits >> (8 * i)) & 0xff);
+    Sha256 s;
+    for (size_t i = 0; i < data.size(); i += 64) s.block(reinterpret_cast<const unsigned char *>(data.data() + i));
+    char out[65];
+    for (int i = 0; i < 8; ++i) std::snprintf(out + 8 * i, 9, "%08x", s.h[i]);
+    return std::string(out, 64);
+}
+
+long peak_rss_kb() {
+    struct rusage usage {};
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_maxrss;  // kilobytes on Linux
+}
+
+double now_ms() {
+    using clock = std::chrono::steady_clock;
+    return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
+}
+
+bool parse_options(int argc, char ** argv, const char * tool, bool needs_library, Options & opt) {
+    auto usage = [&](const std::string & why) {
+        std::fprintf(stderr, "%s: %s\nusage: %s --bundle DIR --prompts FILE [--out FILE|-]%s [--cell ID]\n"
+                             "       [--max-tokens N] [--repeats N] [--temperature T] [--top-k K] [--top-p P]\n"
+                             "       [--repeat-penalty R] [--seed S]\n",
+                     tool, why.c_str(), tool, needs_library ? " --library PATH" : "");
+        return false;
+    };
+    for (int i = 1; i < argc; ++i) {
+        const std::string flag = argv[i];
+        if (i + 1 >= argc) return usage("missing value for " + flag);
+        const std::string value = argv[++i];
+        try {
+            if (flag == "--bundle") opt.bundle = value;
+            else if (flag == "--prompts") opt.prompts = value;
+            else if (flag == "--out") opt.out = value;
+            else if (flag == "--library") opt.library = value;
+            else if (flag == "--cell") opt.cell = value;
+            else if (flag == "--max-tokens") opt.max_tokens = std::stoi(value);
+            else if (flag == "--repeats") opt.repeats = std::stoi(value);
+            else if (flag == "--temperature") opt.temperature = std::stof(value);
+            else if (flag == "--top-k") opt.top_k = std::stoi(value);
+            else if (flag == "--top-p") opt.top_p = std::stof(value);
+            else if (flag == "--repeat-penalty") opt.repeat_penalty = std::stof(value);
+            else if (flag == "--seed") opt.seed = std::stoi(value);
+            else return usage("unknown option " + flag);
+        } catch (const std::exception &) {
+            return usage("bad value '" + value + "' for " + flag);
+        }
+    }
+    if (opt.bundle.empty() || opt.prompts.empty()) return usage("--bundle and --prompts are required");
+    if (needs_library && opt.library.empty()) return usage("--library is required");
+    if (opt.repeats < 1 || opt.max_tokens < 1) return usage("--repeats and --max-tokens must be >= 1");
+    if (opt.out.empty()) opt.out = "-";
+    return true;
+}
+
+void write_header(FILE * f, const char * tool, const Options & opt, const std::string & identity_json) {
+    std::fprintf(f,
+                 "{\"type\": \"header\", \"format\": \"eliza-bench/1\", \"tool\": %s, \"cell\": %s, "
+                 "\"bundle\": %s, \"prompts_file\": %s, \"max_tokens\": %d, \"repeats\": %d, "
+                 "\"sampling\": {\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, \"repeat_penalty\": %g, "
+                 "\"seed\": %d}, \"build\": %s}\n",
+                 json_string(tool).c_str(), json_string(opt.cell).c_str(), json_string(opt.bundle).c_str(),
+                 json_string(opt.prompts).c_str(), opt.max_tokens, opt.repeats, opt.temperature, opt.top_k,
+                 opt.top_p, opt.repeat_penalty, opt.seed, identity_json.c_str());
+}
+
+namespace {
+
+std::string numbers(const std::vector<double> & v) {
+    std::string out = "[";
+    char buf[32];
+    for (size_t i = 0; i < v.size(); ++i) {
+        std::snprintf(buf, sizeof buf, "%s%.6g", i ? ", " : "", v[i]);
+        out += buf;
+    }
+    return out + "]";
+}
+
+std::string ints(const std::vector<int32_t> & v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+    return out + "]";
+}
+
+}  // namespace
+
+void write_prompt(FILE * f, size_t index, const std::string & prompt, const PromptRun & run) {
+    std::string drafter = "[";
+    for (size_t i = 0; i < run.drafter.size(); ++i) {
+        drafter += (i ? ", [" : "[") + std::to_string(run.drafter[i].first) + ", " +
+                   std::to_string(run.drafter[i].second) + "]";
+    }
+    drafter += "]";
+    std::fprintf(f,
+                 "{\"type\": \"prompt\", \"index\": %zu, \"prompt\": %s, \"prompt_tokens\": %s, \"tokens\": %s, "
+                 "\"text_hex\": \"%s\", \"final_status\": %d, \"repeats_identical\": %s, \"drafter\": %s, "
+                 "\"prefill_ms\": %s, \"first_token_ms\": %s, \"decode_tok_s\": %s, \"peak_rss_kb\": %ld}\n",
+                 index, json_string(prompt).c_str(), ints(run.prompt_tokens).c_str(), ints(run.tokens).c_str(),
+                 hex(run.text).c_str(), run.final_status, run.repeats_identical ? "true" : "false", drafter.c_str(),
+                 numbers(run.prefill_ms).c_str(), numbers(run.first_token_ms).c_str(),
+                 numbers(run.decode_tok_s).c_str(), peak_rss_kb());
+}
+
+}  // namespace bench

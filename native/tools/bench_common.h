@@ -1,0 +1,56 @@
+// Shared by e2e_loop_bench and reference_runner: the prompt file, the record format, and
+// the measurements, so both tools emit records the diff engine compares field by field.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace bench {
+
+// Prompt file: UTF-8, one prompt per line; blank lines and lines starting with '#' are
+// skipped; "\n", "\t" and "\\" inside a line are escapes.
+bool read_prompts(const std::string & path, std::vector<std::string> & out, std::string & error);
+
+std::string json_string(const std::string & s);  // quoted, escaped; invalid UTF-8 bytes as \u00XX
+std::string hex(const std::string & bytes);
+std::string sha256_file(const std::string & path);  // "" when unreadable
+std::string read_file(const std::string & path);    // "" when unreadable
+std::string one_line(std::string json);             // newlines -> spaces: records are JSON lines
+long peak_rss_kb();
+double now_ms();
+
+struct Options {
+    std::string bundle;
+    std::string prompts;
+    std::string out;           // "-" = stdout
+    std::string library;       // e2e_loop_bench: the libelizainference to dlopen
+    std::string cell = "unknown";
+    int max_tokens = 64;
+    int repeats = 1;
+    float temperature = 0.0f;
+    float top_p = 1.0f;
+    int top_k = 0;
+    float repeat_penalty = 1.0f;
+    int seed = 0;
+};
+
+// Parses --flag value pairs; on error prints usage to stderr and returns false.
+bool parse_options(int argc, char ** argv, const char * tool, bool needs_library, Options & opt);
+
+// One prompt's result over all repeats; tokens/text from the first repeat.
+struct PromptRun {
+    std::vector<int32_t> prompt_tokens;
+    std::vector<int32_t> tokens;
+    std::string text;
+    std::vector<std::pair<int32_t, int32_t>> drafter;  // per step (drafted, accepted)
+    int final_status = 0;
+    bool repeats_identical = true;
+    std::vector<double> prefill_ms, first_token_ms, decode_tok_s;
+};
+
+void write_header(FILE * f, const char * tool, const Options & opt, const std::string & identity_json);
+void write_prompt(FILE * f, size_t index, const std::string & prompt, const PromptRun & run);
+
+}  // namespace bench

@@ -1,0 +1,180 @@
+// reference_runner: the pre-seam baseline. The same prompts through a plain llama.h loop —
+// no C ABI, no seam — with the same context rule and sampler chain as the library, writing
+// the same records as e2e_loop_bench so the diff engine can compare them byte for byte.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_common.h"
+#include "llama.h"
+
+namespace {
+
+void silent(ggml_log_level, const char *, void *) {}
+
+int fail(const std::string & message) {
+    std::fprintf(stderr, "reference_runner: %s\n", message.c_str());
+    return 1;
+}
+
+// The library's rule (native/src/context.cpp): min(training context, 4096) and
+// min(hardware threads, 8), with ELIZA_N_CTX / ELIZA_N_THREADS overrides.
+uint32_t context_size(const llama_model * model) {
+    if (const char * v = std::getenv("ELIZA_N_CTX"); v && *v) return static_cast<uint32_t>(std::atol(v));
+    const int32_t trained = llama_model_n_ctx_train(model);
+    return std::min<uint32_t>(trained > 0 ? static_cast<uint32_t>(trained) : 4096u, 4096u);
+}
+
+int32_t thread_count() {
+    if (const char * v = std::getenv("ELIZA_N_THREADS"); v && *v) return std::atoi(v);
+    return std::min<int32_t>(static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())), 8);
+}
+
+llama_sampler * make_sampler(const bench::Options & opt, int32_t n_vocab) {
+    llama_sampler_chain_params sparams = llama_sampler_chain_default_params();
+    sparams.no_perf = true;
+    llama_sampler * chain = llama_sampler_chain_init(sparams);
+    if (opt.repeat_penalty > 0.0f && opt.repeat_penalty != 1.0f) {
+        llama_sampler_chain_add(chain, llama_sampler_init_penalties(n_vocab, 64, opt.repeat_penalty, 0.0f, 0.0f));
+    }
+    if (opt.temperature <= 0.0f) {
+        llama_sampler_chain_add(chain, llama_sampler_init_greedy());
+        return chain;
+    }
+    if (opt.top_k > 0) llama_sampler_chain_add(chain, llama_sampler_init_top_k(opt.top_k));
+    if (opt.top_p > 0.0f && opt.top_p < 1.0f) llama_sampler_chain_add(chain, llama_sampler_init_top_p(opt.top_p, 1));
+    llama_sampler_chain_add(chain, llama_sampler_init_temp(opt.temperature));
+    llama_sampler_chain_add(chain, llama_sampler_init_dist(opt.seed >= 0 ? static_cast<uint32_t>(opt.seed) : 0u));
+    return chain;
+}
+
+bool decode_all(llama_context * lctx, const std::vector<llama_token> & tokens) {
+    const size_t n_batch = llama_n_batch(lctx);
+    for (size_t done = 0; done < tokens.size();) {
+        const size_t chunk = std::min(n_batch, tokens.size() - done);
+        llama_batch batch = llama_batch_get_one(const_cast<llama_token *>(tokens.data() + done), static_cast<int32_t>(chunk));
+        if (llama_decode(lctx, batch) != 0) return false;
+        done += chunk;
+    }
+    return true;
+}
+
+std::string model_path(const std::string & bundle) {
+    // The bundle layout of the library: exactly one text/*.gguf; the runner takes the first.
+    const std::string cmd = "ls -1 '" + bundle + "'/text/*.gguf 2>/dev/null";
+    std::string out;
+    if (FILE * p = popen(cmd.c_str(), "r")) {
+        char buf[4096];
+        if (std::fgets(buf, sizeof buf, p)) out = buf;
+        pclose(p);
+    }
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    return out;
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    bench::Options opt;
+    if (!bench::parse_options(argc, argv, "reference_runner", false, opt)) return 2;
+    std::vector<std::string> prompts;
+    std::string error;
+    if (!bench::read_prompts(opt.prompts, prompts, error)) return fail(error) + 1;
+
+    llama_log_set(silent, nullptr);
+    llama_backend_init();
+    const std::string path = model_path(opt.bundle);
+    if (path.empty()) return fail("bundle '" + opt.bundle + "' has no text/*.gguf");
+    llama_model * model = llama_model_load_from_file(path.c_str(), llama_model_default_params());
+    if (!model) return fail("cannot load text model '" + path + "'");
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+
+    char self[4096] = {0};
+    const ssize_t n_self = readlink("/proc/self/exe", self, sizeof self - 1);
+    const std::string exe = n_self > 0 ? std::string(self, static_cast<size_t>(n_self)) : std::string(argv[0]);
+    const std::string info = bench::read_file(exe.substr(0, exe.find_last_of('/') + 1) + "build-info.json");
+    const std::string identity = "{\"library\": " + bench::json_string(exe) + ", \"library_sha256\": " +
+                                 bench::json_string(bench::sha256_file(exe)) +
+                                 ", \"info\": " + (info.empty() ? std::string("null") : bench::one_line(info)) + "}";
+    FILE * out = opt.out == "-" ? stdout : std::fopen(opt.out.c_str(), "w");
+    if (!out) return fail("cannot write '" + opt.out + "'");
+    bench::write_header(out, "reference_runner", opt, identity);
+
+    llama_context_params cparams = llama_context_default_params();
+    cparams.n_ctx = context_size(model);
+    cparams.n_batch = std::min<uint32_t>(cparams.n_ctx, 512);
+    cparams.n_ubatch = cparams.n_batch;
+    cparams.n_seq_max = 1;
+    cparams.n_threads = thread_count();
+    cparams.n_threads_batch = cparams.n_threads;
+    cparams.no_perf = true;
+
+    int rc = 0;
+    for (size_t p = 0; p < prompts.size() && rc == 0; ++p) {
+        bench::PromptRun run;
+        std::vector<llama_token> prompt(prompts[p].size() + 2);
+        const int32_t n_prompt = llama_tokenize(vocab, prompts[p].data(), static_cast<int32_t>(prompts[p].size()),
+                                                prompt.data(), static_cast<int32_t>(prompt.size()), true, false);
+        if (n_prompt < 0) return fail("cannot tokenize prompt " + std::to_string(p));
+        prompt.resize(static_cast<size_t>(n_prompt));
+        run.prompt_tokens.assign(prompt.begin(), prompt.end());
+        for (int r = 0; r < opt.repeats; ++r) {
+            llama_context * lctx = llama_init_from_model(model, cparams);
+            llama_sampler * smpl = make_sampler(opt, llama_vocab_n_tokens(vocab));
+            if (!lctx || !smpl) return fail("cannot create a context");
+            std::vector<int32_t> tokens;
+            std::string text;
+            const double t0 = bench::now_ms();
+            if (!decode_all(lctx, prompt)) return fail("prefill failed for prompt " + std::to_string(p));
+            const double t_prefill = bench::now_ms();
+            double t_first = 0.0;
+            size_t held = prompt.size();
+            int status = 0;
+            while (status == 0) {
+                const llama_token tok = llama_sampler_sample(smpl, lctx, -1);
+                if (t_first == 0.0 && llama_vocab_is_eog(vocab, tok)) t_first = bench::now_ms();
+                if (llama_vocab_is_eog(vocab, tok)) {
+                    status = 1;
+                    break;
+                }
+                char piece[256];
+                const int32_t n = llama_token_to_piece(vocab, tok, piece, sizeof piece, 0, false);
+                text.append(piece, static_cast<size_t>(std::max(n, 0)));
+                tokens.push_back(tok);
+                const bool full = held + 1 > llama_n_ctx(lctx);
+                if (!full) {
+                    if (!decode_all(lctx, {tok})) return fail("decode failed");
+                    ++held;
+                }
+                if (t_first == 0.0) t_first = bench::now_ms();
+                if (full || static_cast<int>(tokens.size()) >= opt.max_tokens) status = 1;
+            }
+            const double t_end = bench::now_ms();
+            llama_sampler_free(smpl);
+            llama_free(lctx);
+            if (r == 0) {
+                run.tokens = tokens;
+                run.text = text;
+                run.drafter.assign(tokens.size() + (tokens.size() < static_cast<size_t>(opt.max_tokens) ? 1 : 0),
+                                   {0, 0});
+                run.final_status = status;
+            } else if (tokens != run.tokens || text != run.text) {
+                run.repeats_identical = false;
+            }
+            run.prefill_ms.push_back(t_prefill - t0);
+            run.first_token_ms.push_back(t_first - t0);
+            run.decode_tok_s.push_back(tokens.size() > 1 && t_end > t_first
+                                           ? (tokens.size() - 1) * 1000.0 / (t_end - t_first)
+                                           : 0.0);
+        }
+        bench::write_prompt(out, p, prompts[p], run);
+    }
+    if (out != stdout) std::fclose(out);
+    llama_model_free(model);
+    return rc;
+}
