@@ -1,0 +1,98 @@
+"""The bench tools on a real build: records, identity with the reference runner, identity
+broken on purpose, and clear failures on bad bundles."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eliza.bench.diff import compare_identity
+from eliza.bench.tools import BenchSettings, BenchToolError, bench_argv, reference_argv, run_tool
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("prompts") / "p.txt"
+    path.write_text("# comment\nOnce upon a time\n\nThe price\nnaïve café — 東京 and\nline one\\nline two\n")
+    return path
+
+
+def settings(bundle: Path, prompts: Path, **kw: object) -> BenchSettings:
+    return BenchSettings(bundle=bundle, prompts=prompts, max_tokens=24, repeats=2, **kw)  # type: ignore[arg-type]
+
+
+def test_ffi_and_reference_are_byte_identical(
+    library_path: Path, tiny_bundle: Path, prompts: Path, tmp_path: Path
+) -> None:
+    s = settings(tiny_bundle, prompts)
+    ffi = run_tool(
+        bench_argv(library_path.parent, library_path, s, "t", tmp_path / "f.jsonl"), tmp_path / "f.jsonl"
+    )
+    ref = run_tool(reference_argv(library_path.parent, s, "t", tmp_path / "r.jsonl"), tmp_path / "r.jsonl")
+    assert [p.prompt for p in ffi.prompts] == [
+        "Once upon a time",
+        "The price",
+        "naïve café — 東京 and",
+        "line one\nline two",
+    ]
+    result = compare_identity(ffi, ref)
+    assert result.identical, result.report()
+    assert ffi.prompts[1].text == "€.".encode() and ffi.prompts[1].final_status == 1
+    assert all(p.repeats_identical and len(p.decode_tok_s) == 2 for p in ffi.prompts)
+    build = ffi.header["build"]
+    assert build["library_sha256"] == hashlib.sha256(library_path.read_bytes()).hexdigest()
+    assert build["info"]["abi_version"] == "9" and build["info"]["llama_cpp"]["cpu_isa"]
+    assert all(d == (0, 0) for p in ffi.prompts for d in p.drafter)
+
+
+def test_changed_sampling_parameter_breaks_identity(
+    library_path: Path, tiny_bundle: Path, prompts: Path, tmp_path: Path
+) -> None:
+    base = settings(tiny_bundle, prompts)
+    ffi = tmp_path / "f.jsonl"
+    ref = tmp_path / "r.jsonl"
+    run_tool(bench_argv(library_path.parent, library_path, base, "t", ffi), ffi)
+    penalised = BenchSettings(**{**base.__dict__, "repeat_penalty": 1.8})
+    run_tool(reference_argv(library_path.parent, penalised, "t", ref), ref)
+    cli = subprocess.run(
+        [sys.executable, "-m", "eliza.bench", str(ffi), str(ref)], capture_output=True, text=True
+    )
+    assert cli.returncode == 1
+    assert "DIFFERENT" in cli.stdout and "first divergence at step" in cli.stdout
+    assert "token" in cli.stdout and "⟦" in cli.stdout  # both texts shown around the divergence
+
+
+def test_missing_or_corrupt_bundle_fails_clearly(library_path: Path, prompts: Path, tmp_path: Path) -> None:
+    missing = settings(tmp_path / "nope", prompts)
+    with pytest.raises(BenchToolError, match=r"e2e_loop_bench exited 1: .*does not exist"):
+        run_tool(
+            bench_argv(library_path.parent, library_path, missing, "t", tmp_path / "o.jsonl"),
+            tmp_path / "o.jsonl",
+        )
+    corrupt = tmp_path / "corrupt"
+    (corrupt / "text").mkdir(parents=True)
+    (corrupt / "text" / "m.gguf").write_bytes(b"GGUF" + b"\x00" * 64)
+    with pytest.raises(BenchToolError, match="cannot load text model"):
+        run_tool(
+            bench_argv(
+                library_path.parent, library_path, settings(corrupt, prompts), "t", tmp_path / "o.jsonl"
+            ),
+            tmp_path / "o.jsonl",
+        )
+    with pytest.raises(BenchToolError, match=r"reference_runner exited 1: .*cannot load text model"):
+        run_tool(
+            reference_argv(library_path.parent, settings(corrupt, prompts), "t", tmp_path / "o.jsonl"),
+            tmp_path / "o.jsonl",
+        )
+    assert not (tmp_path / "o.jsonl").exists() and not (tmp_path / "o.jsonl.part").exists()
+
+
+def test_bad_arguments_exit_2(library_path: Path) -> None:
+    result = subprocess.run(
+        [str(library_path.parent / "e2e_loop_bench"), "--bundle", "x"], capture_output=True, text=True
+    )
+    assert result.returncode == 2 and "--bundle and --prompts are required" in result.stderr
