@@ -1,0 +1,45 @@
+"""The rendered report of a real verify-style evidence set opens in headless Chromium."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from eliza.evidence import Status, write_record
+from eliza.evidence_io import GitState, host_info, to_record
+from eliza.fingerprint import fingerprint_for, input_hashes
+from eliza.outcome import CheckOutcome
+from eliza.paths import REPO_ROOT
+from eliza.runs import render, screenshot
+from eliza.workflow import host_facts, load_project_matrix
+
+
+@pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="chromium is not installed (ci/setup.sh installs it)"
+)
+def test_report_renders_in_chromium_with_escaped_script(tmp_path: Path) -> None:
+    matrix = load_project_matrix()
+    bundle = tmp_path / "bundle"
+    hashes = input_hashes(REPO_ROOT, bundle, tmp_path / "none.txt", host_facts())
+    cell, check = matrix.cell("linux-cpu.none"), matrix.check("build")
+    evil = "<script>alert('x')</script>"
+    outcome = CheckOutcome(
+        cell=cell.id, check=check.id, status=Status.FAILED, ran=2, passed=1, reason=evil, log_tail=evil
+    )
+    record = to_record(
+        outcome,
+        fingerprint_for(cell, check, hashes),
+        GitState(commit="abc", dirty=False),
+        host_info(host_facts()),
+    )
+    write_record(tmp_path / "evidence", record)
+
+    paths, report = render(matrix, [tmp_path / "evidence"], tmp_path / "report", bundle)
+    html = paths.html.read_text()
+    assert evil not in html and "&lt;script&gt;" in html
+    assert report.entry(cell.id, check.id).state.value == "failed"
+    png = screenshot(paths.html, tmp_path / "report.png")
+    assert png is not None and png.stat().st_size > 20_000
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
