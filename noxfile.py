@@ -130,8 +130,15 @@ def report(session: nox.Session) -> None:
     jobs.report(MATRIX, session.posargs, session.log)
 
 
+@nox.session(name="ci-files", python=False)
+def ci_files(session: nox.Session) -> None:
+    """Regenerate ci/workflows/ from matrix.yaml (one CI job per cell plus the report job)."""
+    session.run("python", "-m", "eliza.cli", "ci-files")
+
+
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
-    """ruff and mypy --strict on eliza/."""
-    session.run("ruff", "check", "eliza", "tests", "noxfile.py")
+    """ruff, mypy --strict on eliza/, and the generated CI files checked for drift."""
+    session.run("ruff", "check", "eliza", "tests", "noxfile.py", "conanfile.py")
     session.run("mypy", "--strict", "eliza")
+    session.run("python", "-m", "eliza.cli", "ci-files", "--check")

@@ -63,7 +63,48 @@ def _from_subchecks(
     )
 
 
-def build_outcome(cell: Cell, check_id: str, built: BuiltCell) -> CheckOutcome:
+_GENERATE = (
+    "import sys\n"
+    "from pathlib import Path\n"
+    "from eliza.workflow import generate_text\n"
+    "tokens, text = generate_text(Path(sys.argv[1]), Path(sys.argv[2]), 'Once upon a time there was', 48)\n"
+    "print(' '.join(map(str, tokens)), text.hex())\n"
+)
+
+
+def generated_in_subprocess(library: Path, bundle: Path) -> tuple[str, str]:
+    """(stdout, stderr) of a greedy generation in a fresh process: a CUDA build initialises
+    CUDA there, and a failure cannot take the orchestrator down with it."""
+    result = subprocess.run(
+        [sys.executable, "-c", _GENERATE, str(library), str(bundle)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO_ROOT,
+    )
+    return result.stdout.strip(), result.stderr.strip()[-500:]
+
+
+def cpu_fallback_subcheck(library: Path, cpu_reference: Path, bundle: Path) -> SubCheck:
+    """A CUDA build on a host without a GPU runs on the CPU; its output must equal the CPU build's."""
+    got, err = generated_in_subprocess(library, bundle)
+    want, _ = generated_in_subprocess(cpu_reference, bundle)
+    ok = bool(got) and got == want
+    return SubCheck(
+        name="without a GPU, output equals the CPU build's",
+        ok=ok,
+        detail=f"compared with {cpu_reference}" if ok else f"got {got[:80]!r}, want {want[:80]!r} {err}",
+    )
+
+
+def build_outcome(
+    cell: Cell,
+    check_id: str,
+    built: BuiltCell,
+    *,
+    cpu_reference: Path | None = None,
+    bundle: Path | None = None,
+) -> CheckOutcome:
     watch = Stopwatch()
     subs = [SubCheck(name="library built", ok=built.library.is_file(), detail=str(built.library))]
     symbols = exported_symbols(built.library) if built.library.is_file() else []
@@ -94,6 +135,8 @@ def build_outcome(cell: Cell, check_id: str, built: BuiltCell) -> CheckOutcome:
         deps = subprocess.run(["ldd", str(built.library)], capture_output=True, text=True, check=False).stdout
         for lib in ("libcudart", "libcublas"):
             subs.append(SubCheck(name=f"links {lib}", ok=lib in deps, detail=_ldd_line(deps, lib)))
+        if cpu_reference is not None and bundle is not None:
+            subs.append(cpu_fallback_subcheck(built.library, cpu_reference, bundle))
     source = llama.get("source", {})
     return _from_subchecks(
         cell,

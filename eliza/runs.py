@@ -41,6 +41,8 @@ class Run:
     bundle: Path
     prompts: Path = DEFAULT_PROMPTS
     evidence_dir: Path = EVIDENCE_DIR
+    only: frozenset[str] | None = None  # cell ids whose evidence this run records (None: all)
+    cpu_reference: Path | None = None  # a CPU no-gate library, for the CUDA cells' fallback check
     hashes: InputHashes = field(init=False)
     git: evidence_io.GitState = field(init=False)
     written: list[CheckOutcome] = field(default_factory=list)
@@ -56,6 +58,8 @@ class Run:
 
     def record(self, outcomes: Sequence[CheckOutcome]) -> None:
         for o in outcomes:
+            if self.only is not None and o.cell not in self.only:
+                continue
             cell = self.matrix.cell(o.cell)
             check = self.matrix.check(o.check)
             baseline = str(o.details.get("baseline_commit", "")) if o.details else ""
@@ -90,7 +94,10 @@ def run_platform_checks(
 ) -> list[workflow.BuiltCell]:
     """Builds the platform's cells and runs every check this host can run on them."""
     matrix = run.matrix
-    cells = matrix.cells_of(platform.id)
+    # With --cell, the platform's no-gate cell is built too: gates and abi compare with it.
+    cells = tuple(
+        c for c in matrix.cells_of(platform.id) if run.only is None or c.id in run.only or not c.gates
+    )
     can = workflow.capability(platform)
     built = workflow.build_cells(cells, matrix, on_built=lambda b: run.log(workflow.describe_build(b)))
     by_id = {b.cell_id: b for b in built}
@@ -99,7 +106,13 @@ def run_platform_checks(
     outcomes: list[CheckOutcome] = []
     for cell in cells:
         if (check := run.check_of(cell, CheckKind.BUILD)) is not None:
-            outcomes.append(checks.build_outcome(cell, check.id, by_id[cell.id]))
+            outcomes.append(
+                checks.build_outcome(
+                    cell, check.id, by_id[cell.id], cpu_reference=run.cpu_reference, bundle=run.bundle
+                )
+            )
+            if platform.llama_backend == "cpu" and not cell.gates and run.cpu_reference is None:
+                run.cpu_reference = by_id[cell.id].library
         if (check := run.check_of(cell, CheckKind.ABI)) is not None:
             reference = by_id[none.id].library if none is not None else None
             outcomes.append(checks.abi_outcome(cell, check.id, by_id[cell.id].library, reference))

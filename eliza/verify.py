@@ -41,23 +41,38 @@ def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
     parser.add_argument("--rerun", action="store_true", help="re-run checks that have fresh passing evidence")
     parser.add_argument("--baseline", metavar="REF", help="also diff every cell against a build of REF")
     parser.add_argument("--no-bench", action="store_true", help="skip the byte-identity bench")
+    parser.add_argument(
+        "--cell",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="only these cells (repeatable); a CI job per cell uses this",
+    )
     args = parser.parse_args(list(argv))
+    known = {c.id for c in matrix.cells}
+    unknown = [c for c in args.cell if c not in known]
+    if unknown:
+        parser.error(f"unknown cell {unknown[0]!r}; cells of matrix.yaml: {', '.join(sorted(known))}")
+    only = frozenset(args.cell) if args.cell else None
+    wanted_platforms = {matrix.cell(c).platform.id for c in args.cell}
 
-    run = Run(matrix=matrix, log=log, bundle=workflow.ensure_tiny_bundle())
+    run = Run(matrix=matrix, log=log, bundle=workflow.ensure_tiny_bundle(), only=only)
     reference: Path | None = None
     for platform in matrix.platforms:
+        if only is not None and platform.id not in wanted_platforms:
+            continue
         can = workflow.capability(platform)
         if not can.can_build:
             log(f"{platform.id}: not buildable here — {can.build_reason}")
             continue
-        if platform.slow_build and not _llama_cached(platform, matrix):
+        if platform.slow_build and only is None and not _llama_cached(platform, matrix):
             reason = (
                 f"slow build not started by verify: run `nox -s build-{platform.id}` once, then verify again"
             )
             log(f"{platform.id}: {reason}")
             skip_platform(run, platform, reason)
             continue
-        log(f"{platform.id}: building {len(matrix.cells_of(platform.id))} cells and running its checks")
+        log(f"{platform.id}: building and running its checks")
         built = run_platform_checks(
             run, platform, rerun=args.rerun, bench=not args.no_bench, baseline=args.baseline
         )

@@ -191,7 +191,7 @@ def bench_platform(
     log: Log,
     baseline_library: Callable[[str, Cell], tuple[Path, bool]] | None = None,
 ) -> tuple[list[CheckOutcome], dict[str, object] | None]:
-    cells = matrix.cells_of(platform_id)
+    cells = tuple(c for c in matrix.cells_of(platform_id) if c.id in libraries)
     runs: dict[str, CellRuns] = {}
     outcomes: list[CheckOutcome] = []
     for cell in cells:

@@ -1,0 +1,57 @@
+"""`eliza`: the command line for what is not a nox session.
+
+eliza check-matrix [PATH]      validate a matrix file; print its cells (exit 2 on errors)
+eliza ci-files [--check]       regenerate the CI workflow from matrix.yaml (or fail on drift)
+eliza bench-diff A B           byte-identity diff of two bench record files
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _check_matrix(path: Path) -> int:
+    from eliza.matrix.loader import MatrixError, load_matrix
+
+    try:
+        matrix = load_matrix(path)
+    except MatrixError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    for warning in matrix.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"{path}: {len(matrix.platforms)} platforms, {len(matrix.gates)} gates, {len(matrix.cells)} cells")
+    for cell in matrix.cells:
+        print(f"  {cell.id}: {', '.join(c.id for c in cell.checks)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="eliza", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("check-matrix", help="validate a matrix file")
+    check.add_argument("path", type=Path, nargs="?", default=Path("matrix.yaml"))
+    ci = sub.add_parser("ci-files", help="regenerate the CI workflow from matrix.yaml")
+    ci.add_argument("--check", action="store_true", help="fail when the checked-in files differ")
+    diff = sub.add_parser("bench-diff", help="byte-identity diff of two bench runs")
+    diff.add_argument("left")
+    diff.add_argument("right")
+    args = parser.parse_args(argv)
+
+    if args.command == "check-matrix":
+        return _check_matrix(args.path)
+    if args.command == "ci-files":
+        from eliza.ci_files import write_or_check
+
+        return write_or_check(check=args.check)
+    from eliza.bench.__main__ import main as bench_main
+
+    return bench_main([args.left, args.right])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
