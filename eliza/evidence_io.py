@@ -3,7 +3,6 @@ fingerprint, hashes the artifacts, writes atomically (eliza.evidence.write_recor
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from eliza.evidence import (
 from eliza.host import HostFacts
 from eliza.outcome import CheckOutcome
 from eliza.paths import REPO_ROOT
+from eliza.sources import sha256_file
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,18 +56,10 @@ def host_info(host: HostFacts) -> HostInfo:
     )
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def artifact(path: Path, repo: Path = REPO_ROOT) -> Artifact:
     shown = path.resolve()
     rel = shown.relative_to(repo) if shown.is_relative_to(repo) else shown
-    return Artifact(path=rel.as_posix(), sha256=_sha256(shown))
+    return Artifact(path=rel.as_posix(), sha256=sha256_file(shown))
 
 
 def to_record(
@@ -100,7 +92,7 @@ def resolve_artifact(artifact: Artifact, repo: Path = REPO_ROOT) -> bool | None:
     path = path if path.is_absolute() else repo / path
     if not path.is_file():
         return None
-    return _sha256(path) == artifact.sha256
+    return sha256_file(path) == artifact.sha256
 
 
 def save(

@@ -195,6 +195,22 @@ bool parse_options(int argc, char ** argv, const char * tool, bool needs_library
     return true;
 }
 
+void add_repeat(PromptRun & run, bool first, Repeat r) {
+    run.prefill_ms.push_back(r.t_prefill - r.t0);
+    run.first_token_ms.push_back(r.t_first - r.t0);
+    run.decode_tok_s.push_back(r.tokens.size() > 1 && r.t_end > r.t_first
+                                   ? (r.tokens.size() - 1) * 1000.0 / (r.t_end - r.t_first)
+                                   : 0.0);
+    if (first) {
+        run.tokens = std::move(r.tokens);
+        run.text = std::move(r.text);
+        run.drafter = std::move(r.drafter);
+        run.final_status = r.status;
+    } else if (r.tokens != run.tokens || r.text != run.text) {
+        run.repeats_identical = false;
+    }
+}
+
 void write_header(FILE * f, const char * tool, const Options & opt, const std::string & identity_json) {
     std::fprintf(f,
                  "{\"type\": \"header\", \"format\": \"eliza-bench/1\", \"tool\": %s, \"cell\": %s, "

@@ -50,6 +50,18 @@ struct PromptRun {
     std::vector<double> prefill_ms, first_token_ms, decode_tok_s;
 };
 
+// One repeat of one prompt, as a tool measured it.
+struct Repeat {
+    std::vector<int32_t> tokens;
+    std::string text;
+    std::vector<std::pair<int32_t, int32_t>> drafter;
+    int status = 0;
+    double t0 = 0, t_prefill = 0, t_first = 0, t_end = 0;  // ms: start, prefill done, first step, last step
+};
+
+// The first repeat sets the outputs; later ones must reproduce them. Timings of all repeats.
+void add_repeat(PromptRun & run, bool first, Repeat r);
+
 void write_header(FILE * f, const char * tool, const Options & opt, const std::string & identity_json);
 void write_prompt(FILE * f, size_t index, const std::string & prompt, const PromptRun & run);
 

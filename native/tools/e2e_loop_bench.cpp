@@ -122,48 +122,32 @@ int main(int argc, char ** argv) {
                 rc = report(api, "eliza_inference_llm_stream_open", err);
                 break;
             }
-            std::vector<int32_t> tokens;
-            std::string generated;
-            std::vector<std::pair<int32_t, int32_t>> drafter;
-            const double t0 = bench::now_ms();
+            bench::Repeat rep;
+            rep.t0 = bench::now_ms();
             if (api.prefill(stream, run.prompt_tokens.data(), run.prompt_tokens.size(), &err) < 0) {
                 rc = report(api, "eliza_inference_llm_stream_prefill", err);
                 api.close(stream);
                 break;
             }
-            const double t_prefill = bench::now_ms();
-            double t_first = 0.0;
-            int status = 0;
-            while (status == 0) {
+            rep.t_prefill = bench::now_ms();
+            while (rep.status == 0) {
                 size_t n = 0;
                 int32_t drafted = 0, accepted = 0;
-                status = api.next(stream, step_tokens.data(), step_tokens.size(), &n, text.data(), text.size(),
-                                  &drafted, &accepted, &err);
-                if (status < 0) {
+                rep.status = api.next(stream, step_tokens.data(), step_tokens.size(), &n, text.data(), text.size(),
+                                      &drafted, &accepted, &err);
+                if (rep.status < 0) {
                     rc = report(api, "eliza_inference_llm_stream_next", err);
                     break;
                 }
-                if (t_first == 0.0) t_first = bench::now_ms();
-                tokens.insert(tokens.end(), step_tokens.begin(), step_tokens.begin() + static_cast<long>(n));
-                generated += text.data();
-                drafter.emplace_back(drafted, accepted);
+                if (rep.t_first == 0.0) rep.t_first = bench::now_ms();
+                rep.tokens.insert(rep.tokens.end(), step_tokens.begin(), step_tokens.begin() + static_cast<long>(n));
+                rep.text += text.data();
+                rep.drafter.emplace_back(drafted, accepted);
             }
-            const double t_end = bench::now_ms();
+            rep.t_end = bench::now_ms();
             api.close(stream);
             if (rc != 0) break;
-            if (r == 0) {
-                run.tokens = tokens;
-                run.text = generated;
-                run.drafter = drafter;
-                run.final_status = status;
-            } else if (tokens != run.tokens || generated != run.text) {
-                run.repeats_identical = false;
-            }
-            run.prefill_ms.push_back(t_prefill - t0);
-            run.first_token_ms.push_back(t_first - t0);
-            run.decode_tok_s.push_back(tokens.size() > 1 && t_end > t_first
-                                           ? (tokens.size() - 1) * 1000.0 / (t_end - t_first)
-                                           : 0.0);
+            bench::add_repeat(run, r == 0, std::move(rep));
         }
         if (rc == 0) bench::write_prompt(out, p, prompts[p], run);
     }

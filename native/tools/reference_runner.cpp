@@ -127,50 +127,34 @@ int main(int argc, char ** argv) {
             llama_context * lctx = llama_init_from_model(model, cparams);
             llama_sampler * smpl = make_sampler(opt, llama_vocab_n_tokens(vocab));
             if (!lctx || !smpl) return fail("cannot create a context");
-            std::vector<int32_t> tokens;
-            std::string text;
-            const double t0 = bench::now_ms();
+            bench::Repeat rep;
+            rep.t0 = bench::now_ms();
             if (!decode_all(lctx, prompt)) return fail("prefill failed for prompt " + std::to_string(p));
-            const double t_prefill = bench::now_ms();
-            double t_first = 0.0;
+            rep.t_prefill = bench::now_ms();
             size_t held = prompt.size();
-            int status = 0;
-            while (status == 0) {
+            while (rep.status == 0) {
                 const llama_token tok = llama_sampler_sample(smpl, lctx, -1);
-                if (t_first == 0.0 && llama_vocab_is_eog(vocab, tok)) t_first = bench::now_ms();
+                rep.drafter.emplace_back(0, 0);  // one entry per step, as the library reports
                 if (llama_vocab_is_eog(vocab, tok)) {
-                    status = 1;
-                    break;
+                    rep.status = 1;
+                } else {
+                    char piece[256];
+                    const int32_t n = llama_token_to_piece(vocab, tok, piece, sizeof piece, 0, false);
+                    rep.text.append(piece, static_cast<size_t>(std::max(n, 0)));
+                    rep.tokens.push_back(tok);
+                    const bool full = held + 1 > llama_n_ctx(lctx);
+                    if (!full) {
+                        if (!decode_all(lctx, {tok})) return fail("decode failed");
+                        ++held;
+                    }
+                    if (full || static_cast<int>(rep.tokens.size()) >= opt.max_tokens) rep.status = 1;
                 }
-                char piece[256];
-                const int32_t n = llama_token_to_piece(vocab, tok, piece, sizeof piece, 0, false);
-                text.append(piece, static_cast<size_t>(std::max(n, 0)));
-                tokens.push_back(tok);
-                const bool full = held + 1 > llama_n_ctx(lctx);
-                if (!full) {
-                    if (!decode_all(lctx, {tok})) return fail("decode failed");
-                    ++held;
-                }
-                if (t_first == 0.0) t_first = bench::now_ms();
-                if (full || static_cast<int>(tokens.size()) >= opt.max_tokens) status = 1;
+                if (rep.t_first == 0.0) rep.t_first = bench::now_ms();
             }
-            const double t_end = bench::now_ms();
+            rep.t_end = bench::now_ms();
             llama_sampler_free(smpl);
             llama_free(lctx);
-            if (r == 0) {
-                run.tokens = tokens;
-                run.text = text;
-                run.drafter.assign(tokens.size() + (tokens.size() < static_cast<size_t>(opt.max_tokens) ? 1 : 0),
-                                   {0, 0});
-                run.final_status = status;
-            } else if (tokens != run.tokens || text != run.text) {
-                run.repeats_identical = false;
-            }
-            run.prefill_ms.push_back(t_prefill - t0);
-            run.first_token_ms.push_back(t_first - t0);
-            run.decode_tok_s.push_back(tokens.size() > 1 && t_end > t_first
-                                           ? (tokens.size() - 1) * 1000.0 / (t_end - t_first)
-                                           : 0.0);
+            bench::add_repeat(run, r == 0, std::move(rep));
         }
         bench::write_prompt(out, p, prompts[p], run);
     }

@@ -43,3 +43,32 @@ def test_report_renders_in_chromium_with_escaped_script(tmp_path: Path) -> None:
     png = screenshot(paths.html, tmp_path / "report.png")
     assert png is not None and png.stat().st_size > 20_000
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_evidence_for_another_matrix_is_stale_and_merges_across_directories(tmp_path: Path) -> None:
+    from eliza.matrix.loader import parse_matrix
+
+    matrix = load_project_matrix()
+    bundle = tmp_path / "bundle"
+    hashes = input_hashes(REPO_ROOT, bundle, tmp_path / "none.txt", host_facts())
+    git = GitState(commit="0" * 40, dirty=False)
+    for directory, cell_id in (("job-a", "linux-cpu.none"), ("job-b", "linux-cpu.litert")):
+        cell, check = matrix.cell(cell_id), matrix.check("build")
+        outcome = CheckOutcome(cell=cell.id, check=check.id, status=Status.PASSED, ran=3, passed=3)
+        write_record(
+            tmp_path / directory,
+            to_record(outcome, fingerprint_for(cell, check, hashes), git, host_info(host_facts())),
+        )
+
+    _, merged = render(matrix, [tmp_path / "job-a", tmp_path / "job-b"], tmp_path / "r1", bundle)
+    assert merged.entry("linux-cpu.none", "build").state.value == "verified"
+    assert merged.entry("linux-cpu.litert", "build").state.value == "verified"
+
+    text = (REPO_ROOT / "matrix.yaml").read_text()
+    edited = parse_matrix(
+        text.replace("cpu_isa: x86-64-v3          # chosen", "cpu_isa: x86-64-v2          # chosen"),
+        str(REPO_ROOT / "matrix.yaml"),
+    )
+    _, stale = render(edited, [tmp_path / "job-a", tmp_path / "job-b"], tmp_path / "r2", bundle)
+    entry = stale.entry("linux-cpu.none", "build")
+    assert entry.state.value == "stale" and "matrix" in entry.reason
