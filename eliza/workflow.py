@@ -4,6 +4,7 @@ this host can do, build cells, lay out the tiny bundle, generate text."""
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,8 @@ from eliza.host import Capability, HostFacts, decide
 from eliza.matrix.model import Cell, Matrix, Platform
 from eliza.paths import REPO_ROOT, tiny_bundle_dir
 
-MATRIX_PATH = REPO_ROOT / "matrix.yaml"
+# ELIZA_MATRIX points every session at another matrix file (e.g. a trimmed one for a branch).
+MATRIX_PATH = Path(os.environ.get("ELIZA_MATRIX") or REPO_ROOT / "matrix.yaml")
 
 
 class NotBuildableHere(RuntimeError):
