@@ -130,6 +130,21 @@ def report(session: nox.Session) -> None:
     jobs.report(MATRIX, session.posargs, session.log)
 
 
+@nox.session(python=False)
+def benchmarks(session: nox.Session) -> None:
+    """pytest-benchmark of decode through the C ABI vs plain llama.h (saved for --benchmark-compare)."""
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests/benchmarks",
+        "--benchmark-only",
+        "--benchmark-autosave",
+        "--benchmark-columns=min,median,iqr,max,rounds",
+        *session.posargs,
+    )
+
+
 @nox.session(name="ci-files", python=False)
 def ci_files(session: nox.Session) -> None:
     """Regenerate ci/workflows/ from matrix.yaml (one CI job per cell plus the report job)."""
