@@ -132,7 +132,9 @@ ELIZA_API EliLlmStream * eliza_inference_llm_stream_open(EliInferenceContext * c
 /*
  * Appends n (>= 1) tokens to the stream's context and evaluates them. Ids must be in the
  * vocabulary and the stream's context must have room; otherwise ELIZA_ERR_INVALID_ARG and
- * the stream is unchanged. Resets the max_tokens count.
+ * the stream is unchanged. If the evaluation itself fails (or is cancelled) the context
+ * is rolled back and a _prefill must come before the next _next. Resets the max_tokens
+ * count.
  */
 ELIZA_API int eliza_inference_llm_stream_prefill(EliLlmStream * stream, const int32_t * token_ids,
                                                  size_t n, char ** out_error);
@@ -141,9 +143,10 @@ ELIZA_API int eliza_inference_llm_stream_prefill(EliLlmStream * stream, const in
  * Generates the next step. Writes the step's token ids to tokens_out (tokens_cap >= 1) and
  * their count to *num_tokens_out, and the step's text, NUL-terminated, to text_out. Text
  * never ends inside a multi-byte UTF-8 character: incomplete bytes are held back and
- * written with the step that completes them (or the final step). A text_cap too small for
- * the step's bytes plus NUL is ELIZA_ERR_INVALID_ARG with nothing consumed; 64 bytes
- * always suffice for one plain step.
+ * written with the step that completes them (or the final step). text_cap must hold the
+ * longest text one step can produce: the model's longest vocabulary piece + 3 held-back
+ * bytes + NUL. A smaller text_cap is ELIZA_ERR_INVALID_ARG before anything is generated,
+ * with the required size in the message.
  * drafter_*_out (may be NULL) receive the step's speculative stats, 0 without a drafter.
  * Returns 0 when more may follow, 1 on the final step (EOS — not written to tokens_out —,
  * max_tokens reached, or context full), < 0 on error; ELIZA_ERR_CANCELLED after _cancel.
@@ -172,14 +175,16 @@ ELIZA_API int eliza_inference_llm_stream_reset(EliLlmStream * stream);
  */
 ELIZA_API int eliza_inference_llm_stream_reset_keep(EliLlmStream * stream, int32_t n_keep);
 
-/* Writes the stream's state (context, last logits, pending text) to filename. */
+/* Writes the stream's state (context, last logits, sampler history, pending text) to
+ * filename, atomically. ELIZA_ERR_CANCELLED on a cancelled stream. */
 ELIZA_API int eliza_inference_llm_stream_save_slot(EliLlmStream * stream, const char * filename,
                                                    char ** out_error);
 
 /*
- * Replaces the stream's state with one written by _save_slot on the same model; generation
- * then continues exactly where the saved stream stood. A missing, foreign or corrupt file
- * is ELIZA_ERR_INVALID_ARG and leaves the stream reset.
+ * Replaces the stream's state with one written by _save_slot on the same model; greedy
+ * generation then continues exactly where the saved stream stood. A missing file, a file
+ * of another model or context size, or a corrupt one is ELIZA_ERR_INVALID_ARG and leaves
+ * the stream reset (as after _reset).
  */
 ELIZA_API int eliza_inference_llm_stream_restore_slot(EliLlmStream * stream, const char * filename,
                                                       char ** out_error);

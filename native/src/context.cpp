@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -18,8 +20,8 @@ namespace {
 constexpr uint32_t kMaxDefaultCtx = 4096;
 constexpr int32_t kMaxDefaultThreads = 8;
 
-// Reads a positive integer override; absent -> 0; present but malformed -> false.
-bool positive_env(const char * name, long & value, std::string & message) {
+// Reads a positive integer override up to max; absent -> 0; malformed or too big -> false.
+bool positive_env(const char * name, long max, long & value, std::string & message) {
     value = 0;
     const char * raw = std::getenv(name);
     if (raw == nullptr || *raw == '\0') {
@@ -28,12 +30,44 @@ bool positive_env(const char * name, long & value, std::string & message) {
     errno = 0;
     char * end = nullptr;
     long parsed = std::strtol(raw, &end, 10);
-    if (errno != 0 || end == raw || *end != '\0' || parsed <= 0) {
-        message = std::string(name) + "='" + raw + "' is not a positive integer; unset it or give e.g. 512";
+    if (errno != 0 || end == raw || *end != '\0' || parsed <= 0 || parsed > max) {
+        message = std::string(name) + "='" + raw + "' is not a positive integer up to " + std::to_string(max) +
+                  "; unset it or give e.g. 512";
         return false;
     }
     value = parsed;
     return true;
+}
+
+// FNV-1a over the file size, the parameter count, llama.cpp's description and the first
+// and last 64 KiB of the file (header and tensor data): cheap, and different for another
+// model even when its vocabulary and shapes match.
+uint64_t model_identity(const fs::path & path, const llama_model * model) {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](const void * data, size_t n) {
+        const auto * p = static_cast<const unsigned char *>(data);
+        for (size_t i = 0; i < n; ++i) {
+            h ^= p[i];
+            h *= 1099511628211ull;
+        }
+    };
+    std::error_code ec;
+    const uint64_t size = fs::file_size(path, ec);
+    const uint64_t params = llama_model_n_params(model);
+    char desc[256] = {0};
+    llama_model_desc(model, desc, sizeof desc);
+    mix(&size, sizeof size);
+    mix(&params, sizeof params);
+    mix(desc, std::strlen(desc));
+    std::ifstream f(path, std::ios::binary);
+    std::vector<char> block(64 * 1024);
+    f.read(block.data(), static_cast<std::streamsize>(block.size()));
+    mix(block.data(), static_cast<size_t>(f.gcount()));
+    f.clear();
+    f.seekg(size > block.size() ? static_cast<std::streamoff>(size - block.size()) : 0);
+    f.read(block.data(), static_cast<std::streamsize>(block.size()));
+    mix(block.data(), static_cast<size_t>(f.gcount()));
+    return h;
 }
 
 }  // namespace
@@ -41,8 +75,8 @@ bool positive_env(const char * name, long & value, std::string & message) {
 bool resolve_runtime_limits(const llama_model * model, RuntimeLimits & out, std::string & message) {
     long ctx_override = 0;
     long threads_override = 0;
-    if (!positive_env("ELIZA_N_CTX", ctx_override, message) ||
-        !positive_env("ELIZA_N_THREADS", threads_override, message)) {
+    if (!positive_env("ELIZA_N_CTX", 1L << 24, ctx_override, message) ||
+        !positive_env("ELIZA_N_THREADS", 1024, threads_override, message)) {
         return false;
     }
     const int32_t trained = llama_model_n_ctx_train(model);
@@ -118,6 +152,7 @@ std::unique_ptr<EliInferenceContext> load_context(const char * bundle_dir, int &
     for (llama_token t = 0; t < ctx->n_vocab; ++t) {
         ctx->max_piece_bytes = std::max(ctx->max_piece_bytes, token_piece(ctx->vocab, t).size());
     }
+    ctx->model_id = model_identity(ggufs[0], model.get());
     ctx->model = std::move(model);
     code = ELIZA_OK;
     return ctx;

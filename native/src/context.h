@@ -30,6 +30,7 @@ struct EliInferenceContext {
     int32_t n_vocab = 0;
     RuntimeLimits limits;
     size_t max_piece_bytes = 0;  // longest text one token renders to
+    uint64_t model_id = 0;       // identifies the model file in slot files (see model_identity)
 };
 
 namespace eliza {

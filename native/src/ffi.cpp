@@ -143,6 +143,9 @@ int eliza_inference_detokenize(EliInferenceContext * ctx, const int32_t * tokens
             return fail(out_error, ELIZA_ERR_INVALID_ARG,
                         std::string(fn) + ": ctx, out_text and out_len must be non-NULL (tokens too when n > 0)");
         }
+        if (n > static_cast<size_t>((INT32_MAX - 16) / 8)) {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string(fn) + ": too many tokens (n > 2^28)");
+        }
         *out_text = nullptr;
         *out_len = 0;
         for (size_t i = 0; i < n; ++i) {
@@ -196,10 +199,15 @@ EliLlmStream * eliza_inference_llm_stream_open(EliInferenceContext * ctx, const 
             return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string(fn) + ": " + why);
         }
         if (factory != nullptr) {
-            stream->backend.reset(factory->open(ctx, cfg, out_error));
+            char * open_error = nullptr;
+            stream->backend.reset(factory->open(ctx, cfg, &open_error));
             if (!stream->backend) {
-                return ELIZA_ERR_NOT_IMPLEMENTED;
+                const std::string why = open_error ? open_error : "it returned no session and no reason";
+                std::free(open_error);
+                return fail(out_error, ELIZA_ERR_NOT_IMPLEMENTED,
+                            std::string(fn) + ": backend '" + factory->name() + "' could not open: " + why);
             }
+            std::free(open_error);
             result = stream.release();
             return ELIZA_OK;
         }
@@ -254,22 +262,31 @@ int eliza_inference_llm_stream_next(EliLlmStream * stream, int32_t * tokens_out,
 
 int eliza_inference_llm_stream_cancel(EliLlmStream * stream) {
     if (stream == nullptr) return ELIZA_ERR_INVALID_ARG;
-    if (stream->backend) return stream->backend->cancel();
+    if (stream->backend) {
+        try {
+            return stream->backend->cancel();
+        } catch (...) {
+            return ELIZA_ERR_FFI_FAULT;
+        }
+    }
     stream->llama->cancel();
     return ELIZA_OK;
 }
 
 int eliza_inference_llm_stream_reset(EliLlmStream * stream) {
     if (stream == nullptr) return ELIZA_ERR_INVALID_ARG;
-    if (stream->backend) return stream->backend->reset();
-    return guarded("eliza_inference_llm_stream_reset", nullptr, [&] { return stream->llama->reset(); });
+    return guarded("eliza_inference_llm_stream_reset", nullptr, [&] {
+        if (stream->backend) return stream->backend->reset();
+        return stream->llama->reset();
+    });
 }
 
 int eliza_inference_llm_stream_reset_keep(EliLlmStream * stream, int32_t n_keep) {
     if (stream == nullptr) return ELIZA_ERR_INVALID_ARG;
-    if (stream->backend) return stream->backend->reset_keep(n_keep);
-    return guarded("eliza_inference_llm_stream_reset_keep", nullptr,
-                   [&] { return stream->llama->reset_keep(n_keep); });
+    return guarded("eliza_inference_llm_stream_reset_keep", nullptr, [&] {
+        if (stream->backend) return stream->backend->reset_keep(n_keep);
+        return stream->llama->reset_keep(n_keep);
+    });
 }
 
 int eliza_inference_llm_stream_save_slot(EliLlmStream * stream, const char * filename, char ** out_error) {

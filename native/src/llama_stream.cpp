@@ -1,5 +1,7 @@
 #include "llama_stream.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -186,8 +188,11 @@ int LlamaStream::prefill(const int32_t * token_ids, size_t n, std::string & mess
     const size_t before = history_.size();
     const int rc = decode(token_ids, n, message);
     if (rc != ELIZA_OK) {
-        // Leave the stream as it was before the call.
+        // The cache goes back to what it held; the logits of its last token are gone with the
+        // failed evaluation, so a prefill must come before the next step.
         llama_memory_seq_rm(llama_get_memory(lctx_.get()), 0, static_cast<llama_pos>(before), -1);
+        restored_logits_.clear();
+        have_logits_ = false;
         return rc;
     }
     history_.insert(history_.end(), token_ids, token_ids + n);
@@ -207,6 +212,7 @@ llama_token LlamaStream::sample(const float * logits) {
     llama_sampler_apply(sampler_.get(), &arr);
     const llama_token token = arr.data[arr.selected].id;
     llama_sampler_accept(sampler_.get(), token);
+    accepted_.push_back(token);
     return token;
 }
 
@@ -278,6 +284,8 @@ int LlamaStream::next(const StepBuffers & out, std::string & message) {
         const int rc = decode(&token, 1, message);
         if (rc != ELIZA_OK) {
             llama_memory_seq_rm(llama_get_memory(lctx_.get()), 0, static_cast<llama_pos>(history_.size()), -1);
+            restored_logits_.clear();
+            have_logits_ = false;
             return rc;
         }
         history_.push_back(token);
@@ -296,6 +304,7 @@ int LlamaStream::next(const StepBuffers & out, std::string & message) {
 int LlamaStream::reset() {
     llama_memory_clear(llama_get_memory(lctx_.get()), true);
     llama_sampler_reset(sampler_.get());
+    accepted_.clear();
     history_.clear();
     restored_logits_.clear();
     pending_.clear();
@@ -313,6 +322,7 @@ int LlamaStream::reset_keep(int32_t n_keep) {
     }
     history_.resize(keep);
     llama_sampler_reset(sampler_.get());
+    accepted_.clear();
     restored_logits_.clear();
     pending_.clear();
     generated_ = 0;
@@ -327,6 +337,18 @@ int LlamaStream::save_slot(const char * filename, std::string & message) {
         message = "filename is NULL or empty";
         return ELIZA_ERR_INVALID_ARG;
     }
+    if (cancelled_.load()) {
+        message = "stream was cancelled; its state is not worth saving (reset it first)";
+        return ELIZA_ERR_CANCELLED;
+    }
+    const float * logits = nullptr;
+    if (have_logits_) {
+        logits = restored_logits_.empty() ? llama_get_logits_ith(lctx_.get(), -1) : restored_logits_.data();
+        if (logits == nullptr) {
+            message = "no logits available for the last token";
+            return ELIZA_ERR_FFI_FAULT;
+        }
+    }
     const size_t state_size = llama_state_seq_get_size(lctx_.get(), 0);
     std::string state(state_size, '\0');
     if (state_size > 0 &&
@@ -335,32 +357,35 @@ int LlamaStream::save_slot(const char * filename, std::string & message) {
         return ELIZA_ERR_FFI_FAULT;
     }
     std::string blob(kSlotMagic, sizeof kSlotMagic);
+    put(blob, ctx_.model_id);
     put(blob, static_cast<int32_t>(ctx_.n_vocab));
     put(blob, static_cast<uint64_t>(history_.size()));
     blob.append(reinterpret_cast<const char *>(history_.data()), history_.size() * sizeof(llama_token));
+    put(blob, static_cast<uint64_t>(accepted_.size()));
+    blob.append(reinterpret_cast<const char *>(accepted_.data()), accepted_.size() * sizeof(llama_token));
     put(blob, static_cast<uint8_t>(have_logits_));
     put(blob, static_cast<uint8_t>(finished_));
     put(blob, generated_);
     put(blob, static_cast<uint32_t>(pending_.size()));
     blob += pending_;
-    if (have_logits_) {
-        const float * logits =
-            restored_logits_.empty() ? llama_get_logits_ith(lctx_.get(), -1) : restored_logits_.data();
+    if (logits != nullptr) {
         blob.append(reinterpret_cast<const char *>(logits), static_cast<size_t>(ctx_.n_vocab) * sizeof(float));
     }
     put(blob, static_cast<uint64_t>(state.size()));
     blob += state;
     put(blob, fnv1a(blob));
 
-    const std::string tmp = std::string(filename) + ".tmp";
-    {
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        f.write(blob.data(), static_cast<std::streamsize>(blob.size()));
-        if (!f) {
-            message = "cannot write slot file '" + tmp + "'";
-            std::remove(tmp.c_str());
-            return ELIZA_ERR_INVALID_ARG;
-        }
+    // A private temporary name per save, so two streams saving to one path never mix bytes.
+    static std::atomic<unsigned> counter{0};
+    const std::string tmp = std::string(filename) + ".tmp." + std::to_string(::getpid()) + "." +
+                            std::to_string(counter.fetch_add(1));
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(blob.data(), static_cast<std::streamsize>(blob.size()));
+    f.close();
+    if (!f) {
+        std::remove(tmp.c_str());
+        message = "cannot write slot file '" + tmp + "'";
+        return ELIZA_ERR_INVALID_ARG;
     }
     if (std::rename(tmp.c_str(), filename) != 0) {
         std::remove(tmp.c_str());
@@ -375,6 +400,8 @@ int LlamaStream::restore_slot(const char * filename, std::string & message) {
         message = "filename is NULL or empty";
         return ELIZA_ERR_INVALID_ARG;
     }
+    // Whatever happens below, the stream's old state is gone: a rejected file leaves it reset.
+    reset();
     std::ifstream f(filename, std::ios::binary);
     if (!f) {
         message = "slot file '" + std::string(filename) + "' cannot be opened";
@@ -395,15 +422,21 @@ int LlamaStream::restore_slot(const char * filename, std::string & message) {
     }
     Reader r(body);
     char magic[sizeof kSlotMagic];
+    uint64_t model_id = 0;
     int32_t n_vocab = 0;
     uint64_t n_history = 0;
     r.bytes(magic, sizeof magic);
-    if (!r.get(n_vocab) || n_vocab != ctx_.n_vocab || !r.get(n_history) ||
-        n_history > llama_n_ctx(lctx_.get()) || n_history * sizeof(llama_token) > r.remaining()) {
-        message = bad + "was written for another model or context size";
+    if (!r.get(model_id) || model_id != ctx_.model_id || !r.get(n_vocab) || n_vocab != ctx_.n_vocab) {
+        message = bad + "was written by another model";
+        return ELIZA_ERR_INVALID_ARG;
+    }
+    if (!r.get(n_history) || n_history > llama_n_ctx(lctx_.get()) || n_history * sizeof(llama_token) > r.remaining()) {
+        message = bad + "holds more tokens than this stream's context size";
         return ELIZA_ERR_INVALID_ARG;
     }
     std::vector<llama_token> history(static_cast<size_t>(n_history));
+    uint64_t n_accepted = 0;
+    std::vector<llama_token> accepted;
     uint8_t have_logits = 0;
     uint8_t finished = 0;
     int32_t generated = 0;
@@ -411,8 +444,13 @@ int LlamaStream::restore_slot(const char * filename, std::string & message) {
     std::string pending;
     std::vector<float> logits;
     uint64_t n_state = 0;
-    bool ok = r.bytes(history.data(), history.size() * sizeof(llama_token)) && r.get(have_logits) &&
-              r.get(finished) && r.get(generated) && r.get(n_pending) && n_pending <= 3;
+    bool ok = r.bytes(history.data(), history.size() * sizeof(llama_token)) && r.get(n_accepted) &&
+              n_accepted * sizeof(llama_token) <= r.remaining();
+    if (ok) {
+        accepted.resize(static_cast<size_t>(n_accepted));
+        ok = r.bytes(accepted.data(), accepted.size() * sizeof(llama_token)) && r.get(have_logits) &&
+             r.get(finished) && r.get(generated) && r.get(n_pending) && n_pending <= 3;
+    }
     if (ok) {
         pending.resize(n_pending);
         ok = r.bytes(pending.data(), n_pending);
@@ -429,13 +467,18 @@ int LlamaStream::restore_slot(const char * filename, std::string & message) {
     std::string state(static_cast<size_t>(n_state), '\0');
     r.bytes(state.data(), state.size());
 
-    reset();
     if (n_state > 0 &&
         llama_state_seq_set_data(lctx_.get(), reinterpret_cast<const uint8_t *>(state.data()), state.size(), 0) == 0) {
         reset();
         message = bad + "holds a cache state this model rejects";
         return ELIZA_ERR_INVALID_ARG;
     }
+    // The sampler sees the same history as the saved one (repeat penalties); a sampled
+    // stream's random state is not saved.
+    for (llama_token t : accepted) {
+        llama_sampler_accept(sampler_.get(), t);
+    }
+    accepted_ = std::move(accepted);
     history_ = std::move(history);
     restored_logits_ = std::move(logits);
     pending_ = std::move(pending);

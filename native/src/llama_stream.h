@@ -63,6 +63,7 @@ private:
     std::vector<llama_token> history_;   // every token held in the KV cache, in order
     std::vector<float> restored_logits_; // logits restored from a slot file, used once
     std::vector<llama_token_data> candidates_;  // sampling scratch, reused across steps
+    std::vector<llama_token> accepted_;         // tokens the sampler has accepted since its last reset
     std::string pending_;                // bytes of an incomplete UTF-8 character
     int32_t generated_ = 0;              // tokens generated since the last prefill
     bool have_logits_ = false;

@@ -235,3 +235,41 @@ def test_bundle_error_code(lib: Library, tmp_path: Path) -> None:
     assert not lib.lib.eliza_inference_create(str(tmp_path / "nope").encode(), ctypes.byref(err))
     assert "does not exist" in lib.take_error(err)
     assert ERR_BUNDLE_INVALID == -3
+
+
+def test_rejected_slot_file_leaves_the_stream_reset(ctx: Context, tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(b"x" * 100)
+    with ctx.open_stream(greedy_config(8)) as stream:
+        stream.prefill(ctx.tokenize("hello there"))
+        assert stream.cancel() == 0
+        with pytest.raises(ElizaError):
+            stream.restore_slot(garbage)
+        with pytest.raises(ElizaError) as err:
+            stream.next()  # reset: not cancelled any more, and nothing to continue from
+        assert "_prefill first" in err.value.message
+
+
+def test_slot_of_another_model_with_the_same_shapes_is_refused(
+    lib: Library, ctx: Context, tmp_path: Path
+) -> None:
+    from eliza.sources import vocab_gguf
+    from eliza.tinymodel import TinyModelSpec, write_tiny_bundle
+
+    other = tmp_path / "other"
+    write_tiny_bundle(other, vocab_gguf(), TinyModelSpec(seed=2))
+    slot = tmp_path / "slot.bin"
+    with lib.open_context(other) as other_ctx, other_ctx.open_stream(greedy_config(8)) as stream:
+        stream.prefill(other_ctx.tokenize("hello there"))
+        stream.save_slot(slot)
+    with ctx.open_stream(greedy_config(8)) as stream:
+        with pytest.raises(ElizaError) as err:
+            stream.restore_slot(slot)
+        assert "was written by another model" in err.value.message
+
+
+def test_env_override_out_of_range_is_an_error(
+    lib: Library, tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ELIZA_N_CTX", "5000000000")
+    assert "is not a positive integer up to" in _create_error(lib, tiny_bundle)

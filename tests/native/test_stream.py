@@ -217,3 +217,17 @@ def test_restore_works_mid_character(ctx: Context, tmp_path: Path) -> None:
         restored.restore_slot(slot)
         assert list(restored.steps()) == rest
     assert b"".join(s.text for s in rest) == "€.".encode()
+
+
+def test_restore_continues_identically_with_a_repeat_penalty(ctx: Context, tmp_path: Path) -> None:
+    slot = tmp_path / "penalty.bin"
+    cfg = greedy_config(40, repeat_penalty=1.5)
+    with ctx.open_stream(cfg) as stream:
+        stream.prefill(ctx.tokenize("Once upon a time there was"))
+        for _ in range(10):
+            stream.next()
+        stream.save_slot(slot)
+        tail = list(stream.steps())
+    with ctx.open_stream(greedy_config(40, repeat_penalty=1.5)) as restored:
+        restored.restore_slot(slot)
+        assert list(restored.steps()) == tail
