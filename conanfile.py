@@ -1,24 +1,30 @@
 """libelizainference: the consumer recipe that builds native/ against llama.cpp.
 
-Gates are Conan options mirrored into CMake options (``with_litert`` ->
-``ELIZA_ENABLE_LITERT``, ``with_mlx`` -> ``ELIZA_ENABLE_MLX``). They change only this
-package: llama.cpp's package id does not depend on them, so every gate cell of a
-platform reuses one llama.cpp build from the Conan cache.
+Gates are Conan options mirrored into CMake options, both named by matrix.yaml (e.g.
+``with_litert`` -> ``ELIZA_ENABLE_LITERT``). They change only this package: llama.cpp's
+package id does not depend on them, so every gate cell of a platform reuses one llama.cpp
+build from the Conan cache.
 """
 
 import os
 
+import yaml
 from conan import ConanFile
 from conan.tools.cmake import CMake, CMakeDeps, CMakeToolchain
 
 required_conan_version = ">=2.0"
 
-# One entry per gate: Conan option -> CMake option. A new gate is one line here,
-# one option in native/CMakeLists.txt, one factory file, and its entry in matrix.yaml.
-GATES = {
-    "with_litert": "ELIZA_ENABLE_LITERT",
-    "with_mlx": "ELIZA_ENABLE_MLX",
-}
+
+def _gates_from_matrix():
+    """Conan option -> CMake option for every gate of matrix.yaml, the one place gates are
+    declared (the loader in eliza/ has validated the file before any build starts)."""
+    matrix = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matrix.yaml")
+    with open(matrix, encoding="utf-8") as f:
+        data = yaml.safe_load(f) or {}
+    return {g["conan_option"]: g["cmake_option"] for g in data.get("gates", [])}
+
+
+GATES = _gates_from_matrix()
 
 
 class ElizaInferenceConan(ConanFile):

@@ -44,6 +44,8 @@ def _build(session: nox.Session, cell_ids: tuple[str, ...]) -> None:
         if _strict(session):
             session.error(str(exc))
         session.skip(str(exc))
+    except workflow.BUILD_ERRORS as exc:
+        session.error(str(exc))
     llama_builds = sum(b.llama_built_now for b in built)
     session.log(
         f"{len(built)} cell(s) built; llama.cpp built {llama_builds} time(s), reused "

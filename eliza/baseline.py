@@ -5,6 +5,7 @@ through the C ABI, so a baseline that predates the bench tool still works."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from pathlib import Path
 
@@ -48,8 +49,12 @@ def ensure_worktree(sha: str) -> Path:
 
 
 def baseline_library(sha: str, cell: Cell, env: dict[str, str]) -> tuple[Path, bool]:
-    """(library, built_now) of the baseline's build of the cell's platform without gates."""
-    out = baseline_root(sha) / cell.platform.id
+    """(library, built_now) of the baseline's build of the cell's platform without gates,
+    one per (commit, platform, llama.cpp source and options)."""
+    source_version = conan.llama_source_version()
+    options = llama_option_args(cell.platform)
+    variant = hashlib.sha256("\0".join([source_version, profile_name(cell.platform), *options]).encode())
+    out = baseline_root(sha) / f"{cell.platform.id}-{variant.hexdigest()[:12]}"
     library = out / "build" / "libelizainference.so"
     if library.is_file():
         return library, False
@@ -59,7 +64,7 @@ def baseline_library(sha: str, cell: Cell, env: dict[str, str]) -> tuple[Path, b
     argv = [
         "conan", "build", str(src), "--output-folder", str(out), "--profile:all", profile_name(cell.platform),
         "--build", "missing", "--update", "--format", "json",
-        "--conf", f"user.eliza:llama_cpp_version={source.version}", *llama_option_args(cell.platform),
+        "--conf", f"user.eliza:llama_cpp_version={source.version}", *options,
     ]  # fmt: skip
     log = out / "conan-build.log"
     out.mkdir(parents=True, exist_ok=True)

@@ -75,8 +75,10 @@ _GENERATE = (
 def generated_in_subprocess(library: Path, bundle: Path) -> tuple[str, str]:
     """(stdout, stderr) of a greedy generation in a fresh process: a CUDA build initialises
     CUDA there, and a failure cannot take the orchestrator down with it."""
+    # CUDA_VISIBLE_DEVICES="" hides any GPU, so this runs the CPU fallback even on a GPU host.
     result = subprocess.run(
         [sys.executable, "-c", _GENERATE, str(library), str(bundle)],
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
         capture_output=True,
         text=True,
         check=False,
@@ -226,14 +228,28 @@ def read_junit(path: Path) -> list[CaseResult]:
     return cases
 
 
-def run_pytest(paths: Sequence[str], junit: Path, env: dict[str, str]) -> tuple[list[CaseResult], str]:
+@dataclass(frozen=True, kw_only=True)
+class PytestRun:
+    cases: list[CaseResult]
+    log: str
+    error: str = ""  # pytest did not finish with results (crash, collection error, kill)
+
+
+def run_pytest(paths: Sequence[str], junit: Path, env: dict[str, str]) -> PytestRun:
+    """Runs a suite and reads its JUnit XML. Only pytest's own verdicts (exit 0 or 1) with a
+    fresh XML count: an old file from an earlier run is removed first."""
     junit.parent.mkdir(parents=True, exist_ok=True)
+    junit.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *paths]
     result = subprocess.run(
         cmd, cwd=REPO_ROOT, env={**os.environ, **env}, capture_output=True, text=True, check=False
     )
     log = (result.stdout + result.stderr)[-4000:]
-    return (read_junit(junit) if junit.is_file() else []), log
+    if result.returncode not in (0, 1) or not junit.is_file():
+        return PytestRun(
+            cases=[], log=log, error=f"pytest {' '.join(paths)} exited {result.returncode} without results"
+        )
+    return PytestRun(cases=read_junit(junit), log=log)
 
 
 def cases_outcome(
@@ -243,7 +259,13 @@ def cases_outcome(
     log: str,
     watch: Stopwatch,
     artifacts: tuple[Path, ...],
+    *,
+    error: str = "",
 ) -> CheckOutcome:
+    if error:
+        return outcome(
+            cell.id, check_id, ran=0, passed=0, watch=watch, reason=error, error=True, log_tail=log
+        )
     ran = [c for c in cases if not c.skipped]
     passed = [c for c in ran if c.passed]
     failed = [c for c in ran if not c.passed]
@@ -267,6 +289,7 @@ def cases_of_cell(cases: Sequence[CaseResult], cell_id: str, all_cells: Sequence
     def names_cell(name: str, cid: str) -> bool:
         return f"cell={cid}]" in name or f"cell={cid}-" in name
 
-    return [
-        c for c in cases if names_cell(c.name, cell_id) or not any(names_cell(c.name, x) for x in all_cells)
-    ]
+    own = [c for c in cases if names_cell(c.name, cell_id)]
+    if not own:
+        return []  # without a case of its own, platform-wide cases prove nothing about this cell
+    return own + [c for c in cases if not any(names_cell(c.name, x) for x in all_cells)]

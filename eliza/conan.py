@@ -93,12 +93,28 @@ def prepare_conan_home(repo: Path = REPO_ROOT) -> Path:
 def fork_version(tree: Path) -> str:
     """Content hash of a local llama.cpp checkout's build inputs, as a recipe version."""
     digest = hashlib.sha256()
-    roots = [tree / "CMakeLists.txt", tree / "include", tree / "src", tree / "ggml", tree / "cmake"]
+    roots = [
+        tree / "CMakeLists.txt",
+        tree / "include",
+        tree / "src",
+        tree / "ggml",
+        tree / "cmake",
+        tree / "vendor",
+    ]
     for root in roots:
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
         for f in files:
             digest.update(str(f.relative_to(tree)).encode() + b"\0" + f.read_bytes() + b"\0")
     return f"fork.{digest.hexdigest()[:16]}"
+
+
+def llama_source_version(env: Mapping[str, str] | None = None) -> str:
+    """The llama.cpp recipe version a build would use, without exporting anything."""
+    env = os.environ if env is None else env
+    checkout = env.get("ELIZA_LLAMA_CPP_DIR")
+    if checkout and (Path(checkout) / "include" / "llama.h").is_file():
+        return fork_version(Path(checkout).resolve())
+    return PINNED_VERSION
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,7 +198,7 @@ def package_cached(platform: Platform) -> bool:
 
     if not conan_home().is_dir():
         return False
-    args = ["list", f"{LLAMA_PACKAGE}/{PINNED_VERSION}:*", "--format", "json"]
+    args = ["list", f"{LLAMA_PACKAGE}/{llama_source_version()}:*", "--format", "json"]
     result = _conan(*args, check=False)
     if result.returncode != 0:
         return False

@@ -74,13 +74,22 @@ def _has_cublas(lib_dir: Path) -> bool:
     return any(lib_dir.glob("libcublas.so*"))
 
 
+def _wheel_layout(major: str) -> tuple[str, str]:
+    """(pip requirement, folder under the target) of NVIDIA's cuBLAS wheel for a CUDA major:
+    from CUDA 13 one package per major version lays out nvidia/cu<major>/; CUDA 12 has
+    its own package name and nvidia/cublas/."""
+    if int(major) >= 13:
+        return f"{CUBLAS_WHEEL}>={major},<{int(major) + 1}", f"cu{major}"
+    return f"{CUBLAS_WHEEL}-cu{major}", "cublas"
+
+
 def _install_cublas_wheel(major: str) -> Path:
-    """pip-installs nvidia-cublas for this CUDA major into the cache; returns its prefix."""
+    """pip-installs NVIDIA's cuBLAS wheel for this CUDA major into the cache; returns its prefix."""
+    spec, folder = _wheel_layout(major)
     target = cache_dir() / "cuda-wheels" / f"cu{major}"
-    lib = target / "nvidia" / f"cu{major}" / "lib"
+    lib = target / "nvidia" / folder / "lib"
     if not _has_cublas(lib):
         target.mkdir(parents=True, exist_ok=True)
-        spec = f"{CUBLAS_WHEEL}>={major},<{int(major) + 1}"
         result = subprocess.run(
             [sys.executable, "-m", "pip", "install", "--no-deps", "--upgrade", "--target", str(target), spec],
             capture_output=True,
@@ -89,12 +98,12 @@ def _install_cublas_wheel(major: str) -> Path:
         )
         if result.returncode != 0 or not _has_cublas(lib):
             raise CudaError(f"pip could not install {spec} into {target}:\n{result.stderr[-2000:]}")
-    return target / "nvidia" / f"cu{major}"
+    return target / "nvidia" / folder
 
 
 def _wheel_version(prefix: Path) -> str:
-    for info in prefix.parent.parent.glob("nvidia_cublas-*.dist-info"):
-        return info.name.removeprefix("nvidia_cublas-").removesuffix(".dist-info")
+    for info in prefix.parent.parent.glob("nvidia_cublas*.dist-info"):
+        return info.name.split("-", 1)[1].removesuffix(".dist-info")
     return "unknown"
 
 

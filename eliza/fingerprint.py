@@ -42,13 +42,25 @@ class InputHashes:
     prompts: str
     selector_tests: str
     gate_tests: str
-    bench: str  # the diff engine and bench driver: they decide byte identity
+    bench: str  # the diff engine, the bench driver and the bench settings: they decide byte identity
+    llama_source: str  # "0.3.36" (the pinned sdist) or "fork.<content hash>" (ELIZA_LLAMA_CPP_DIR)
     tools: Mapping[str, str]  # tool name -> version
 
 
 def input_hashes(
-    repo: Path, bundle: Path, prompts: Path, host: HostFacts, abidiff_version: str = ""
+    repo: Path,
+    bundle: Path,
+    prompts: Path,
+    host: HostFacts,
+    abidiff_version: str = "",
+    *,
+    llama_source: str,
+    bench_settings: str,
 ) -> InputHashes:
+    """bench_settings: a description of the bench's settings (max tokens, repeats, sampling,
+    context override), so evidence from a non-default bench run is never fresh for the
+    default one."""
+
     def version(tool: object) -> str:
         return str(getattr(tool, "version", "") or "absent")
 
@@ -62,12 +74,16 @@ def input_hashes(
     }
     return InputHashes(
         native=tree_hash(repo, ["native"]),
-        recipes=tree_hash(repo, ["conanfile.py", "conan/index"]),
+        # The recipes and the code that turns a cell into a Conan command line.
+        recipes=tree_hash(
+            repo, ["conanfile.py", "conan/index", "eliza/build.py", "eliza/conan.py", "eliza/cuda.py"]
+        ),
         bundle=tree_hash(bundle, ["text"]) if (bundle / "text").is_dir() else "absent",
         prompts=hashlib.sha256(prompts.read_bytes()).hexdigest() if prompts.is_file() else "absent",
-        selector_tests=tree_hash(repo, ["tests/selector"]),
-        gate_tests=tree_hash(repo, ["tests/gates"]),
-        bench=tree_hash(repo, ["eliza/bench"]),
+        selector_tests=tree_hash(repo, ["tests/selector", "tests/conftest.py", "eliza/ffi.py"]),
+        gate_tests=tree_hash(repo, ["tests/gates", "tests/conftest.py", "eliza/ffi.py"]),
+        bench=hashlib.sha256(tree_hash(repo, ["eliza/bench"]).encode() + bench_settings.encode()).hexdigest(),
+        llama_source=llama_source,
         tools=tools,
     )
 
@@ -95,6 +111,7 @@ def fingerprint_for(
     parts = {
         "native": hashes.native,
         "recipes": hashes.recipes,
+        "llama_source": hashes.llama_source,
         "matrix": _matrix_entries(cell, check),
     }
     kind = check.kind

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from eliza import workflow
+from eliza.bench.workflow import settings_description
 from eliza.evidence import Status
 from eliza.matrix.model import Matrix, Platform
 from eliza.runs import (
@@ -112,10 +113,19 @@ def bench(matrix: Matrix, platform_id: str, argv: Sequence[str], log: Log) -> No
         if opts.settings.bundle == workflow.tiny_bundle_default()
         else opts.settings.bundle
     )
-    run = Run(matrix=matrix, log=log, bundle=bundle, prompts=opts.settings.prompts)
-    built = workflow.build_cells(
-        matrix.cells_of(platform_id), matrix, on_built=lambda b: log(workflow.describe_build(b))
+    run = Run(
+        matrix=matrix,
+        log=log,
+        bundle=bundle,
+        prompts=opts.settings.prompts,
+        bench_settings=settings_description(opts.settings),
     )
+    try:
+        built = workflow.build_cells(
+            matrix.cells_of(platform_id), matrix, on_built=lambda b: log(workflow.describe_build(b))
+        )
+    except workflow.BUILD_ERRORS as exc:
+        raise ChecksFailed(str(exc)) from exc
     outcomes = run_bench(run, platform, {b.cell_id: b.library for b in built}, None, argv)
     failed = [o for o in outcomes if o.status in (Status.FAILED, Status.ERROR)]
     if failed:
@@ -132,7 +142,9 @@ def report(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
     parser.add_argument("--out", type=Path, default=REPORT_DIR)
     args = parser.parse_args(list(argv))
     dirs = args.evidence or [EVIDENCE_DIR]
-    paths, rep = render(matrix, dirs, args.out, workflow.tiny_bundle_default())
+    # The tiny bundle is deterministic: regenerating it lets a fresh report host judge
+    # bundle-dependent evidence instead of calling it stale.
+    paths, rep = render(matrix, dirs, args.out, workflow.ensure_tiny_bundle())
     log(f"report: {paths.html} (also {paths.markdown.name}, {paths.json.name})")
     log(summary_line(rep))
     return paths.html

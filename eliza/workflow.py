@@ -23,6 +23,18 @@ class NotBuildableHere(RuntimeError):
     """This host lacks what a platform needs; the message says what and why."""
 
 
+def _build_errors() -> tuple[type[BaseException], ...]:
+    from eliza.conan import BuildError
+    from eliza.cuda import CudaError
+    from eliza.sources import SourceError
+
+    return (BuildError, CudaError, SourceError)
+
+
+# What a build can fail with, each carrying a message that names the cell and the log.
+BUILD_ERRORS = _build_errors()
+
+
 @functools.cache
 def load_project_matrix(path: Path = MATRIX_PATH) -> Matrix:
     from eliza.matrix.loader import load_matrix

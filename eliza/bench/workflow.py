@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -61,10 +62,24 @@ def parse_bench_args(argv: Sequence[str], default_bundle: Path) -> BenchOptions:
     )
 
 
-def settings_key(settings: BenchSettings) -> str:
-    """Cache key of a bench run's inputs: settings plus the bytes of prompts and bundle model."""
+def settings_description(settings: BenchSettings) -> str:
+    """What of the settings decides the output: everything but the bundle and prompt paths
+    (their contents are fingerprinted on their own), plus the context-size override."""
+    chosen = {k: v for k, v in asdict(settings).items() if k not in ("bundle", "prompts")}
+    chosen["ELIZA_N_CTX"] = os.environ.get("ELIZA_N_CTX", "")
+    return json.dumps(chosen, sort_keys=True)
+
+
+DEFAULT_SETTINGS = settings_description(BenchSettings(bundle=Path(".")))
+
+
+def settings_key(settings: BenchSettings, *binaries: Path) -> str:
+    """Cache key of a bench run's inputs: settings, the bytes of prompts and bundle model,
+    and of the binaries involved."""
     digest = hashlib.sha256(json.dumps(asdict(settings), default=str, sort_keys=True).encode())
     digest.update(settings.prompts.read_bytes())
+    for binary in binaries:
+        digest.update(hashlib.sha256(binary.read_bytes()).digest())
     for model in sorted((settings.bundle / "text").glob("*.gguf")):
         digest.update(hashlib.sha256(model.read_bytes()).digest())
     return digest.hexdigest()[:16]
@@ -270,13 +285,9 @@ def baseline_outcome(
         library, built_now = baseline_library(sha, cell)
     except BaselineError as exc:
         return outcome(cell.id, check_id, ran=0, passed=0, watch=watch, reason=str(exc), error=True)
-    out = (
-        opts.out_dir.parent
-        / "baseline"
-        / sha
-        / cell.platform.id
-        / f"bench-{settings_key(opts.settings)}.jsonl"
-    )
+    # Cached per baseline library and bench binary too: a rebuilt baseline or bench tool re-runs.
+    key = settings_key(opts.settings, library, runs.library.parent / "e2e_loop_bench")
+    out = library.parent.parent / f"bench-{key}.jsonl"
     if out.is_file():
         from eliza.bench.records import load_run
 

@@ -138,9 +138,13 @@ int main(int argc, char ** argv) {
                 if (llama_vocab_is_eog(vocab, tok)) {
                     rep.status = 1;
                 } else {
-                    char piece[256];
-                    const int32_t n = llama_token_to_piece(vocab, tok, piece, sizeof piece, 0, false);
-                    rep.text.append(piece, static_cast<size_t>(std::max(n, 0)));
+                    std::string piece(64, '\0');
+                    int32_t n = llama_token_to_piece(vocab, tok, piece.data(), static_cast<int32_t>(piece.size()), 0, false);
+                    if (n < 0) {
+                        piece.resize(static_cast<size_t>(-n));
+                        n = llama_token_to_piece(vocab, tok, piece.data(), static_cast<int32_t>(piece.size()), 0, false);
+                    }
+                    rep.text.append(piece.data(), static_cast<size_t>(std::max(n, 0)));
                     rep.tokens.push_back(tok);
                     const bool full = held + 1 > llama_n_ctx(lctx);
                     if (!full) {

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from eliza.bench.workflow import DEFAULT_SETTINGS
 from eliza.evidence import Status, write_record
 from eliza.evidence_io import GitState, host_info, to_record
 from eliza.fingerprint import fingerprint_for, input_hashes
@@ -22,7 +23,14 @@ from eliza.workflow import host_facts, load_project_matrix
 def test_report_renders_in_chromium_with_escaped_script(tmp_path: Path) -> None:
     matrix = load_project_matrix()
     bundle = tmp_path / "bundle"
-    hashes = input_hashes(REPO_ROOT, bundle, tmp_path / "none.txt", host_facts())
+    hashes = input_hashes(
+        REPO_ROOT,
+        bundle,
+        tmp_path / "none.txt",
+        host_facts(),
+        llama_source="0.3.36",
+        bench_settings=DEFAULT_SETTINGS,
+    )
     cell, check = matrix.cell("linux-cpu.none"), matrix.check("build")
     evil = "<script>alert('x')</script>"
     outcome = CheckOutcome(
@@ -50,7 +58,14 @@ def test_evidence_for_another_matrix_is_stale_and_merges_across_directories(tmp_
 
     matrix = load_project_matrix()
     bundle = tmp_path / "bundle"
-    hashes = input_hashes(REPO_ROOT, bundle, tmp_path / "none.txt", host_facts())
+    hashes = input_hashes(
+        REPO_ROOT,
+        bundle,
+        tmp_path / "none.txt",
+        host_facts(),
+        llama_source="0.3.36",
+        bench_settings=DEFAULT_SETTINGS,
+    )
     git = GitState(commit="0" * 40, dirty=False)
     for directory, cell_id in (("job-a", "linux-cpu.none"), ("job-b", "linux-cpu.litert")):
         cell, check = matrix.cell(cell_id), matrix.check("build")

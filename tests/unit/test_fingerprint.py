@@ -19,6 +19,7 @@ HASHES = InputHashes(
     selector_tests="s1",
     gate_tests="g1",
     bench="e1",
+    llama_source="0.3.36",
     tools={
         "compiler": "12",
         "cmake": "3.25",
@@ -52,6 +53,12 @@ def test_inputs_a_check_does_not_read_leave_it_fresh() -> None:
     assert key("linux-cpu.none", "build") == key("linux-cpu.none", "build", abidiff_changed)
 
 
+def test_llama_source_is_a_part_of_every_check() -> None:
+    fork = replace(HASHES, llama_source="fork.0123456789abcdef")
+    for check in ("build", "selector", "gate-fallthrough", "byte-identity-reference", "abi"):
+        assert key("linux-cpu.none", check) != key("linux-cpu.none", check, fork)
+
+
 def test_matrix_entries_and_baseline_are_parts() -> None:
     assert key("linux-cpu.none", "build") != key("linux-cpu.litert", "build")
     assert key("linux-cpu.none", "byte-identity-baseline", baseline="a") != key(
@@ -83,6 +90,7 @@ def test_cases_are_attributed_to_their_cell() -> None:
             "t::platform_wide",
         )
     ]
+    assert [c.name for c in cases_of_cell(cases, "linux-cpu.none", cells)] == []  # no case of its own
     assert [c.name for c in cases_of_cell(cases, "linux-cpu.litert", cells)] == [
         "t::a[cell=linux-cpu.litert]",
         "t::c[cell=linux-cpu.litert-y]",

@@ -6,7 +6,7 @@
 // GPU/CPU, the .litertlm loader, real prefill/next) replaces the two marked places.
 #include <string>
 
-#include "backends/backends.h"
+#include "llm-backend.h"
 #include "status.h"
 
 namespace eliza::backends {
@@ -39,6 +39,8 @@ public:
 
 }  // namespace
 
+// Declared in the generated builtin_backends.inc.
+LlmBackendFactory & litert_lm_factory();
 LlmBackendFactory & litert_lm_factory() {
     static LiteRtLmFactory instance;
     return instance;

@@ -7,7 +7,7 @@
 #include <string>
 #include <system_error>
 
-#include "backends/backends.h"
+#include "llm-backend.h"
 #include "status.h"
 
 namespace eliza::backends {
@@ -44,6 +44,8 @@ public:
 
 }  // namespace
 
+// Declared in the generated builtin_backends.inc.
+LlmBackendFactory & mlx_coreml_factory();
 LlmBackendFactory & mlx_coreml_factory() {
     static MlxCoreMlFactory instance;
     return instance;

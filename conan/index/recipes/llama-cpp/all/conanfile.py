@@ -16,6 +16,7 @@ reproducible across machines; it is recorded in ``res/eliza-llama-build.json``.
 import json
 import os
 import shutil
+import subprocess
 
 from conan import ConanFile
 from conan.errors import ConanException, ConanInvalidConfiguration
@@ -82,8 +83,12 @@ class LlamaCppConan(ConanFile):
                 raise ConanException(
                     f"{self.ref}: ELIZA_LLAMA_CPP_DIR={tree!r} is not a llama.cpp checkout "
                     "(include/llama.h missing)")
-            shutil.copytree(tree, self.source_folder, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns(".git", "build*"))
+            def ignore(directory, names):
+                # .git anywhere; build trees only at the top (cmake/build-info.cmake is a source)
+                top = os.path.abspath(directory) == os.path.abspath(tree)
+                return [n for n in names if n == ".git" or (top and n.startswith("build"))]
+
+            shutil.copytree(tree, self.source_folder, dirs_exist_ok=True, ignore=ignore)
             return
         data = self.conan_data["sources"][str(self.version)]
         archive = os.environ.get("ELIZA_LLAMA_SDIST")
@@ -136,7 +141,14 @@ class LlamaCppConan(ConanFile):
         cmake = CMake(self)
         cmake.install()
         if self._is_fork():
-            source = {"kind": "local-checkout", "path": os.environ.get("ELIZA_LLAMA_CPP_DIR"),
+            checkout = os.environ.get("ELIZA_LLAMA_CPP_DIR", "")
+            commit = ""
+            try:
+                commit = subprocess.run(["git", "-C", checkout, "rev-parse", "HEAD"], capture_output=True,
+                                        text=True, check=False).stdout.strip()
+            except OSError:
+                pass
+            source = {"kind": "local-checkout", "path": checkout, "upstream_commit": commit or "unknown",
                       "content_hash": str(self.version)[len("fork."):]}
         else:
             data = self.conan_data["sources"][str(self.version)]
