@@ -33,8 +33,10 @@ Log = Callable[[str], None]
 class BenchOptions:
     settings: BenchSettings
     baseline: str | None = None
-    overhead_pairs: int = 7
-    overhead_max_tokens: int = 128
+    overhead_pairs: int = 9
+    overhead_max_tokens: int = 256
+    overhead_repeats: int = 3
+    overhead_threads: int = 1
     out_dir: Path = build_root() / "bench"
 
 
@@ -48,7 +50,14 @@ def parse_bench_args(argv: Sequence[str], default_bundle: Path) -> BenchOptions:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2, help="repeats per prompt in the identity runs")
     parser.add_argument(
-        "--overhead-pairs", type=int, default=7, help="interleaved FFI/reference pairs (>= 5)"
+        "--overhead-pairs", type=int, default=9, help="interleaved FFI/reference pairs (>= 5)"
+    )
+    parser.add_argument(
+        "--overhead-threads",
+        type=int,
+        default=1,
+        help="decode threads for the overhead runs (default 1: the seam's cost is per call, and one "
+        "thread keeps threadpool scheduling noise of small machines out of the ratio)",
     )
     parser.add_argument("--out", type=Path, default=build_root() / "bench")
     args = parser.parse_args(list(argv))
@@ -58,7 +67,11 @@ def parse_bench_args(argv: Sequence[str], default_bundle: Path) -> BenchOptions:
         bundle=args.bundle, prompts=args.prompts, max_tokens=args.max_tokens, repeats=args.repeats
     )
     return BenchOptions(
-        settings=settings, baseline=args.baseline, overhead_pairs=args.overhead_pairs, out_dir=args.out
+        settings=settings,
+        baseline=args.baseline,
+        overhead_pairs=args.overhead_pairs,
+        out_dir=args.out,
+        overhead_threads=args.overhead_threads,
     )
 
 
@@ -158,20 +171,23 @@ def run_cell(cell: Cell, library: Path, opts: BenchOptions, log: Log) -> CellRun
 
 
 def measure_overhead(none: CellRuns, opts: BenchOptions, log: Log) -> dict[str, object]:
-    """Interleaved FFI/reference runs (repeats=1 each) on the no-gate cell; ratios per pair."""
-    settings = replace(opts.settings, repeats=1, max_tokens=opts.overhead_max_tokens)
+    """Interleaved FFI/reference runs on the no-gate cell; one ratio per pair. The order
+    inside a pair alternates (AB, BA, ...) so warm-up and drift favour neither side."""
+    settings = replace(opts.settings, repeats=opts.overhead_repeats, max_tokens=opts.overhead_max_tokens)
+    env = {"ELIZA_N_THREADS": str(opts.overhead_threads)}
     out = opts.out_dir / none.cell.platform.id / "overhead"
     decode: list[tuple[float, float]] = []
     first: list[tuple[float, float]] = []
     build_dir = none.library.parent
     for i in range(opts.overhead_pairs):
-        ffi = run_tool(
-            bench_argv(build_dir, none.library, settings, none.cell.id, out / f"ffi-{i}.jsonl"),
-            out / f"ffi-{i}.jsonl",
-        )
-        ref = run_tool(
-            reference_argv(build_dir, settings, none.cell.id, out / f"ref-{i}.jsonl"), out / f"ref-{i}.jsonl"
-        )
+        ffi_out, ref_out = out / f"ffi-{i}.jsonl", out / f"ref-{i}.jsonl"
+        commands = {
+            "ffi": (bench_argv(build_dir, none.library, settings, none.cell.id, ffi_out), ffi_out),
+            "ref": (reference_argv(build_dir, settings, none.cell.id, ref_out), ref_out),
+        }
+        order = ("ffi", "ref") if i % 2 == 0 else ("ref", "ffi")
+        done = {name: run_tool(*commands[name], env) for name in order}
+        ffi, ref = done["ffi"], done["ref"]
         decode.append((run_decode_tok_s(ffi), run_decode_tok_s(ref)))
         first.append((run_first_token_ms(ffi), run_first_token_ms(ref)))
     tok: RatioReport = ratio_report("decode tok/s", "FFI", "reference", decode)
@@ -182,6 +198,8 @@ def measure_overhead(none: CellRuns, opts: BenchOptions, log: Log) -> dict[str, 
         "cell": none.cell.id,
         "pairs": opts.overhead_pairs,
         "max_tokens": settings.max_tokens,
+        "repeats": settings.repeats,
+        "threads": opts.overhead_threads,
         "decode_tok_s": {
             "ffi": [a for a, _ in decode],
             "reference": [b for _, b in decode],
