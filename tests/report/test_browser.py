@@ -1,4 +1,5 @@
-"""The rendered report of a real verify-style evidence set opens in headless Chromium."""
+"""The report rendered from evidence written the way verify writes it: in headless
+Chromium, across merged directories, and against an edited matrix."""
 
 from __future__ import annotations
 
@@ -8,74 +9,77 @@ from pathlib import Path
 import pytest
 
 from eliza.bench.workflow import DEFAULT_SETTINGS
+from eliza.conan import llama_source_version
 from eliza.evidence import Status, write_record
 from eliza.evidence_io import GitState, host_info, to_record
 from eliza.fingerprint import fingerprint_for, input_hashes
+from eliza.matrix.loader import parse_matrix
 from eliza.outcome import CheckOutcome
 from eliza.paths import REPO_ROOT
 from eliza.runs import render, screenshot
 from eliza.workflow import host_facts, load_project_matrix
+
+MATRIX = load_project_matrix()
+
+
+def write_evidence(directory: Path, bundle: Path, outcome: CheckOutcome) -> None:
+    """One record with the fingerprint render() computes for the current tree."""
+    hashes = input_hashes(
+        REPO_ROOT,
+        bundle,
+        bundle / "no-prompts.txt",
+        host_facts(),
+        llama_source=llama_source_version(),
+        bench_settings=DEFAULT_SETTINGS,
+    )
+    cell, check = MATRIX.cell(outcome.cell), MATRIX.check(outcome.check)
+    record = to_record(
+        outcome,
+        fingerprint_for(cell, check, hashes),
+        GitState(commit="0" * 40, dirty=False),
+        host_info(host_facts()),
+    )
+    write_record(directory, record)
 
 
 @pytest.mark.skipif(
     shutil.which("chromium") is None, reason="chromium is not installed (ci/setup.sh installs it)"
 )
 def test_report_renders_in_chromium_with_escaped_script(tmp_path: Path) -> None:
-    matrix = load_project_matrix()
-    bundle = tmp_path / "bundle"
-    hashes = input_hashes(
-        REPO_ROOT,
-        bundle,
-        tmp_path / "none.txt",
-        host_facts(),
-        llama_source="0.3.36",
-        bench_settings=DEFAULT_SETTINGS,
-    )
-    cell, check = matrix.cell("linux-cpu.none"), matrix.check("build")
     evil = "<script>alert('x')</script>"
-    outcome = CheckOutcome(
-        cell=cell.id, check=check.id, status=Status.FAILED, ran=2, passed=1, reason=evil, log_tail=evil
+    write_evidence(
+        tmp_path / "evidence",
+        tmp_path / "bundle",
+        CheckOutcome(
+            cell="linux-cpu.none",
+            check="build",
+            status=Status.FAILED,
+            ran=2,
+            passed=1,
+            reason=evil,
+            log_tail=evil,
+        ),
     )
-    record = to_record(
-        outcome,
-        fingerprint_for(cell, check, hashes),
-        GitState(commit="abc", dirty=False),
-        host_info(host_facts()),
-    )
-    write_record(tmp_path / "evidence", record)
 
-    paths, report = render(matrix, [tmp_path / "evidence"], tmp_path / "report", bundle)
+    paths, report = render(MATRIX, [tmp_path / "evidence"], tmp_path / "report", tmp_path / "bundle")
     html = paths.html.read_text()
     assert evil not in html and "&lt;script&gt;" in html
-    assert report.entry(cell.id, check.id).state.value == "failed"
+    assert report.entry("linux-cpu.none", "build").state.value == "failed"
     png = screenshot(paths.html, tmp_path / "report.png")
     assert png is not None and png.stat().st_size > 20_000
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_evidence_for_another_matrix_is_stale_and_merges_across_directories(tmp_path: Path) -> None:
-    from eliza.matrix.loader import parse_matrix
-
-    matrix = load_project_matrix()
     bundle = tmp_path / "bundle"
-    hashes = input_hashes(
-        REPO_ROOT,
-        bundle,
-        tmp_path / "none.txt",
-        host_facts(),
-        llama_source="0.3.36",
-        bench_settings=DEFAULT_SETTINGS,
-    )
-    git = GitState(commit="0" * 40, dirty=False)
     for directory, cell_id in (("job-a", "linux-cpu.none"), ("job-b", "linux-cpu.litert")):
-        cell, check = matrix.cell(cell_id), matrix.check("build")
-        outcome = CheckOutcome(cell=cell.id, check=check.id, status=Status.PASSED, ran=3, passed=3)
-        write_record(
+        write_evidence(
             tmp_path / directory,
-            to_record(outcome, fingerprint_for(cell, check, hashes), git, host_info(host_facts())),
+            bundle,
+            CheckOutcome(cell=cell_id, check="build", status=Status.PASSED, ran=3, passed=3),
         )
 
-    _, merged = render(matrix, [tmp_path / "job-a", tmp_path / "job-b"], tmp_path / "r1", bundle)
+    _, merged = render(MATRIX, [tmp_path / "job-a", tmp_path / "job-b"], tmp_path / "r1", bundle)
     assert merged.entry("linux-cpu.none", "build").state.value == "verified"
     assert merged.entry("linux-cpu.litert", "build").state.value == "verified"
 
