@@ -82,7 +82,8 @@ def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
     if reference is not None:
         prompt = "Once upon a time there was"
         _, text = workflow.generate_text(reference, run.bundle, prompt)
-        log(f"generated through the C ABI: {prompt}{text.decode('utf-8', errors='replace')!r}")
+        shown = prompt + text.decode("utf-8", errors="replace")
+        log(f"generated through the C ABI: {shown!r}")
         log(f"library: {reference}")
     paths, report = render(matrix, [run.evidence_dir], REPORT_DIR, run.bundle)
     png = screenshot(paths.html, REPORT_DIR / "report.png")
