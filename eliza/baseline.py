@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from eliza import conan
-from eliza.build import llama_option_args, profile_name
+from eliza.build import conan_build_argv, llama_option_args, profile_name
 from eliza.matrix.model import Cell
 from eliza.paths import REPO_ROOT, build_root
 
@@ -61,11 +61,7 @@ def baseline_library(sha: str, cell: Cell, env: dict[str, str]) -> tuple[Path, b
     src = ensure_worktree(sha)
     conan.prepare_conan_home(REPO_ROOT)
     source = conan.resolve_llama_source()
-    argv = [
-        "conan", "build", str(src), "--output-folder", str(out), "--profile:all", profile_name(cell.platform),
-        "--build", "missing", "--update", "--format", "json",
-        "--conf", f"user.eliza:llama_cpp_version={source.version}", *options,
-    ]  # fmt: skip
+    argv = conan_build_argv(src, out, cell.platform, source.version)
     log = out / "conan-build.log"
     out.mkdir(parents=True, exist_ok=True)
     with log.open("w") as log_f:

@@ -48,6 +48,34 @@ def gate_option_args(cell: Cell, all_gate_options: tuple[str, ...]) -> tuple[str
     return tuple(args)
 
 
+def conan_build_argv(
+    source: Path, out: Path, platform: Platform, llama_version: str, build_type: str = "Release"
+) -> list[str]:
+    """`conan build` of a source tree for a platform, without this tree's own options (gates,
+    test kit), so a baseline checkout of an older commit builds with the same command."""
+    return [
+        "conan",
+        "build",
+        str(source),
+        "--output-folder",
+        str(out),
+        "--profile:all",
+        profile_name(platform),
+        "--settings:host",
+        f"build_type={build_type}",
+        "--build",
+        "missing",
+        # Re-read recipes from the in-repo index: without it Conan keeps a cached recipe
+        # revision and an edited recipe would silently not apply.
+        "--update",
+        "--format",
+        "json",
+        "--conf",
+        f"user.eliza:llama_cpp_version={llama_version}",
+        *llama_option_args(platform),
+    ]
+
+
 def plan_cell_build(
     cell: Cell,
     *,
@@ -60,25 +88,7 @@ def plan_cell_build(
 ) -> CellBuildPlan:
     out = cell_build_dir(cell.id, repo)
     argv = [
-        "conan",
-        "build",
-        str(repo),
-        "--output-folder",
-        str(out),
-        "--profile:all",
-        profile_name(cell.platform),
-        "--settings:host",
-        f"build_type={build_type}",
-        "--build",
-        "missing",
-        # Re-read recipes from the in-repo index: without it Conan keeps a cached recipe
-        # revision and an edited recipe would silently not apply.
-        "--update",
-        "--format",
-        "json",
-        "--conf",
-        f"user.eliza:llama_cpp_version={llama_version}",
-        *llama_option_args(cell.platform),
+        *conan_build_argv(repo, out, cell.platform, llama_version, build_type),
         *gate_option_args(cell, all_gate_options),
         "-o",
         f"&:with_test_kit={'True' if with_test_kit else 'False'}",

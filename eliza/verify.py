@@ -7,10 +7,10 @@ import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from eliza import workflow
+from eliza import conan, workflow
 from eliza.bench.workflow import settings_description
 from eliza.evidence import Status
-from eliza.matrix.model import Matrix, Platform
+from eliza.matrix.model import Matrix
 from eliza.runs import (
     EVIDENCE_DIR,
     REPORT_DIR,
@@ -28,13 +28,6 @@ Log = Callable[[str], None]
 
 class ChecksFailed(RuntimeError):
     pass
-
-
-def _llama_cached(platform: Platform, matrix: Matrix) -> bool:
-    """True when a slow platform's llama.cpp package is already in the Conan cache."""
-    from eliza import conan
-
-    return conan.package_cached(platform)
 
 
 def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
@@ -66,7 +59,7 @@ def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
         if not can.can_build:
             log(f"{platform.id}: not buildable here — {can.build_reason}")
             continue
-        if platform.slow_build and only is None and not _llama_cached(platform, matrix):
+        if platform.slow_build and only is None and not conan.package_cached(platform):
             reason = (
                 f"slow build not started by verify: run `nox -s build-{platform.id}` once, then verify again"
             )

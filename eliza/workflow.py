@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eliza import conan
@@ -61,9 +61,7 @@ def plan_for(cell: Cell, matrix: Matrix, llama_version: str, env: dict[str, str]
         llama_version=llama_version,
         with_test_kit=True,
     )
-    return CellBuildPlan(
-        cell_id=plan.cell_id, output_dir=plan.output_dir, library=plan.library, argv=plan.argv, env=env
-    )
+    return replace(plan, env=env)
 
 
 @dataclass(frozen=True, kw_only=True)
