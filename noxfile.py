@@ -1,12 +1,11 @@
 """nox sessions for libelizainference, generated from matrix.yaml.
 
 A table of contents: every session asks `eliza` for the work. Sessions run in the current
-environment (install it first: `pip install -e '.[test]'`, see README).
+environment (install it first: `bash ci/setup.sh`, see README).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -14,37 +13,45 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eliza import verify as jobs
-from eliza import workflow
-from eliza.matrix.loader import MatrixError
-from eliza.sessions import SessionKind, SessionSpec, matrix_sessions
+from eliza.app import build, bundle, project
+from eliza.app.bench import bench
+from eliza.app.report import report as render_report_session
+from eliza.app.verify import ChecksFailed
+from eliza.app.verify import verify as verify_all
+from eliza.core.sessions import SessionKind, SessionSpec, matrix_sessions
+from eliza.formats.matrix_yaml import MatrixError
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["tests"]
 nox.options.error_on_missing_interpreters = True
 
 try:
-    MATRIX = workflow.load_project_matrix()
+    MATRIX = project.load_project_matrix()
 except MatrixError as exc:  # fail before any session or build starts, naming file/line/key
     sys.stderr.write(f"{exc}\n")
     raise SystemExit(2) from None
+for _warning in MATRIX.warnings:  # every invocation (nox -l included) shows them
+    sys.stderr.write(f"warning: {_warning}\n")
 
 
 def _strict(session: nox.Session) -> bool:
-    return "--strict" in session.posargs or os.environ.get("ELIZA_STRICT") == "1"
+    return "--strict" in session.posargs or project.current().strict
+
+
+def _not_here(session: nox.Session, exc: Exception) -> None:
+    if _strict(session):
+        session.error(str(exc))
+    session.skip(str(exc))
 
 
 def _build(session: nox.Session, cell_ids: tuple[str, ...]) -> None:
     cells = tuple(MATRIX.cell(c) for c in cell_ids)
     try:
-        built = workflow.build_cells(
-            cells, MATRIX, on_built=lambda b: session.log(workflow.describe_build(b))
-        )
-    except workflow.NotBuildableHere as exc:
-        if _strict(session):
-            session.error(str(exc))
-        session.skip(str(exc))
-    except workflow.BUILD_ERRORS as exc:
+        built = build.build_cells(cells, MATRIX, on_built=lambda b: session.log(build.describe_build(b)))
+    except build.NotBuildableHere as exc:
+        _not_here(session, exc)
+        return
+    except build.BUILD_ERRORS as exc:
         session.error(str(exc))
     llama_builds = sum(b.llama_built_now for b in built)
     session.log(
@@ -56,24 +63,20 @@ def _build(session: nox.Session, cell_ids: tuple[str, ...]) -> None:
 
 
 def _register(spec: SessionSpec) -> None:
-    if spec.kind is SessionKind.BUILD_CELL:
-        assert spec.cell is not None
-        cell_ids: tuple[str, ...] = (spec.cell,)
-    else:
-        cell_ids = tuple(c.id for c in MATRIX.cells_of(spec.platform))
-
     if spec.kind is SessionKind.BENCH_PLATFORM:
 
         def run(session: nox.Session) -> None:
             try:
-                jobs.bench(MATRIX, spec.platform, session.posargs, session.log)
-            except workflow.NotBuildableHere as exc:
-                if _strict(session):
-                    session.error(str(exc))
-                session.skip(str(exc))
-            except jobs.ChecksFailed as exc:
+                bench(MATRIX, spec.platform, session.posargs, session.log)
+            except build.NotBuildableHere as exc:
+                _not_here(session, exc)
+            except ChecksFailed as exc:
                 session.error(str(exc))
+
     else:
+        cell_ids = (
+            (spec.cell,) if spec.cell is not None else tuple(c.id for c in MATRIX.cells_of(spec.platform))
+        )
 
         def run(session: nox.Session) -> None:
             _build(session, cell_ids)
@@ -107,12 +110,12 @@ def unit(session: nox.Session) -> None:
 @nox.session(python=False)
 def generate(session: nox.Session) -> None:
     """Build linux-cpu (no gates) and generate text from the tiny bundle through the C ABI."""
-    built = workflow.ensure_cell_built("linux-cpu.none")
-    bundle = workflow.ensure_tiny_bundle()
+    built = build.ensure_cell_built("linux-cpu.none")
+    tiny = bundle.ensure_tiny_bundle()
     prompt = " ".join(session.posargs) or "Once upon a time there was"
-    tokens, text = workflow.generate_text(built.library, bundle, prompt)
+    tokens, text = bundle.generate_text(built.library, tiny, prompt)
     session.log(f"library: {built.library}")
-    session.log(f"bundle: {bundle}")
+    session.log(f"bundle: {tiny}")
     print(f"{prompt}{text.decode('utf-8', errors='replace')}")
     session.log(f"{len(tokens)} tokens generated (greedy)")
 
@@ -121,15 +124,15 @@ def generate(session: nox.Session) -> None:
 def verify(session: nox.Session) -> None:
     """The main job: build every cell this host can build, generate text, run the checks, write the report."""
     try:
-        jobs.verify(MATRIX, session.posargs, session.log)
-    except jobs.ChecksFailed as exc:
+        verify_all(MATRIX, session.posargs, session.log)
+    except ChecksFailed as exc:
         session.error(str(exc))
 
 
 @nox.session(python=False)
 def report(session: nox.Session) -> None:
     """Render the report (HTML, Markdown, JSON) from evidence directories: `nox -s report -- DIR...`."""
-    jobs.report(MATRIX, session.posargs, session.log)
+    render_report_session(MATRIX, session.posargs, session.log)
 
 
 @nox.session(python=False)
@@ -155,7 +158,8 @@ def ci_files(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
-    """ruff, mypy --strict on eliza/, and the generated CI files checked for drift."""
+    """ruff, mypy --strict, the import contract of eliza's layers, and drift of the generated CI files."""
     session.run("ruff", "check", "eliza", "tests", "noxfile.py", "conanfile.py")
     session.run("mypy", "--strict", "eliza")
+    session.run("lint-imports")
     session.run("python", "-m", "eliza.cli", "ci-files", "--check")

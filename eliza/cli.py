@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 def _check_matrix(path: Path) -> int:
-    from eliza.matrix.loader import MatrixError, load_matrix
+    from eliza.formats.matrix_yaml import MatrixError, load_matrix
 
     try:
         matrix = load_matrix(path)
@@ -26,6 +26,29 @@ def _check_matrix(path: Path) -> int:
     for cell in matrix.cells:
         print(f"  {cell.id}: {', '.join(c.id for c in cell.checks)}")
     return 0
+
+
+def bench_diff(argv: list[str] | None = None) -> int:
+    """Byte-identity diff of two bench record files: 0 identical, 1 not, 2 unreadable input."""
+    from eliza.core.bench_diff import compare_identity, ratio_report, run_decode_tok_s
+    from eliza.core.bench_records import BenchFormatError
+    from eliza.formats.bench_jsonl import load_run
+
+    parser = argparse.ArgumentParser(prog="python -m eliza.bench", description=bench_diff.__doc__)
+    parser.add_argument("left", type=Path)
+    parser.add_argument("right", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        left, right = load_run(args.left), load_run(args.right)
+    except BenchFormatError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    result = compare_identity(left, right)
+    print(result.report())
+    pairs = [(run_decode_tok_s(left), run_decode_tok_s(right))]
+    if pairs[0][1] > 0:
+        print(ratio_report("decode tok/s", result.left, result.right, pairs).describe())
+    return 0 if result.identical else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,12 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check-matrix":
         return _check_matrix(args.path)
     if args.command == "ci-files":
-        from eliza.ci_files import write_or_check
+        from eliza.app.ci_files import write_or_check
 
         return write_or_check(check=args.check)
-    from eliza.bench.__main__ import main as bench_main
-
-    return bench_main([args.left, args.right])
+    return bench_diff([args.left, args.right])
 
 
 if __name__ == "__main__":

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from eliza.ffi import Library
+from eliza.adapters.ffi import Library
 
 
 @pytest.fixture(scope="session")
 def tiny_bundle() -> Path:
-    from eliza.workflow import ensure_tiny_bundle
+    from eliza.app.bundle import ensure_tiny_bundle
 
     return ensure_tiny_bundle()
 
@@ -22,14 +22,14 @@ def tiny_bundle() -> Path:
 def library_path() -> Path:
     """The library of ELIZA_TEST_CELL (default linux-cpu.none): verify runs the native and
     selector suites once per cell this way."""
-    from eliza.workflow import ensure_cell_built
+    from eliza.app.build import ensure_cell_built
 
     return ensure_cell_built(os.environ.get("ELIZA_TEST_CELL", "linux-cpu.none")).library
 
 
 @pytest.fixture(scope="session")
 def lib(library_path: Path):
-    from eliza.ffi import Library
+    from eliza.adapters.ffi import Library
 
     return Library(library_path)
 

@@ -1,2 +1,1 @@
-"""Byte-identity bench: records of e2e_loop_bench / reference_runner, the diff engine,
-and the runs nox drives per cell."""
+"""`python -m eliza.bench A B`: the command-line entry of the bench diff (eliza.cli.bench_diff)."""

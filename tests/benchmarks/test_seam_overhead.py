@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eliza.bench.tools import BenchSettings, bench_argv, reference_argv, run_tool
+from eliza.adapters.bench_tools import BenchSettings, bench_argv, reference_argv, run_tool
 
 PROMPTS = "Once upon a time there was\nThe quick brown fox jumps over the lazy dog and then\n"
 

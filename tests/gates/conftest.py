@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from eliza.workflow import load_project_matrix
+from eliza.app.project import load_project_matrix
 
 # ELIZA_TEST_PLATFORM picks the platform whose gate cells are tested (default linux-cpu).
 PLATFORM = os.environ.get("ELIZA_TEST_PLATFORM", "linux-cpu")
@@ -22,7 +22,7 @@ def cell_id(cell: str) -> str:
 @pytest.fixture(scope="session")
 def gate_libraries() -> dict[str, Path]:
     """Every gate cell of the platform, built (llama.cpp reused from the Conan cache)."""
-    from eliza.workflow import build_cells
+    from eliza.app.build import build_cells
 
     matrix = load_project_matrix()
     built = build_cells(matrix.cells_of(PLATFORM), matrix, echo=False)

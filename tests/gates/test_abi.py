@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from eliza.abi import abidiff, exported_symbols, foreign_exports
+from eliza.adapters.abi_tools import abidiff, exported_symbols, foreign_exports
 from tests.gates.conftest import GATED_CELLS, NO_GATE_CELL, cell_id
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eliza.ffi import ElizaError, Library, greedy_config
+from eliza.adapters.ffi import ElizaError, Library, greedy_config
 from tests.gates.conftest import CELLS, GATED_CELLS, NO_GATE_CELL, cell_id
 
 PROMPTS = ["Hello world, this is", "naïve café — 東京 and", "The price"]

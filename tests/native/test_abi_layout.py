@@ -7,8 +7,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from eliza.ffi import StreamConfig
-from eliza.paths import REPO_ROOT
+from eliza.adapters.ffi import StreamConfig
+from eliza.core.layout import REPO_ROOT
 
 HEADER = REPO_ROOT / "native" / "include" / "eliza-inference-ffi.h"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eliza.ffi import (
+from eliza.adapters.ffi import (
     ERR_BUNDLE_INVALID,
     ERR_INVALID_ARG,
     ERR_NOT_IMPLEMENTED,
@@ -253,8 +253,8 @@ def test_rejected_slot_file_leaves_the_stream_reset(ctx: Context, tmp_path: Path
 def test_slot_of_another_model_with_the_same_shapes_is_refused(
     lib: Library, ctx: Context, tmp_path: Path
 ) -> None:
-    from eliza.sources import vocab_gguf
-    from eliza.tinymodel import TinyModelSpec, write_tiny_bundle
+    from eliza.adapters.llama_source import vocab_gguf
+    from eliza.formats.tiny_gguf import TinyModelSpec, write_tiny_bundle
 
     other = tmp_path / "other"
     write_tiny_bundle(other, vocab_gguf(), TinyModelSpec(seed=2))

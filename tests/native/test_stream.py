@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from eliza.ffi import ERR_CANCELLED, Context, ElizaError, Library, greedy_config
-from eliza.tinymodel import PLANTED_CHAIN
+from eliza.adapters.ffi import ERR_CANCELLED, Context, ElizaError, Library, greedy_config
+from eliza.formats.tiny_gguf import PLANTED_CHAIN
 
 PROMPTS = ["Hello world, this is", "Once upon a time there was", "naïve café — 東京 and", "The price"]
 
@@ -41,7 +41,7 @@ def test_greedy_is_identical_across_two_processes(
 ) -> None:
     script = (
         "import json, sys\n"
-        "from eliza.ffi import Library, greedy_config\n"
+        "from eliza.adapters.ffi import Library, greedy_config\n"
         "lib = Library(__import__('pathlib').Path(sys.argv[1]))\n"
         "out = {}\n"
         "with lib.open_context(sys.argv[2]) as ctx:\n"

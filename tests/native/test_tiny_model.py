@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from eliza.sources import vocab_gguf
-from eliza.tinymodel import TinyModelSpec, write_tiny_bundle, write_tiny_gguf
+from eliza.adapters.llama_source import vocab_gguf
+from eliza.formats.tiny_gguf import TinyModelSpec, write_tiny_bundle, write_tiny_gguf
 
 
 def test_same_seed_same_sha256(tmp_path: Path) -> None:

@@ -7,17 +7,23 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
-from eliza.bench.workflow import DEFAULT_SETTINGS
-from eliza.conan import llama_source_version
-from eliza.evidence import Status, write_record
-from eliza.evidence_io import GitState, host_info, to_record
-from eliza.fingerprint import fingerprint_for, input_hashes
-from eliza.matrix.loader import parse_matrix
-from eliza.outcome import CheckOutcome
-from eliza.paths import REPO_ROOT
-from eliza.runs import render, screenshot
-from eliza.workflow import host_facts, load_project_matrix
+from eliza.adapters.browser import screenshot
+from eliza.adapters.conan import llama_source_version
+from eliza.adapters.git import GitState
+from eliza.app.bench_options import default_settings_description
+from eliza.app.checks.common import now
+from eliza.app.inputs import input_hashes
+from eliza.app.project import current, host_facts, load_project_matrix
+from eliza.app.recording import host_info, to_record
+from eliza.app.report import render
+from eliza.core.evidence import Status
+from eliza.core.fingerprint import fingerprint_for
+from eliza.core.layout import REPO_ROOT
+from eliza.core.outcome import CheckOutcome
+from eliza.formats.evidence_json import write_record
+from eliza.formats.matrix_yaml import parse_matrix
 
 MATRIX = load_project_matrix()
 
@@ -29,8 +35,8 @@ def write_evidence(directory: Path, bundle: Path, outcome: CheckOutcome) -> None
         bundle,
         bundle / "no-prompts.txt",
         host_facts(),
-        llama_source=llama_source_version(),
-        bench_settings=DEFAULT_SETTINGS,
+        llama_source=llama_source_version(current().env),
+        bench_settings=default_settings_description(current().env),
     )
     cell, check = MATRIX.cell(outcome.cell), MATRIX.check(outcome.check)
     record = to_record(
@@ -38,6 +44,7 @@ def write_evidence(directory: Path, bundle: Path, outcome: CheckOutcome) -> None
         fingerprint_for(cell, check, hashes),
         GitState(commit="0" * 40, dirty=False),
         host_info(host_facts()),
+        REPO_ROOT,
     )
     write_record(directory, record)
 
@@ -58,6 +65,8 @@ def test_report_renders_in_chromium_with_escaped_script(tmp_path: Path) -> None:
             passed=1,
             reason=evil,
             log_tail=evil,
+            started_at=now(),
+            finished_at=now(),
         ),
     )
 
@@ -72,22 +81,29 @@ def test_report_renders_in_chromium_with_escaped_script(tmp_path: Path) -> None:
 
 def test_evidence_for_another_matrix_is_stale_and_merges_across_directories(tmp_path: Path) -> None:
     bundle = tmp_path / "bundle"
-    for directory, cell_id in (("job-a", "linux-cpu.none"), ("job-b", "linux-cpu.litert")):
+    gated = next(c.id for c in MATRIX.cells_of("linux-cpu") if c.gates)
+    for directory, cell_id in (("job-a", "linux-cpu.none"), ("job-b", gated)):
         write_evidence(
             tmp_path / directory,
             bundle,
-            CheckOutcome(cell=cell_id, check="build", status=Status.PASSED, ran=3, passed=3),
+            CheckOutcome(
+                cell=cell_id,
+                check="build",
+                status=Status.PASSED,
+                ran=3,
+                passed=3,
+                started_at=now(),
+                finished_at=now(),
+            ),
         )
 
     _, merged = render(MATRIX, [tmp_path / "job-a", tmp_path / "job-b"], tmp_path / "r1", bundle)
     assert merged.entry("linux-cpu.none", "build").state.value == "verified"
-    assert merged.entry("linux-cpu.litert", "build").state.value == "verified"
+    assert merged.entry(gated, "build").state.value == "verified"
 
-    text = (REPO_ROOT / "matrix.yaml").read_text()
-    edited = parse_matrix(
-        text.replace("cpu_isa: x86-64-v3          # chosen", "cpu_isa: x86-64-v2          # chosen"),
-        str(REPO_ROOT / "matrix.yaml"),
-    )
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    data["platforms"][0]["llama_options"]["cpu_isa"] = "x86-64-v2"
+    edited = parse_matrix(yaml.safe_dump(data, sort_keys=False), str(REPO_ROOT / "matrix.yaml"))
     _, stale = render(edited, [tmp_path / "job-a", tmp_path / "job-b"], tmp_path / "r2", bundle)
     entry = stale.entry("linux-cpu.none", "build")
     assert entry.state.value == "stale" and "matrix" in entry.reason

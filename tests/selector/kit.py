@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from eliza.ffi import Library
+from eliza.adapters.ffi import Library
 
 
 class TestKit(Library):

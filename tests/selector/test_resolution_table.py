@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eliza.ffi import ERR_INVALID_ARG
+from eliza.adapters.ffi import ERR_INVALID_ARG
 from tests.selector.kit import TestKit
 
 IN_TREE = (0, None, None)  # nullptr and no error: the llama.cpp path
@@ -155,7 +155,7 @@ def test_open_dispatches_to_the_chosen_factory(
 def test_open_fails_loudly_on_a_hard_select_error(
     kit: TestKit, tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from eliza.ffi import ElizaError
+    from eliza.adapters.ffi import ElizaError
 
     kit.register_fake("sleepy", available=False)
     monkeypatch.setenv("ELIZA_LLM_BACKEND", "sleepy")

@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from eliza.bench.diff import compare_identity, ratio_report, spread
-from eliza.bench.records import BenchFormatError, BenchRun, PromptRecord, parse_run
+from eliza.core.bench_diff import compare_identity, ratio_report, spread
+from eliza.core.bench_records import BenchFormatError, BenchRun, PromptRecord, parse_run
 
 
 def prompt(index: int, tokens: tuple[int, ...], text: bytes, *, identical: bool = True) -> PromptRecord:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eliza.build import llama_option_args, plan_cell_build
-from eliza.matrix.loader import load_matrix
-from eliza.paths import REPO_ROOT
-from eliza.sessions import SessionKind, matrix_sessions
+from eliza.core.build_plan import llama_option_args, plan_cell_build
+from eliza.core.layout import REPO_ROOT
+from eliza.core.sessions import SessionKind, matrix_sessions
+from eliza.formats.matrix_yaml import load_matrix
 
 MATRIX = load_matrix(REPO_ROOT / "matrix.yaml")
 GATE_OPTIONS = tuple(g.conan_option for g in MATRIX.gates)

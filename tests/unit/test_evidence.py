@@ -11,8 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from eliza.evidence import (
-    SCHEMA_PATH,
+from eliza.core.evidence import (
     SCHEMA_VERSION,
     Artifact,
     Counts,
@@ -22,12 +21,15 @@ from eliza.evidence import (
     InputFingerprint,
     Status,
     fingerprint_key,
+    record_filename,
+    utc_timestamp,
+)
+from eliza.formats.evidence_json import (
+    SCHEMA_PATH,
     from_json,
     read_records,
-    record_filename,
     record_to_dict,
     to_json,
-    utc_timestamp,
     write_record,
 )
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from eliza.checks import CaseResult, cases_of_cell
-from eliza.fingerprint import InputHashes, fingerprint_for, tree_hash
-from eliza.matrix.loader import load_matrix
-from eliza.paths import REPO_ROOT
+from eliza.core.fingerprint import InputHashes, fingerprint_for
+from eliza.core.layout import REPO_ROOT
+from eliza.core.outcome import CaseResult, cases_of_cell
+from eliza.formats.files import tree_hash
+from eliza.formats.matrix_yaml import load_matrix
 
 MATRIX = load_matrix(REPO_ROOT / "matrix.yaml")
 HASHES = InputHashes(

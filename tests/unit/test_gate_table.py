@@ -6,8 +6,8 @@ from __future__ import annotations
 import importlib.util
 import re
 
-from eliza.matrix.loader import load_matrix
-from eliza.paths import REPO_ROOT
+from eliza.core.layout import REPO_ROOT
+from eliza.formats.matrix_yaml import load_matrix
 
 MATRIX = load_matrix(REPO_ROOT / "matrix.yaml")
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from eliza.host import Capability, HostFacts, Tool, decide, x86_64_level
-from eliza.host_probe import probe_host
-from eliza.matrix import Platform, Requirement
+from eliza.adapters.host_probe import probe_host
+from eliza.core.host import Capability, HostFacts, Tool, decide, x86_64_level
+from eliza.core.matrix import Platform, Requirement
 
 R = Requirement
 BASE_TOOLS = (R.CXX_COMPILER, R.CONAN, R.CMAKE, R.NINJA)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eliza.matrix import CheckKind, Matrix, MatrixError, Problem, Requirement, load_matrix, parse_matrix
+from eliza.core.matrix import CheckKind, Matrix, Problem, Requirement
+from eliza.formats.matrix_yaml import MatrixError, load_matrix, parse_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX_FILE = ROOT / "matrix.yaml"

@@ -10,7 +10,8 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator
 
-from eliza.matrix import CheckKind, Requirement, matrix_schema
+from eliza.core.matrix import CheckKind, Requirement
+from eliza.formats.matrix_yaml import matrix_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "eliza" / "schema" / "matrix.schema.json"

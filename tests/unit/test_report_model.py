@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from eliza.evidence import (
+from eliza.core.evidence import (
     Artifact,
     Counts,
     EvidenceRecord,
@@ -17,11 +17,10 @@ from eliza.evidence import (
     InputFingerprint,
     LoadedRecord,
     Status,
-    read_records,
-    write_record,
 )
-from eliza.matrix.model import Cell, Check, CheckKind, DeviceGatedItem, Gate, Matrix, Platform, Requirement
-from eliza.report import (
+from eliza.core.layout import REPO_ROOT
+from eliza.core.matrix import Cell, Check, CheckKind, DeviceGatedItem, Gate, Matrix, Platform, Requirement
+from eliza.core.report import (
     REPORT_SCHEMA_VERSION,
     ArtifactState,
     GridState,
@@ -30,8 +29,10 @@ from eliza.report import (
     Report,
     build_report,
     entry_anchor,
-    report_to_dict,
 )
+from eliza.formats.evidence_json import read_records, write_record
+from eliza.formats.matrix_yaml import load_matrix
+from eliza.formats.report_json import report_to_dict
 
 CURRENT = {"native": "n1", "recipes": "r1", "lockfile": "l1", "matrix": "m1", "bundle": "b1"}
 GOOD_SHA = "a" * 64
@@ -75,6 +76,9 @@ MLX = Gate(
     artifacts=("text/*.mlpackage",),
     runtime_platforms=("macos-arm64",),
 )
+
+# The project's own exit checklist: the boxes are data of matrix.yaml.
+EXIT_CHECKLIST = load_matrix(REPO_ROOT / "matrix.yaml").exit_checklist
 
 
 def _check(id_: str, kind: CheckKind, needs_run: bool, gated_only: bool = False) -> Check:
@@ -122,6 +126,7 @@ def make_matrix() -> Matrix:
         checks=CHECKS,
         cells=cells,
         device_gated=(DEVICE_ITEM,),
+        exit_checklist=EXIT_CHECKLIST,
     )
 
 
@@ -450,6 +455,7 @@ def test_checklist_says_when_the_matrix_lacks_a_check_kind() -> None:
         checks=without_baseline,
         cells=tuple(Cell(platform=c.platform, gates=c.gates, checks=without_baseline) for c in matrix.cells),
         device_gated=matrix.device_gated,
+        exit_checklist=matrix.exit_checklist,
     )
     report = build_report(
         matrix,
@@ -461,7 +467,7 @@ def test_checklist_says_when_the_matrix_lacks_a_check_kind() -> None:
     )
     box1 = report.checklist[0]
     assert not box1.ticked
-    assert "no byte-identity-baseline check applies to the Linux x86_64 no-gate cells" in box1.missing
+    assert "no byte-identity-baseline check applies to the linux x86_64 no-gate cells" in box1.missing
 
 
 def test_json_form_round_trips_with_states() -> None:

@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 from jinja2 import UndefinedError
 
-from eliza.evidence import Counts, EvidenceRecord, HostInfo, InputFingerprint, LoadedRecord, Status
-from eliza.matrix.model import Cell, Check, CheckKind, DeviceGatedItem, Gate, Matrix, Platform, Requirement
-from eliza.report import GridState, HeaderFacts, PlatformCapability, Report, build_report, report_to_dict
-from eliza.report.render import (
+from eliza.core.evidence import Counts, EvidenceRecord, HostInfo, InputFingerprint, LoadedRecord, Status
+from eliza.core.layout import REPO_ROOT
+from eliza.core.matrix import Cell, Check, CheckKind, DeviceGatedItem, Gate, Matrix, Platform, Requirement
+from eliza.core.report import GridState, HeaderFacts, PlatformCapability, Report, build_report
+from eliza.formats.matrix_yaml import load_matrix
+from eliza.formats.report_json import report_to_dict
+from eliza.formats.report_render import (
     HTML_TEMPLATE,
     MARKDOWN_TEMPLATE,
     make_environment,
@@ -24,6 +27,8 @@ from eliza.report.render import (
 
 XSS = "<script>alert(1)</script>"
 CURRENT = {"native": "n1", "matrix": "m1"}
+# The project's own exit checklist: the boxes are data of matrix.yaml.
+EXIT_CHECKLIST = load_matrix(REPO_ROOT / "matrix.yaml").exit_checklist
 
 LINUX = Platform(
     id="linux-cpu",
@@ -84,6 +89,7 @@ CHECKS = (
     ),
 )
 MATRIX = Matrix(
+    exit_checklist=EXIT_CHECKLIST,
     source="matrix.yaml",
     sha256="9" * 64,
     platforms=(LINUX, ANDROID),
@@ -257,6 +263,7 @@ def test_markdown_all_ticked_when_evidence_is_complete(tmp_path: Path) -> None:
         ),
     )
     matrix = Matrix(
+        exit_checklist=EXIT_CHECKLIST,
         source="m.yaml",
         sha256="1" * 64,
         platforms=(LINUX,),

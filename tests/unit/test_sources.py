@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from eliza.conan import BuildError, fork_version, resolve_llama_source
-from eliza.sources import RECIPE_DIR, pinned_source
+from eliza.adapters.conan import BuildError, fork_version, resolve_llama_source
+from eliza.adapters.llama_source import RECIPE_DIR, pinned_source
 
 
 def test_pin_is_read_from_the_recipe() -> None:
@@ -39,4 +39,4 @@ def test_fork_version_follows_the_build_inputs(tmp_path: Path) -> None:
 
 def test_override_that_is_not_a_checkout_is_refused(tmp_path: Path) -> None:
     with pytest.raises(BuildError, match=r"ELIZA_LLAMA_CPP_DIR=.*is not a llama.cpp checkout"):
-        resolve_llama_source({"ELIZA_LLAMA_CPP_DIR": str(tmp_path)})
+        resolve_llama_source(tmp_path / "cache", {"ELIZA_LLAMA_CPP_DIR": str(tmp_path)})

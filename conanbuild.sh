@@ -1,1 +1,0 @@
-. "/work/main/conanbuildenv-release-x86_64.sh"

@@ -1,1 +1,0 @@
-. "/work/main/conanrunenv-release-x86_64.sh"

@@ -1,1 +1,0 @@
-. "/work/main/deactivate_conanrunenv-release-x86_64.sh"

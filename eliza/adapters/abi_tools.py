@@ -1,0 +1,81 @@
+"""ABI tools: the exported symbol list (nm) and abidiff from Debian's abigail-tools."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from eliza.adapters import proc
+from eliza.core.layout import REPO_ROOT, public_headers_dir
+
+EXPORT_PREFIX = "eliza_inference_"
+
+# abidiff's exit status is a bit field (libabigail's abidiff_status).
+ABIDIFF_ERROR = 1
+ABIDIFF_USAGE_ERROR = 2
+ABIDIFF_ABI_CHANGE = 4
+ABIDIFF_ABI_INCOMPATIBLE_CHANGE = 8
+
+
+class AbiToolMissing(RuntimeError):
+    pass
+
+
+class SymbolListError(RuntimeError):
+    pass
+
+
+def exported_symbols(library: Path) -> list[str]:
+    """The dynamic symbols a shared library defines, sorted (nm -D --defined-only)."""
+    done = proc.run(["nm", "-D", "--defined-only", library])
+    if not done.ok:
+        raise SymbolListError(f"nm -D {library} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    return sorted(line.split()[-1] for line in done.stdout.splitlines() if line.strip())
+
+
+def foreign_exports(symbols: list[str]) -> list[str]:
+    return [s for s in symbols if not s.startswith(EXPORT_PREFIX)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AbiDiff:
+    exit_code: int
+    report: str
+
+    @property
+    def tool_failed(self) -> bool:
+        return bool(self.exit_code & (ABIDIFF_ERROR | ABIDIFF_USAGE_ERROR))
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.exit_code & (ABIDIFF_ABI_CHANGE | ABIDIFF_ABI_INCOMPATIBLE_CHANGE))
+
+    @property
+    def incompatible(self) -> bool:
+        return bool(self.exit_code & ABIDIFF_ABI_INCOMPATIBLE_CHANGE)
+
+
+def abidiff_version() -> str:
+    """abidiff's version, or "" when it is not installed."""
+    tool = shutil.which("abidiff")
+    if tool is None:
+        return ""
+    out = proc.run([tool, "--version"]).stdout.strip()
+    return out.split()[-1] if out else ""
+
+
+def abidiff(reference: Path, candidate: Path, headers: Path | None = None) -> AbiDiff:
+    """Compares the ABI of two builds, restricted to the types of the public headers in
+    `headers` (default: this repository's). The SONAME is ignored so that differently
+    named artefacts can be compared."""
+    headers = headers or public_headers_dir(REPO_ROOT)
+    tool = shutil.which("abidiff")
+    if tool is None:
+        raise AbiToolMissing(
+            "abidiff not found: install Debian's abigail-tools (apt-get install abigail-tools)"
+        )
+    done = proc.run(
+        [tool, "--no-show-locs", "--headers-dir1", headers, "--headers-dir2", headers, reference, candidate]
+    )
+    return AbiDiff(exit_code=done.returncode, report=done.output.strip())

@@ -1,0 +1,67 @@
+"""Adapter: runs the bench tools of a built cell and parses what they write."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from eliza.core.bench_records import BenchFormatError, BenchRun
+from eliza.core.layout import REPO_ROOT
+from eliza.formats.bench_jsonl import load_run
+
+DEFAULT_PROMPTS = REPO_ROOT / "native" / "tools" / "prompts" / "default.txt"
+
+
+class BenchToolError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchSettings:
+    bundle: Path
+    prompts: Path = DEFAULT_PROMPTS
+    max_tokens: int = 64
+    repeats: int = 2
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repeat_penalty: float = 1.0
+    seed: int = 0
+
+    def flags(self) -> list[str]:
+        return [
+            "--bundle", str(self.bundle), "--prompts", str(self.prompts),
+            "--max-tokens", str(self.max_tokens), "--repeats", str(self.repeats),
+            "--temperature", repr(self.temperature), "--top-k", str(self.top_k), "--top-p", repr(self.top_p),
+            "--repeat-penalty", repr(self.repeat_penalty), "--seed", str(self.seed),
+        ]  # fmt: skip
+
+
+def bench_argv(build_dir: Path, library: Path, settings: BenchSettings, cell_id: str, out: Path) -> list[str]:
+    return [str(build_dir / "e2e_loop_bench"), "--library", str(library.resolve()), "--cell", cell_id,
+            "--out", str(out), *settings.flags()]  # fmt: skip
+
+
+def reference_argv(build_dir: Path, settings: BenchSettings, cell_id: str, out: Path) -> list[str]:
+    return [str(build_dir / "reference_runner"), "--cell", cell_id, "--out", str(out), *settings.flags()]
+
+
+def run_tool(argv: list[str], out: Path, env: Mapping[str, str] | None = None) -> BenchRun:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".part")
+    argv = [tmp.as_posix() if a == str(out) else a for a in argv]
+    result = subprocess.run(
+        argv, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})}
+    )
+    if result.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        tool = Path(argv[0]).name
+        raise BenchToolError(f"{tool} exited {result.returncode}: {result.stderr.strip()[-2000:]}")
+    tmp.replace(out)
+    try:
+        return load_run(out)
+    except BenchFormatError as exc:
+        raise BenchToolError(str(exc)) from exc

@@ -1,0 +1,195 @@
+"""Conan adapter: the project's own Conan home, its local recipe index, host profiles,
+and running a cell's build plan.
+
+The Conan home lives in the user cache (<cache>/conan2, see eliza.core.layout.cache_dir), so llama.cpp
+packages survive fresh clones. Its only remote is the recipe index inside this repo:
+nothing reaches for ConanCenter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from eliza.adapters import proc
+from eliza.adapters.llama_source import PINNED_VERSION, RECIPE_DIR, ensure_sdist
+from eliza.core.build_plan import LLAMA_PACKAGE, CellBuildPlan, llama_option_args
+from eliza.core.matrix import Platform
+from eliza.formats.files import tree_hash
+
+# What of a llama.cpp checkout its build reads; the fork version hashes these.
+FORK_BUILD_INPUTS = ("CMakeLists.txt", "include", "src", "ggml", "cmake", "vendor")
+INDEX_REMOTE = "eliza-index"
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def conan_home(cache: Path) -> Path:
+    return cache / "conan2"
+
+
+def conan_env(cache: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with the project's Conan home and `extra` laid over it."""
+    return {**os.environ, "CONAN_HOME": str(conan_home(cache)), **(extra or {})}
+
+
+def _conan(
+    cache: Path, *args: str, env: Mapping[str, str] | None = None, check: bool = True
+) -> proc.Completed:
+    done = proc.run(["conan", *args], env=conan_env(cache, env))
+    if check and not done.ok:
+        raise BuildError(f"conan {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return done
+
+
+def _profile_text(os_family: str) -> str:
+    return (
+        "\n".join(
+            [
+                "# Written by eliza.conan.prepare_conan_home; host settings from `conan profile detect`.",
+                "include(default)",
+                "[settings]",
+                "build_type=Release",
+                "compiler.cppstd=17",
+                "[conf]",
+                "tools.cmake.cmaketoolchain:generator=Ninja",
+                f"tools.build:jobs={os.cpu_count() or 2}",
+                "",
+            ]
+        )
+        if os_family == "linux"
+        else ""
+    )
+
+
+def prepare_conan_home(cache: Path, repo: Path) -> Path:
+    """Idempotent: remotes = the repo's recipe index only; a detected default profile;
+    one eliza-<os> profile per buildable OS family (here: linux)."""
+    home = conan_home(cache)
+    (home / "profiles").mkdir(parents=True, exist_ok=True)
+    remotes = json.loads(_conan(cache, "remote", "list", "--format", "json").stdout or "[]")
+    index = str(repo / "conan" / "index")
+    if [(r["name"], r["url"]) for r in remotes] != [(INDEX_REMOTE, index)]:
+        for r in remotes:
+            _conan(cache, "remote", "remove", r["name"])
+        _conan(cache, "remote", "add", INDEX_REMOTE, index, "--type", "local-recipes-index")
+    if not (home / "profiles" / "default").is_file():
+        _conan(cache, "profile", "detect", "--name", "default")
+    profile = home / "profiles" / "eliza-linux"
+    text = _profile_text("linux")
+    if not profile.is_file() or profile.read_text() != text:
+        profile.write_text(text)
+    return home
+
+
+def fork_version(tree: Path) -> str:
+    """Content hash of a local llama.cpp checkout's build inputs, as a recipe version."""
+    return f"fork.{tree_hash(tree, FORK_BUILD_INPUTS)[:16]}"
+
+
+def llama_source_version(env: Mapping[str, str]) -> str:
+    """The llama.cpp recipe version a build would use, without exporting anything."""
+    checkout = env.get("ELIZA_LLAMA_CPP_DIR")
+    if checkout and (Path(checkout) / "include" / "llama.h").is_file():
+        return fork_version(Path(checkout).resolve())
+    return PINNED_VERSION
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlamaSource:
+    version: str
+    env: Mapping[str, str]
+
+
+def resolve_llama_source(cache: Path, env: Mapping[str, str]) -> LlamaSource:
+    """The pinned sdist, or a local checkout named by ELIZA_LLAMA_CPP_DIR (exported as a
+    fork.<hash> version of the same recipe, so the cache tells them apart)."""
+    checkout = env.get("ELIZA_LLAMA_CPP_DIR")
+    if checkout:
+        tree = Path(checkout).resolve()
+        if not (tree / "include" / "llama.h").is_file():
+            raise BuildError(
+                f"ELIZA_LLAMA_CPP_DIR={checkout!r} is not a llama.cpp checkout (no include/llama.h)"
+            )
+        version = fork_version(tree)
+        source_env = {"ELIZA_LLAMA_CPP_DIR": str(tree)}
+        _conan(cache, "export", str(RECIPE_DIR), "--version", version, env=source_env)
+        return LlamaSource(version=version, env=source_env)
+    return LlamaSource(version=PINNED_VERSION, env={"ELIZA_LLAMA_SDIST": str(ensure_sdist(cache))})
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildResult:
+    cell_id: str
+    library: Path
+    llama_binary: str  # "Build" (built now) or "Cache" (reused)
+    llama_package_folder: Path
+    llama_package_id: str
+    seconds: float
+    log: Path
+
+
+def run_build(plan: CellBuildPlan, source: LlamaSource, cache: Path, *, echo: bool = True) -> BuildResult:
+    plan.output_dir.mkdir(parents=True, exist_ok=True)
+    log = plan.output_dir / "conan-build.log"
+    graph_file = plan.output_dir / "conan-graph.json"
+    started = time.monotonic()
+    with log.open("w") as log_f, graph_file.open("w") as graph_f:
+        proc = subprocess.Popen(
+            plan.argv,
+            env=conan_env(cache, {**source.env, **plan.env}),
+            stdout=graph_f,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            log_f.write(line)
+            if echo:
+                sys.stderr.write(line)
+        rc = proc.wait()
+    seconds = time.monotonic() - started
+    if rc != 0:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-40:])
+        raise BuildError(f"{plan.cell_id}: conan build failed ({rc}); log: {log}\n{tail}")
+    graph = json.loads(graph_file.read_text())
+    llama = next(
+        n for n in graph["graph"]["nodes"].values() if str(n.get("ref", "")).startswith(LLAMA_PACKAGE + "/")
+    )
+    if not plan.library.is_file():
+        raise BuildError(f"{plan.cell_id}: build finished but {plan.library} is missing; log: {log}")
+    return BuildResult(
+        cell_id=plan.cell_id,
+        library=plan.library,
+        llama_binary=str(llama.get("binary")),
+        llama_package_folder=Path(llama["package_folder"]),
+        llama_package_id=str(llama.get("package_id")),
+        seconds=seconds,
+        log=log,
+    )
+
+
+def package_cached(cache: Path, platform: Platform, llama_version: str) -> bool:
+    """Whether the Conan cache already holds llama.cpp built with this platform's options."""
+    if not conan_home(cache).is_dir():
+        return False
+    args = ["list", f"{LLAMA_PACKAGE}/{llama_version}:*", "--format", "json"]
+    result = _conan(cache, *args, check=False)
+    if result.returncode != 0:
+        return False
+    wanted = dict(a.split(":", 1)[1].split("=", 1) for a in llama_option_args(platform) if a != "-o")
+    for ref in json.loads(result.stdout).get("Local Cache", {}).values():
+        for rev in ref.get("revisions", {}).values():
+            for pkg in rev.get("packages", {}).values():
+                options = pkg.get("info", {}).get("options", {})
+                if all(options.get(k) == v for k, v in wanted.items()):
+                    return True
+    return False

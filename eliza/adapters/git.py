@@ -1,0 +1,46 @@
+"""git: the commit evidence is produced from, and worktrees of older commits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from eliza.adapters import proc
+
+
+class GitError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class GitState:
+    commit: str
+    dirty: bool
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = proc.run(["git", *args], cwd=repo)
+    if not done.ok:
+        raise GitError(f"git {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def git_state(repo: Path) -> GitState:
+    """The checked-out commit ("unknown" outside git) and whether tracked files changed."""
+    try:
+        commit = _git(repo, "rev-parse", "HEAD")
+        dirty = bool(_git(repo, "status", "--porcelain", "--untracked-files=no"))
+    except GitError:
+        return GitState(commit="unknown", dirty=False)
+    return GitState(commit=commit, dirty=dirty)
+
+
+def resolve_commit(repo: Path, ref: str) -> str:
+    return _git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}")
+
+
+def add_worktree(repo: Path, path: Path, commit: str) -> None:
+    """A detached worktree of `commit` at `path` (stale registrations pruned first)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _git(repo, "worktree", "prune")
+    _git(repo, "worktree", "add", "--force", "--detach", str(path), commit)

@@ -1,0 +1,65 @@
+"""The one way this package runs a program: captured text output, an explicit
+environment, an optional time limit, and no exception for a non-zero exit status.
+
+A program that cannot start or does not finish in time is a `Completed` with
+returncode -1 and the reason in stderr, so callers handle one shape of failure.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completed:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def run(
+    argv: Sequence[str | Path],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> Completed:
+    """Runs argv to completion. `env` replaces the environment (default: this process's);
+    `extra_env` is laid over it."""
+    words = tuple(str(a) for a in argv)
+    environment = {**(os.environ if env is None else env), **(extra_env or {})}
+    try:
+        done = subprocess.run(
+            words,
+            cwd=cwd,
+            env=environment,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return Completed(
+            argv=words, returncode=-1, stdout="", stderr=f"{words[0]} did not finish within {timeout:.0f} s"
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Completed(argv=words, returncode=-1, stdout="", stderr=f"{words[0]} could not run: {exc}")
+    return Completed(
+        argv=words, returncode=done.returncode, stdout=done.stdout or "", stderr=done.stderr or ""
+    )

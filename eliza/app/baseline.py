@@ -1,0 +1,68 @@
+"""A baseline build of an older commit: a git worktree under build/baseline/<sha>/src,
+built once per (commit, platform, llama.cpp source and options) with the same Conan
+profile, and reused on later calls. Only its library is used: the current bench tool
+drives it through the C ABI, so a baseline that predates the bench tool still works."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from eliza.adapters import conan, git, proc
+from eliza.app.project import current
+from eliza.core.build_plan import conan_build_argv, llama_option_args, profile_name
+from eliza.core.layout import LIBRARY_NAME
+from eliza.core.matrix import Cell
+
+
+class BaselineError(RuntimeError):
+    pass
+
+
+def resolve_commit(ref: str) -> str:
+    try:
+        return git.resolve_commit(current().repo, ref)
+    except git.GitError as exc:
+        raise BaselineError(f"--baseline {ref!r} is not a commit of this repository ({exc})") from exc
+
+
+def baseline_root(sha: str) -> Path:
+    return current().build_root / "baseline" / sha
+
+
+def ensure_worktree(sha: str) -> Path:
+    src = baseline_root(sha) / "src"
+    if not (src / "native" / "CMakeLists.txt").is_file():
+        try:
+            git.add_worktree(current().repo, src, sha)
+        except git.GitError as exc:
+            raise BaselineError(f"baseline {sha[:12]}: {exc}") from exc
+    if not (src / "conanfile.py").is_file():
+        raise BaselineError(f"baseline {sha[:12]} has no conanfile.py: it predates the Conan build")
+    return src
+
+
+def baseline_library(sha: str, cell: Cell, env: dict[str, str]) -> tuple[Path, bool]:
+    """(library, built_now) of the baseline's build of the cell's platform without gates."""
+    project = current()
+    source_version = conan.llama_source_version(project.env)
+    options = llama_option_args(cell.platform)
+    variant = hashlib.sha256("\0".join([source_version, profile_name(cell.platform), *options]).encode())
+    out = baseline_root(sha) / f"{cell.platform.id}-{variant.hexdigest()[:12]}"
+    library = out / "build" / LIBRARY_NAME
+    if library.is_file():
+        return library, False
+    src = ensure_worktree(sha)
+    conan.prepare_conan_home(project.cache, project.repo)
+    source = conan.resolve_llama_source(project.cache, project.env)
+    done = proc.run(
+        conan_build_argv(src, out, cell.platform, source.version),
+        env=conan.conan_env(project.cache, {**source.env, **env}),
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "conan-build.log"
+    log.write_text(done.stderr)
+    if not done.ok or not library.is_file():
+        tail = "".join(done.stderr.splitlines(keepends=True)[-30:])
+        raise BaselineError(f"baseline {sha[:12]} failed to build ({done.returncode}); log: {log}\n{tail}")
+    return library, True

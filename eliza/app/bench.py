@@ -1,0 +1,48 @@
+"""`nox -s bench-<platform>`: the byte-identity diffs of a platform's cells and the
+seam-overhead ratio, with the options of eliza.app.bench_options."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from eliza.app.bench_options import parse_bench_args, settings_description
+from eliza.app.build import BUILD_ERRORS, NotBuildableHere, build_cells, describe_build
+from eliza.app.bundle import ensure_tiny_bundle, tiny_bundle_default
+from eliza.app.checks.byte_identity import run_bench
+from eliza.app.project import capability, current, host_facts
+from eliza.app.run import start_run
+from eliza.app.verify import ChecksFailed
+from eliza.core.evidence import Status
+from eliza.core.matrix import Matrix
+
+Log = Callable[[str], None]
+
+
+def bench(matrix: Matrix, platform_id: str, argv: Sequence[str], log: Log) -> None:
+    platform = matrix.platform(platform_id)
+    can = capability(platform)
+    if not can.can_build or not can.can_run:
+        why = can.build_reason if not can.can_build else can.run_reason
+        raise NotBuildableHere(f"{platform_id} cannot be benched on this host: {why}")
+    project = current()
+    opts = parse_bench_args(argv, default_bundle=tiny_bundle_default(), repo=project.repo)
+    bundle = ensure_tiny_bundle() if opts.settings.bundle == tiny_bundle_default() else opts.settings.bundle
+    run = start_run(
+        project,
+        matrix,
+        host_facts(),
+        log,
+        bundle=bundle,
+        prompts=opts.settings.prompts,
+        bench_settings=settings_description(opts.settings, project.env),
+    )
+    try:
+        built = build_cells(matrix.cells_of(platform_id), matrix, on_built=lambda b: log(describe_build(b)))
+    except BUILD_ERRORS as exc:
+        raise ChecksFailed(str(exc)) from exc
+    outcomes = run_bench(run, platform, {b.cell_id: b.library for b in built}, opts)
+    failed = [o for o in outcomes if o.status in (Status.FAILED, Status.ERROR)]
+    if failed:
+        raise ChecksFailed(
+            "byte identity does not hold: " + "; ".join(f"{o.cell}/{o.check}: {o.reason}" for o in failed)
+        )

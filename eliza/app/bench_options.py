@@ -1,0 +1,71 @@
+"""The options of `nox -s bench-<platform> -- ...` and what of them decides the output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from eliza.adapters.bench_tools import BenchSettings
+from eliza.core.layout import default_prompts
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchOptions:
+    settings: BenchSettings
+    out_dir: Path
+    baseline: str | None = None
+    overhead_pairs: int = 9
+    overhead_max_tokens: int = 256
+    overhead_repeats: int = 3
+    overhead_threads: int = 1
+
+
+def parse_bench_args(argv: Sequence[str], *, default_bundle: Path, repo: Path) -> BenchOptions:
+    parser = argparse.ArgumentParser(prog="nox -s bench-<platform> --", description="bench options")
+    parser.add_argument("--baseline", metavar="REF", help="also diff against a build of this git ref")
+    parser.add_argument(
+        "--bundle", type=Path, default=default_bundle, help="bundle dir (default: the tiny bundle)"
+    )
+    parser.add_argument("--prompts", type=Path, default=default_prompts(repo), help="prompt file")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=2, help="repeats per prompt in the identity runs")
+    parser.add_argument(
+        "--overhead-pairs", type=int, default=9, help="interleaved FFI/reference pairs (>= 5)"
+    )
+    parser.add_argument(
+        "--overhead-threads",
+        type=int,
+        default=1,
+        help="decode threads for the overhead runs (default 1: the seam's cost is per call, and one "
+        "thread keeps threadpool scheduling noise of small machines out of the ratio)",
+    )
+    parser.add_argument("--out", type=Path, default=repo / "build" / "bench")
+    args = parser.parse_args(list(argv))
+    if args.overhead_pairs < 5:
+        parser.error("--overhead-pairs must be at least 5")
+    settings = BenchSettings(
+        bundle=args.bundle, prompts=args.prompts, max_tokens=args.max_tokens, repeats=args.repeats
+    )
+    return BenchOptions(
+        settings=settings,
+        baseline=args.baseline,
+        overhead_pairs=args.overhead_pairs,
+        out_dir=args.out,
+        overhead_threads=args.overhead_threads,
+    )
+
+
+def settings_description(settings: BenchSettings, env: Mapping[str, str]) -> str:
+    """What of the settings decides the output: everything but the bundle and prompt paths
+    (their contents are fingerprinted on their own), plus the context-size override."""
+    chosen = {k: v for k, v in asdict(settings).items() if k not in ("bundle", "prompts")}
+    chosen["ELIZA_N_CTX"] = env.get("ELIZA_N_CTX", "")
+    return json.dumps(chosen, sort_keys=True)
+
+
+def default_settings_description(env: Mapping[str, str]) -> str:
+    """The description of a bench run with default settings (what verify and the report use)."""
+    return settings_description(BenchSettings(bundle=Path("."), prompts=Path(".")), env)

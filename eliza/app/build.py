@@ -1,0 +1,110 @@
+"""Building cells: each platform's llama.cpp package once from the Conan cache, then one
+Conan build of libelizainference per cell."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from eliza.adapters import conan
+from eliza.adapters.conan import BuildError
+from eliza.adapters.cuda import CudaError
+from eliza.adapters.llama_source import SourceError
+from eliza.app.project import capability, current, load_project_matrix
+from eliza.core.build_plan import CellBuildPlan, plan_cell_build
+from eliza.core.matrix import Cell, Matrix, Platform
+
+
+class NotBuildableHere(RuntimeError):
+    """This host lacks what a platform needs; the message says what and why."""
+
+
+# What a build can fail with, each carrying a message that names the cell and the log.
+BUILD_ERRORS: tuple[type[BaseException], ...] = (BuildError, CudaError, SourceError)
+
+
+def plan_for(cell: Cell, matrix: Matrix, llama_version: str, env: dict[str, str]) -> CellBuildPlan:
+    plan = plan_cell_build(
+        cell,
+        repo=current().repo,
+        all_gate_options=tuple(g.conan_option for g in matrix.gates),
+        llama_version=llama_version,
+        with_test_kit=True,
+    )
+    return replace(plan, env=env)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuiltCell:
+    cell_id: str
+    library: Path
+    llama_built_now: bool
+    llama_package: Path
+    llama_package_id: str
+    seconds: float
+    log: Path
+
+
+def platform_env(platform: Platform) -> dict[str, str]:
+    """What a platform's build adds to the environment (the CUDA toolkit view for CUDA)."""
+    if platform.llama_backend == "cuda":
+        from eliza.adapters.cuda import prepare_toolkit
+
+        project = current()
+        return prepare_toolkit(project.cache, project.env).build_env()
+    return {}
+
+
+def build_cells(
+    cells: tuple[Cell, ...],
+    matrix: Matrix,
+    *,
+    echo: bool = True,
+    on_built: Callable[[BuiltCell], None] | None = None,
+) -> list[BuiltCell]:
+    """Builds cells in order. Cells of one platform share one llama.cpp package: the first
+    builds it if the Conan cache lacks it, the others reuse it."""
+    for platform in {c.platform.id: c.platform for c in cells}.values():
+        can = capability(platform)
+        if not can.can_build:
+            raise NotBuildableHere(f"{platform.id} cannot be built on this host: {can.build_reason}")
+    project = current()
+    conan.prepare_conan_home(project.cache, project.repo)
+    source = conan.resolve_llama_source(project.cache, project.env)
+    built: list[BuiltCell] = []
+    envs: dict[str, dict[str, str]] = {}
+    for cell in cells:
+        env = envs.setdefault(cell.platform.id, platform_env(cell.platform))
+        plan = plan_for(cell, matrix, source.version, env)
+        result = conan.run_build(plan, source, project.cache, echo=echo)
+        done = BuiltCell(
+            cell_id=cell.id,
+            library=result.library,
+            llama_built_now=result.llama_binary == "Build",
+            llama_package=result.llama_package_folder,
+            llama_package_id=result.llama_package_id,
+            seconds=result.seconds,
+            log=result.log,
+        )
+        built.append(done)
+        if on_built:
+            on_built(done)
+    return built
+
+
+def ensure_cell_built(cell_id: str) -> BuiltCell:
+    """Builds the cell (a no-op rebuild when nothing changed) and returns it."""
+    matrix = load_project_matrix()
+    return build_cells((matrix.cell(cell_id),), matrix, echo=False)[0]
+
+
+def describe_build(cell: BuiltCell) -> str:
+    how = "built now" if cell.llama_built_now else "reused from the Conan cache"
+    package = cell.llama_package_id[:12]
+    return f"{cell.cell_id}: {cell.library} ({cell.seconds:.1f}s; llama.cpp {how}: package {package})"
+
+
+def llama_package_cached(platform: Platform) -> bool:
+    project = current()
+    return conan.package_cached(project.cache, platform, conan.llama_source_version(project.env))

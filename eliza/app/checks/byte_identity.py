@@ -1,0 +1,312 @@
+"""The byte-identity checks (reference, gates, baseline) of a platform's cells, and the
+seam-overhead ratio measured with interleaved repeats on its no-gate cell."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from eliza.adapters.bench_tools import BenchSettings, bench_argv, reference_argv, run_tool
+from eliza.app.bench_options import BenchOptions
+from eliza.app.checks.common import Stopwatch, now
+from eliza.app.run import RUN_ERRORS, Run, errored
+from eliza.core.bench_diff import (
+    IdentityResult,
+    RatioReport,
+    compare_identity,
+    ratio_report,
+    run_decode_tok_s,
+    run_first_token_ms,
+)
+from eliza.core.bench_records import BenchRun
+from eliza.core.evidence import Status
+from eliza.core.matrix import Cell, CheckKind, Matrix, Platform
+from eliza.core.outcome import CheckOutcome, Span, outcome, skipped
+from eliza.formats.files import atomic_write_text, sha256_file
+
+Log = Callable[[str], None]
+
+IDENTITY_KINDS = {
+    CheckKind.BYTE_IDENTITY_REFERENCE,
+    CheckKind.BYTE_IDENTITY_GATES,
+    CheckKind.BYTE_IDENTITY_BASELINE,
+}
+
+
+def settings_key(settings: BenchSettings, *binaries: Path) -> str:
+    """Cache key of a bench run's inputs: settings, the bytes of prompts and bundle model,
+    and of the binaries involved."""
+    digest = hashlib.sha256(json.dumps(asdict(settings), default=str, sort_keys=True).encode())
+    for path in (settings.prompts, *binaries, *sorted((settings.bundle / "text").glob("*.gguf"))):
+        digest.update(bytes.fromhex(sha256_file(path)))
+    return digest.hexdigest()[:16]
+
+
+def identity_outcome(
+    cell: str,
+    check: str,
+    result: IdentityResult,
+    span: Span,
+    runs: Sequence[BenchRun],
+    artifacts: tuple[Path, ...],
+) -> CheckOutcome:
+    first = result.divergences[0] if result.divergences else None
+    identical_prompts = result.prompts_compared - len(result.divergences)
+    metrics: dict[str, float | int | str] = {"tokens_compared": result.tokens_compared}
+    left = runs[0]
+    if left.prompts:
+        metrics["tok_s"] = round(run_decode_tok_s(left), 1)
+        metrics["first_token_ms"] = round(run_first_token_ms(left), 3)
+        metrics["peak_rss_kb"] = max(p.peak_rss_kb for p in left.prompts)
+        drafted = sum(d for p in left.prompts for d, _ in p.drafter)
+        if drafted:
+            metrics["drafter_acceptance"] = sum(a for p in left.prompts for _, a in p.drafter) / drafted
+    return outcome(
+        cell,
+        check,
+        ran=result.prompts_compared,
+        passed=identical_prompts if not result.problems else 0,
+        span=span,
+        reason="" if result.identical else result.summary(),
+        metrics=metrics,
+        artifacts=artifacts,
+        log_tail=result.report()[-4000:],
+        details={
+            "summary": result.summary(),
+            "left": result.left,
+            "right": result.right,
+            "problems": list(result.problems),
+            "first_divergence": None
+            if first is None
+            else {
+                "prompt_index": first.prompt_index,
+                "prompt": first.prompt,
+                "step": first.step,
+                "left_token": first.left_token,
+                "right_token": first.right_token,
+                "byte_offset": first.byte_offset,
+                "left_text": first.left_window,
+                "right_text": first.right_window,
+            },
+        },
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellRuns:
+    cell: Cell
+    library: Path
+    ffi: BenchRun
+    ffi_path: Path
+    reference: BenchRun
+    reference_path: Path
+
+
+def run_cell(cell: Cell, library: Path, opts: BenchOptions, log: Log) -> CellRuns:
+    out = opts.out_dir / cell.platform.id / cell.gate_key
+    build_dir = library.parent
+    ffi_path, ref_path = out / "ffi.jsonl", out / "reference.jsonl"
+    ffi = run_tool(bench_argv(build_dir, library, opts.settings, cell.id, ffi_path), ffi_path)
+    reference = run_tool(reference_argv(build_dir, opts.settings, cell.id, ref_path), ref_path)
+    log(f"{cell.id}: {len(ffi.prompts)} prompts, {ffi.generated_tokens} tokens -> {ffi_path}")
+    return CellRuns(
+        cell=cell, library=library, ffi=ffi, ffi_path=ffi_path, reference=reference, reference_path=ref_path
+    )
+
+
+def measure_overhead(none: CellRuns, opts: BenchOptions, log: Log) -> dict[str, object]:
+    """Interleaved FFI/reference runs on the no-gate cell; one ratio per pair. The order
+    inside a pair alternates (AB, BA, ...) so warm-up and drift favour neither side."""
+    settings = replace(opts.settings, repeats=opts.overhead_repeats, max_tokens=opts.overhead_max_tokens)
+    env = {"ELIZA_N_THREADS": str(opts.overhead_threads)}
+    out = opts.out_dir / none.cell.platform.id / "overhead"
+    decode: list[tuple[float, float]] = []
+    first: list[tuple[float, float]] = []
+    build_dir = none.library.parent
+    for i in range(opts.overhead_pairs):
+        ffi_out, ref_out = out / f"ffi-{i}.jsonl", out / f"ref-{i}.jsonl"
+        commands = {
+            "ffi": (bench_argv(build_dir, none.library, settings, none.cell.id, ffi_out), ffi_out),
+            "ref": (reference_argv(build_dir, settings, none.cell.id, ref_out), ref_out),
+        }
+        order = ("ffi", "ref") if i % 2 == 0 else ("ref", "ffi")
+        done = {name: run_tool(*commands[name], env) for name in order}
+        ffi, ref = done["ffi"], done["ref"]
+        decode.append((run_decode_tok_s(ffi), run_decode_tok_s(ref)))
+        first.append((run_first_token_ms(ffi), run_first_token_ms(ref)))
+    tok: RatioReport = ratio_report("decode tok/s", "FFI", "reference", decode)
+    ftl: RatioReport = ratio_report("first-token ms", "FFI", "reference", first)
+    log(f"seam overhead: {tok.describe()}")
+    log(f"first token:   {ftl.describe()}")
+    result: dict[str, object] = {
+        "cell": none.cell.id,
+        "pairs": opts.overhead_pairs,
+        "max_tokens": settings.max_tokens,
+        "repeats": settings.repeats,
+        "threads": opts.overhead_threads,
+        "decode_tok_s": {
+            "ffi": [a for a, _ in decode],
+            "reference": [b for _, b in decode],
+            "ratio": asdict(tok.ratios),
+        },
+        "first_token_ms": {
+            "ffi": [a for a, _ in first],
+            "reference": [b for _, b in first],
+            "ratio": asdict(ftl.ratios),
+        },
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "overhead.json", json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def bench_platform(
+    matrix: Matrix,
+    platform_id: str,
+    libraries: dict[str, Path],
+    opts: BenchOptions,
+    log: Log,
+    baseline_library: Callable[[str, Cell], tuple[Path, bool]] | None = None,
+) -> tuple[list[CheckOutcome], dict[str, object] | None]:
+    cells = tuple(c for c in matrix.cells_of(platform_id) if c.id in libraries)
+    runs: dict[str, CellRuns] = {}
+    outcomes: list[CheckOutcome] = []
+    for cell in cells:
+        watch = Stopwatch()
+        runs[cell.id] = run_cell(cell, libraries[cell.id], opts, log)
+        r = runs[cell.id]
+        for check in cell.checks:
+            if check.kind is CheckKind.BYTE_IDENTITY_REFERENCE:
+                result = compare_identity(
+                    r.ffi, r.reference, left_label=f"{cell.id} FFI", right_label=f"{cell.id} reference"
+                )
+                outcomes.append(
+                    identity_outcome(
+                        cell.id,
+                        check.id,
+                        result,
+                        watch.span(),
+                        [r.ffi],
+                        (r.ffi_path, r.reference_path, r.library),
+                    )
+                )
+    none = next((r for r in runs.values() if not r.cell.gates), None)
+    for cell in cells:
+        r = runs[cell.id]
+        for check in cell.checks:
+            watch = Stopwatch()
+            if check.kind is CheckKind.BYTE_IDENTITY_GATES:
+                if none is None:
+                    outcomes.append(
+                        skipped(
+                            cell.id, check.id, f"{platform_id} has no no-gate cell to compare with", now()
+                        )
+                    )
+                    continue
+                result = compare_identity(
+                    r.ffi, none.ffi, left_label=f"{cell.id} FFI", right_label=f"{none.cell.id} FFI"
+                )
+                outcomes.append(
+                    identity_outcome(
+                        cell.id,
+                        check.id,
+                        result,
+                        watch.span(),
+                        [r.ffi],
+                        (r.ffi_path, none.ffi_path, r.library),
+                    )
+                )
+            elif check.kind is CheckKind.BYTE_IDENTITY_BASELINE:
+                outcomes.append(baseline_outcome(cell, check.id, r, opts, log, baseline_library))
+    overhead = measure_overhead(none, opts, log) if none is not None else None
+    if overhead is not None and none is not None:
+        outcomes = [
+            _with_overhead(o, overhead) if _is_reference_check(o, none.cell, matrix) else o for o in outcomes
+        ]
+    return outcomes, overhead
+
+
+def _is_reference_check(o: CheckOutcome, cell: Cell, matrix: Matrix) -> bool:
+    return o.cell == cell.id and matrix.check(o.check).kind is CheckKind.BYTE_IDENTITY_REFERENCE
+
+
+def _with_overhead(o: CheckOutcome, overhead: dict[str, object]) -> CheckOutcome:
+    """The seam-overhead ratio belongs to the no-gate cell's FFI-vs-reference evidence."""
+    ratio = overhead["decode_tok_s"]["ratio"]  # type: ignore[index]
+    metrics = dict(o.metrics) | {
+        "seam_overhead_ratio": round(float(ratio["median"]), 4),
+        "seam_overhead_ratio_q1": round(float(ratio["q1"]), 4),
+        "seam_overhead_ratio_q3": round(float(ratio["q3"]), 4),
+    }
+    return replace(o, metrics=metrics, details=dict(o.details) | {"overhead": overhead})
+
+
+def baseline_outcome(
+    cell: Cell,
+    check_id: str,
+    runs: CellRuns,
+    opts: BenchOptions,
+    log: Log,
+    baseline_library: Callable[[str, Cell], tuple[Path, bool]] | None,
+) -> CheckOutcome:
+    if opts.baseline is None or baseline_library is None:
+        return skipped(cell.id, check_id, "no baseline given: run the bench with --baseline REF", now())
+    from eliza.app.baseline import BaselineError, resolve_commit
+
+    watch = Stopwatch()
+    try:
+        sha = resolve_commit(opts.baseline)
+        library, built_now = baseline_library(sha, cell)
+    except BaselineError as exc:
+        return outcome(cell.id, check_id, ran=0, passed=0, span=watch.span(), reason=str(exc), error=True)
+    # Cached per baseline library and bench binary too: a rebuilt baseline or bench tool re-runs.
+    key = settings_key(opts.settings, library, runs.library.parent / "e2e_loop_bench")
+    out = library.parent.parent / f"bench-{key}.jsonl"
+    if out.is_file():
+        from eliza.formats.bench_jsonl import load_run
+
+        base = load_run(out)
+        log(f"baseline {sha[:12]}: reusing {out}")
+    else:
+        base = run_tool(
+            bench_argv(runs.library.parent, library, opts.settings, f"baseline-{sha[:12]}", out), out
+        )
+        log(f"baseline {sha[:12]}: {'built and ' if built_now else ''}benched -> {out}")
+    result = compare_identity(runs.ffi, base, left_label=f"{cell.id} FFI", right_label=f"baseline {sha[:12]}")
+    done = identity_outcome(
+        cell.id, check_id, result, watch.span(), [runs.ffi], (runs.ffi_path, out, runs.library)
+    )
+    return replace(done, details=dict(done.details) | {"baseline_ref": opts.baseline, "baseline_commit": sha})
+
+
+def failed_outcomes(outcomes: Sequence[CheckOutcome]) -> list[CheckOutcome]:
+    return [o for o in outcomes if o.status in (Status.FAILED, Status.ERROR)]
+
+
+def run_bench(
+    run: Run, platform: Platform, libraries: dict[str, Path], opts: BenchOptions
+) -> list[CheckOutcome]:
+    """The byte-identity checks of the platform's built cells, recorded as evidence; a bench
+    that cannot run becomes error evidence for every identity check it prevented."""
+    from eliza.app.baseline import baseline_library
+    from eliza.app.build import platform_env
+
+    env = platform_env(platform)
+    try:
+        outcomes, _ = bench_platform(
+            run.matrix,
+            platform.id,
+            libraries,
+            opts,
+            run.log,
+            lambda sha, cell: baseline_library(sha, cell, env),
+        )
+    except RUN_ERRORS as exc:
+        run.log(f"{platform.id}: bench failed: {exc}")
+        cells = [c for c in run.matrix.cells_of(platform.id) if c.id in libraries]
+        return errored(run, cells, IDENTITY_KINDS, f"bench failed: {str(exc)[-1500:]}")
+    run.record(outcomes)
+    return outcomes

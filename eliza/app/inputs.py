@@ -1,0 +1,68 @@
+"""The input hashes of the current tree, read once per run: what the fingerprint rules
+of eliza.core.fingerprint combine per (cell, check)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from eliza.core.fingerprint import InputHashes
+from eliza.core.host import HostFacts
+from eliza.formats.files import sha256_file, tree_hash
+
+# The recipes and the code that turns a cell into a Conan command line.
+RECIPE_INPUTS = (
+    "conanfile.py",
+    "conan/index",
+    "eliza/core/build_plan.py",
+    "eliza/adapters/conan.py",
+    "eliza/adapters/cuda.py",
+)
+# What a pytest-driven check runs besides its own folder: fixtures and the ctypes binding.
+TEST_HARNESS = ("tests/conftest.py", "eliza/adapters/ffi.py")
+# The diff engine, the bench records and the driver of the bench tools decide byte identity.
+BENCH_INPUTS = (
+    "eliza/core/bench_diff.py",
+    "eliza/core/bench_records.py",
+    "eliza/adapters/bench_tools.py",
+    "eliza/app/checks/byte_identity.py",
+)
+
+
+def input_hashes(
+    repo: Path,
+    bundle: Path,
+    prompts: Path,
+    host: HostFacts,
+    abidiff_version: str = "",
+    *,
+    llama_source: str,
+    bench_settings: str,
+) -> InputHashes:
+    """bench_settings: a description of the bench's settings (max tokens, repeats, sampling,
+    context override), so evidence from a non-default bench run is never fresh for the
+    default one."""
+
+    def version(tool: object) -> str:
+        return str(getattr(tool, "version", "") or "absent")
+
+    tools = {
+        "compiler": version(host.compiler),
+        "cmake": version(host.cmake),
+        "conan": version(host.conan),
+        "ninja": version(host.ninja),
+        "nvcc": version(host.nvcc),
+        "abidiff": abidiff_version or "absent",
+    }
+    return InputHashes(
+        native=tree_hash(repo, ["native"]),
+        # The recipes and the code that turns a cell into a Conan command line.
+        recipes=tree_hash(repo, RECIPE_INPUTS),
+        bundle=tree_hash(bundle, ["text"]) if (bundle / "text").is_dir() else "absent",
+        prompts=sha256_file(prompts) if prompts.is_file() else "absent",
+        selector_tests=tree_hash(repo, ["tests/selector", *TEST_HARNESS]),
+        gate_tests=tree_hash(repo, ["tests/gates", *TEST_HARNESS]),
+        bench=hashlib.sha256(tree_hash(repo, BENCH_INPUTS).encode() + bench_settings.encode()).hexdigest(),
+        llama_source=llama_source,
+        tools=tools,
+    )

@@ -1,0 +1,82 @@
+"""The project as the sessions see it: the repository, the environment, the matrix and the
+facts of this host, each read once, when first asked for, never at import.
+
+This module is the one place the process environment is read; everything below the use
+cases takes the values it needs as arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+from eliza.core import layout
+from eliza.core.host import Capability, HostFacts, decide
+from eliza.core.matrix import Matrix, Platform
+
+# ELIZA_STRICT values that turn "not buildable here" into an error.
+_TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Project:
+    repo: Path
+    env: Mapping[str, str]
+    cache: Path  # ELIZA_CACHE_DIR, else $XDG_CACHE_HOME or ~/.cache, /eliza-inference
+    matrix_path: Path  # ELIZA_MATRIX, else matrix.yaml of the repository
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str], repo: Path = layout.REPO_ROOT) -> Project:
+        frozen = MappingProxyType(dict(env))
+        return cls(
+            repo=repo,
+            env=frozen,
+            cache=layout.cache_dir(frozen, Path.home()),
+            matrix_path=Path(env.get("ELIZA_MATRIX") or repo / "matrix.yaml"),
+        )
+
+    @property
+    def strict(self) -> bool:
+        return self.env.get("ELIZA_STRICT", "").strip().lower() in _TRUE_WORDS
+
+    @property
+    def build_root(self) -> Path:
+        return layout.build_root(self.repo)
+
+    @property
+    def evidence_dir(self) -> Path:
+        return layout.evidence_dir(self.repo)
+
+    @property
+    def report_dir(self) -> Path:
+        return layout.report_dir(self.repo)
+
+
+@functools.cache
+def current() -> Project:
+    """This process's project, from os.environ at the first call."""
+    return Project.from_environment(os.environ)
+
+
+@functools.cache
+def load_project_matrix(path: Path | None = None) -> Matrix:
+    """The matrix file of the project (ELIZA_MATRIX or matrix.yaml), validated; MatrixError
+    names the file, line and key of every problem."""
+    from eliza.formats.matrix_yaml import load_matrix
+
+    return load_matrix(path or current().matrix_path)
+
+
+@functools.cache
+def host_facts() -> HostFacts:
+    from eliza.adapters.host_probe import probe_host
+
+    return probe_host(current().env)
+
+
+def capability(platform: Platform) -> Capability:
+    return decide(host_facts(), platform)

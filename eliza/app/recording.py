@@ -1,0 +1,82 @@
+"""Turning check outcomes into evidence records: the commit, the host and the input
+fingerprint are added, the artifacts hashed, the record written atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eliza.adapters.git import GitState
+from eliza.core.evidence import Artifact, Counts, EvidenceRecord, HostInfo, InputFingerprint, utc_timestamp
+from eliza.core.host import HostFacts
+from eliza.core.outcome import CheckOutcome
+from eliza.formats.evidence_json import write_record
+from eliza.formats.files import sha256_file
+
+
+def host_info(host: HostFacts) -> HostInfo:
+    tools = {
+        t.name: t.version or "unknown"
+        for t in (host.compiler, host.cmake, host.conan, host.ninja, host.nvcc)
+        if t
+    }
+    return HostInfo(
+        os=f"{host.os} {host.os_release}".strip(),
+        cpu=f"{host.cpu_model or host.arch} ({host.cpu_count} threads, x86-64-v{host.x86_64_level})"
+        if host.arch == "x86_64"
+        else (host.cpu_model or host.arch),
+        gpu=host.nvidia_gpu or "",
+        compiler=host.compiler.describe() if host.compiler else "",
+        cuda=host.cuda_version or "",
+        tools=tools,
+    )
+
+
+def artifact(path: Path, repo: Path) -> Artifact:
+    """A file as evidence names it: relative to the repository when inside it."""
+    shown = path.resolve()
+    rel = shown.relative_to(repo) if shown.is_relative_to(repo) else shown
+    return Artifact(path=rel.as_posix(), sha256=sha256_file(shown))
+
+
+def to_record(
+    outcome: CheckOutcome, fingerprint: InputFingerprint, git: GitState, host: HostInfo, repo: Path
+) -> EvidenceRecord:
+    duration = max(0.0, (outcome.finished_at - outcome.started_at).total_seconds())
+    return EvidenceRecord(
+        cell=outcome.cell,
+        check=outcome.check,
+        status=outcome.status,
+        reason=outcome.reason,
+        counts=Counts(ran=outcome.ran, passed=outcome.passed, failed=outcome.failed),
+        fingerprint=fingerprint,
+        commit=git.commit,
+        dirty=git.dirty,
+        host=host,
+        artifacts=tuple(artifact(p, repo) for p in outcome.artifacts if p.is_file()),
+        started_at=utc_timestamp(outcome.started_at),
+        finished_at=utc_timestamp(outcome.finished_at),
+        duration_s=round(duration, 3),
+        metrics=dict(outcome.metrics),
+        details=dict(outcome.details),
+        log_tail=outcome.log_tail[-4000:],
+    )
+
+
+def resolve_artifact(artifact: Artifact, repo: Path) -> bool | None:
+    """The report's artifact check: True/False when the file is here, None when it is not."""
+    path = Path(artifact.path)
+    path = path if path.is_absolute() else repo / path
+    if not path.is_file():
+        return None
+    return sha256_file(path) == artifact.sha256
+
+
+def save(
+    outcome: CheckOutcome,
+    fingerprint: InputFingerprint,
+    git: GitState,
+    host: HostInfo,
+    directory: Path,
+    repo: Path,
+) -> Path:
+    return write_record(directory, to_record(outcome, fingerprint, git, host, repo))

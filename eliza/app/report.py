@@ -1,0 +1,114 @@
+"""`nox -s report`: judge evidence from one or many directories against the current tree
+and render the report (HTML, Markdown, JSON)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from eliza.adapters import git
+from eliza.adapters.abi_tools import abidiff_version
+from eliza.adapters.conan import llama_source_version
+from eliza.app import recording
+from eliza.app.bench_options import default_settings_description
+from eliza.app.bundle import ensure_tiny_bundle
+from eliza.app.checks.common import now
+from eliza.app.inputs import input_hashes
+from eliza.app.project import capability, current, host_facts
+from eliza.core.evidence import InputFingerprint, utc_timestamp
+from eliza.core.layout import default_prompts
+from eliza.core.matrix import Cell, Check, Matrix
+from eliza.core.report import HeaderFacts, PlatformCapability, Report, build_report
+from eliza.formats.evidence_json import read_records
+from eliza.formats.report_render import ReportPaths, render_report
+
+Log = Callable[[str], None]
+
+
+def render(
+    matrix: Matrix, evidence_dirs: Sequence[Path], out_dir: Path, bundle: Path
+) -> tuple[ReportPaths, Report]:
+    """Reads evidence from every directory, judges it against the current tree, renders
+    HTML, Markdown and JSON. Returns (paths, report)."""
+    project = current()
+    host = host_facts()
+    hashes = input_hashes(
+        project.repo,
+        bundle,
+        default_prompts(project.repo),
+        host,
+        abidiff_version(),
+        llama_source=llama_source_version(project.env),
+        bench_settings=default_settings_description(project.env),
+    )
+    records = read_records(list(evidence_dirs))
+    baselines = {
+        (r.record.cell, r.record.check): str(r.record.details.get("baseline_commit", ""))
+        for r in records
+        if r.record is not None and r.record.details.get("baseline_commit")
+    }
+    # Tool versions are facts of the host that ran a check, which the host rendering the
+    # report (a CI report job, say) may not have: the report takes them as recorded, while
+    # verify, on the host that runs checks, re-runs a check when its tools changed.
+    recorded_tools = {
+        (r.record.cell, r.record.check): r.record.fingerprint.parts["tools"]
+        for r in records
+        if r.record is not None and "tools" in r.record.fingerprint.parts
+    }
+
+    def current_fingerprint(cell: Cell, check: Check) -> InputFingerprint:
+        from eliza.core.fingerprint import fingerprint_for
+
+        fresh = fingerprint_for(cell, check, hashes, baselines.get((cell.id, check.id), ""))
+        tools = recorded_tools.get((cell.id, check.id))
+        return fresh if tools is None else InputFingerprint.of({**fresh.parts, "tools": tools})
+
+    capabilities = {}
+    for platform in matrix.platforms:
+        can = capability(platform)
+        capabilities[platform.id] = PlatformCapability(
+            can_build=can.can_build,
+            build_reason=can.build_reason,
+            can_run=can.can_run,
+            run_reason=can.run_reason,
+        )
+    state = git.git_state(project.repo)
+    cpu = host.cpu_model or host.arch
+    report = build_report(
+        matrix,
+        records=records,
+        current_fingerprint=current_fingerprint,
+        capabilities=capabilities,
+        artifact_matches=lambda a: recording.resolve_artifact(a, project.repo),
+        facts=HeaderFacts(
+            commit=state.commit,
+            dirty=state.dirty,
+            generated_at=utc_timestamp(now()),
+            host=f"{host.describe()} ({cpu}, {host.cpu_count} threads)",
+        ),
+    )
+    return render_report(report, out_dir), report
+
+
+def summary_line(report: Report) -> str:
+    header = report.header
+    states = ", ".join(f"{s.count} {s.state.label}" for s in header.by_state if s.count)
+    return f"{header.verified} of {header.declared} checks verified ({states})"
+
+
+def report(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
+    project = current()
+    parser = argparse.ArgumentParser(prog="nox -s report --")
+    parser.add_argument(
+        "evidence", nargs="*", type=Path, help=f"evidence directories (default: {project.evidence_dir})"
+    )
+    parser.add_argument("--out", type=Path, default=project.report_dir)
+    args = parser.parse_args(list(argv))
+    dirs = args.evidence or [project.evidence_dir]
+    # The tiny bundle is deterministic: regenerating it lets a fresh report host judge
+    # bundle-dependent evidence instead of calling it stale.
+    paths, rep = render(matrix, dirs, args.out, ensure_tiny_bundle())
+    log(f"report: {paths.html} (also {paths.markdown.name}, {paths.json.name})")
+    log(summary_line(rep))
+    return paths.html

@@ -1,0 +1,127 @@
+"""One verify or bench run: the inputs it fingerprints evidence against (read once, at its
+start), where evidence goes, and the record of what it wrote."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eliza.adapters import git
+from eliza.adapters.abi_tools import SymbolListError, abidiff_version
+from eliza.adapters.conan import llama_source_version
+from eliza.app import recording
+from eliza.app.bench_options import default_settings_description
+from eliza.app.checks.common import Stopwatch
+from eliza.app.inputs import input_hashes
+from eliza.app.project import Project
+from eliza.core.evidence import HostInfo, LoadedRecord, Status
+from eliza.core.fingerprint import InputHashes, fingerprint_for, is_fresh_pass
+from eliza.core.host import HostFacts
+from eliza.core.layout import default_prompts
+from eliza.core.matrix import Cell, Check, CheckKind, Matrix
+from eliza.core.outcome import CheckOutcome, outcome
+from eliza.formats.evidence_json import read_records
+
+Log = Callable[[str], None]
+
+# Failures of the machinery (a build that breaks, a tool that crashes) become error
+# evidence for the checks they prevented, never a traceback that loses the other cells.
+RUN_ERRORS: tuple[type[BaseException], ...] = (OSError, RuntimeError, ValueError, SymbolListError)
+
+
+@dataclass(kw_only=True)
+class Run:
+    """Where evidence goes and what it is fingerprinted against; build with `start_run`."""
+
+    project: Project
+    matrix: Matrix
+    log: Log
+    bundle: Path
+    hashes: InputHashes
+    git: git.GitState
+    host: HostInfo
+    evidence_dir: Path
+    only: frozenset[str] | None = None  # cell ids whose evidence this run records (None: all)
+    cpu_reference: Path | None = None  # a CPU no-gate library, for the CUDA cells' fallback check
+    written: list[CheckOutcome] = field(default_factory=list)
+
+    def check_of(self, cell: Cell, kind: CheckKind) -> Check | None:
+        return next((c for c in cell.checks if c.kind is kind), None)
+
+    def record(self, outcomes: Sequence[CheckOutcome]) -> None:
+        for o in outcomes:
+            if self.only is not None and o.cell not in self.only:
+                continue
+            cell = self.matrix.cell(o.cell)
+            check = self.matrix.check(o.check)
+            baseline = str(o.details.get("baseline_commit", "")) if o.details else ""
+            recording.save(
+                o,
+                fingerprint_for(cell, check, self.hashes, baseline),
+                self.git,
+                self.host,
+                self.evidence_dir,
+                self.project.repo,
+            )
+            self.written.append(o)
+            mark = {Status.PASSED: "ok", Status.SKIPPED: "skipped"}.get(o.status, o.status.value.upper())
+            said = o.reason or str(o.details.get("summary", "")) if o.details or o.reason else ""
+            self.log(f"  {o.cell:<24} {o.check:<24} {mark}" + (f" ({said[:200]})" if said else ""))
+
+    def fresh_pass(self, cell: Cell, check: Check, existing: dict[tuple[str, str], LoadedRecord]) -> bool:
+        item = existing.get((cell.id, check.id))
+        record = item.record if item else None
+        return record is not None and is_fresh_pass(record, fingerprint_for(cell, check, self.hashes))
+
+
+def start_run(
+    project: Project,
+    matrix: Matrix,
+    host: HostFacts,
+    log: Log,
+    *,
+    bundle: Path,
+    prompts: Path | None = None,
+    bench_settings: str | None = None,
+    only: frozenset[str] | None = None,
+) -> Run:
+    """Reads what evidence is keyed by: the input hashes of the tree, the commit, the host.
+    bench_settings describes non-default bench settings (see eliza.app.bench_options)."""
+    hashes = input_hashes(
+        project.repo,
+        bundle,
+        prompts or default_prompts(project.repo),
+        host,
+        abidiff_version(),
+        llama_source=llama_source_version(project.env),
+        bench_settings=bench_settings or default_settings_description(project.env),
+    )
+    return Run(
+        project=project,
+        matrix=matrix,
+        log=log,
+        bundle=bundle,
+        hashes=hashes,
+        git=git.git_state(project.repo),
+        host=recording.host_info(host),
+        evidence_dir=project.evidence_dir,
+        only=only,
+    )
+
+
+def existing_records(directory: Path) -> dict[tuple[str, str], LoadedRecord]:
+    return {(r.record.cell, r.record.check): r for r in read_records([directory]) if r.record is not None}
+
+
+def errored(run: Run, cells: Sequence[Cell], kinds: set[CheckKind], reason: str) -> list[CheckOutcome]:
+    """Error evidence for the checks of `kinds` on `cells` that a failure prevented."""
+    span = Stopwatch().span()
+    outcomes = [
+        outcome(c.id, k.id, ran=0, passed=0, span=span, reason=reason, error=True)
+        for c in cells
+        for k in c.checks
+        if k.kind in kinds
+    ]
+    run.record(outcomes)
+    return outcomes

@@ -1,0 +1,183 @@
+"""`nox -s verify`: build every cell this host can build, run every check it can run on
+them (one runner per check kind), write evidence, render the report."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from eliza.adapters.browser import screenshot
+from eliza.app.bench_options import parse_bench_args
+from eliza.app.build import BuiltCell, build_cells, describe_build, llama_package_cached
+from eliza.app.bundle import ensure_tiny_bundle, generate_text
+from eliza.app.checks.abi import abi_outcome
+from eliza.app.checks.build import build_outcome
+from eliza.app.checks.byte_identity import IDENTITY_KINDS, run_bench
+from eliza.app.checks.common import now
+from eliza.app.checks.gate_fallthrough import run_gate_fallthrough
+from eliza.app.checks.selector import run_selector
+from eliza.app.project import capability, current, host_facts
+from eliza.app.report import render, summary_line
+from eliza.app.run import RUN_ERRORS, Run, errored, existing_records, start_run
+from eliza.core.evidence import Status
+from eliza.core.matrix import CheckKind, Matrix, Platform
+from eliza.core.outcome import CheckOutcome, skipped
+
+Log = Callable[[str], None]
+
+RUNTIME_KINDS = {CheckKind.SELECTOR, CheckKind.GATE_FALLTHROUGH, *IDENTITY_KINDS}
+
+
+class ChecksFailed(RuntimeError):
+    pass
+
+
+def cpu_reference_for(run: Run, platform: Platform) -> Path | None:
+    """A CPU no-gate library of the same OS and arch, for a CUDA cell's fallback check."""
+    if run.cpu_reference is not None:
+        return run.cpu_reference
+    for other in run.matrix.platforms:
+        if other.llama_backend == "cpu" and (other.os, other.arch) == (platform.os, platform.arch):
+            cell = next((c for c in run.matrix.cells_of(other.id) if not c.gates), None)
+            if cell is not None and capability(other).can_build:
+                run.cpu_reference = build_cells((cell,), run.matrix, echo=False)[0].library
+                return run.cpu_reference
+    return None
+
+
+def run_platform_checks(
+    run: Run, platform: Platform, *, rerun: bool = False, bench: bool = True, baseline: str | None = None
+) -> list[BuiltCell]:
+    """Builds the platform's cells and runs every check this host can run on them."""
+    matrix = run.matrix
+    # With --cell, the platform's no-gate cell is built too: gates and abi compare with it.
+    cells = tuple(
+        c for c in matrix.cells_of(platform.id) if run.only is None or c.id in run.only or not c.gates
+    )
+    can = capability(platform)
+    built: list[BuiltCell] = []
+    for cell in cells:
+        try:
+            built += build_cells((cell,), matrix, on_built=lambda b: run.log(describe_build(b)))
+        except RUN_ERRORS as exc:
+            run.log(f"{cell.id}: build failed: {str(exc)[-2000:]}")
+            errored(run, (cell,), {CheckKind.BUILD, CheckKind.ABI}, f"build failed: {str(exc)[-1500:]}")
+    by_id = {b.cell_id: b for b in built}
+    none = next((c for c in cells if not c.gates and c.id in by_id), None)
+    reference = None
+    if platform.llama_backend == "cuda":
+        try:
+            reference = cpu_reference_for(run, platform)
+        except RUN_ERRORS as exc:
+            run.log(f"{platform.id}: no CPU reference for the fallback check: {exc}")
+
+    repo = run.project.repo
+    outcomes: list[CheckOutcome] = []
+    for cell in (c for c in cells if c.id in by_id):
+        if (check := run.check_of(cell, CheckKind.BUILD)) is not None:
+            outcomes.append(
+                build_outcome(
+                    cell, check.id, by_id[cell.id], repo=repo, cpu_reference=reference, bundle=run.bundle
+                )
+            )
+            if platform.llama_backend == "cpu" and not cell.gates and run.cpu_reference is None:
+                run.cpu_reference = by_id[cell.id].library
+        if (check := run.check_of(cell, CheckKind.ABI)) is not None:
+            ref_lib = by_id[none.id].library if none is not None else None
+            outcomes.append(abi_outcome(cell, check.id, by_id[cell.id].library, ref_lib, repo))
+    run.record(outcomes)
+
+    if not can.can_run:
+        run.log(f"{platform.id}: run-time checks not run here ({can.run_reason})")
+        return built
+    if len(built) < len(cells):
+        run.log(f"{platform.id}: run-time checks not run: not every cell built")
+        errored(run, cells, RUNTIME_KINDS, "not run: a cell of the platform failed to build")
+        return built
+    existing = {} if rerun else existing_records(run.evidence_dir)
+    run_selector(run, cells, existing)
+    run_gate_fallthrough(run, platform, cells, existing)
+    if bench:
+        opts = parse_bench_args(
+            ["--baseline", baseline] if baseline else [], default_bundle=run.bundle, repo=repo
+        )
+        run_bench(run, platform, {b.cell_id: b.library for b in built}, opts)
+    return built
+
+
+def skip_platform(run: Run, platform: Platform, reason: str) -> None:
+    """Evidence that a platform was deliberately not built here, with the reason."""
+    at = now()
+    run.record(
+        [
+            skipped(c.id, k.id, reason, at)
+            for c in run.matrix.cells_of(platform.id)
+            for k in c.checks
+            if k.kind is CheckKind.BUILD
+        ]
+    )
+
+
+def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
+    parser = argparse.ArgumentParser(prog="nox -s verify --")
+    parser.add_argument("--rerun", action="store_true", help="re-run checks that have fresh passing evidence")
+    parser.add_argument("--baseline", metavar="REF", help="also diff every cell against a build of REF")
+    parser.add_argument("--no-bench", action="store_true", help="skip the byte-identity bench")
+    parser.add_argument(
+        "--cell",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="only these cells (repeatable); a CI job per cell uses this",
+    )
+    args = parser.parse_args(list(argv))
+    known = {c.id for c in matrix.cells}
+    unknown = [c for c in args.cell if c not in known]
+    if unknown:
+        parser.error(f"unknown cell {unknown[0]!r}; cells of matrix.yaml: {', '.join(sorted(known))}")
+    only = frozenset(args.cell) if args.cell else None
+    wanted_platforms = {matrix.cell(c).platform.id for c in args.cell}
+
+    project = current()
+    run = start_run(project, matrix, host_facts(), log, bundle=ensure_tiny_bundle(), only=only)
+    reference: Path | None = None
+    for platform in matrix.platforms:
+        if only is not None and platform.id not in wanted_platforms:
+            continue
+        can = capability(platform)
+        if not can.can_build:
+            log(f"{platform.id}: not buildable here — {can.build_reason}")
+            continue
+        if platform.slow_build and only is None and not llama_package_cached(platform):
+            reason = (
+                f"slow build not started by verify: run `nox -s build-{platform.id}` once, then verify again"
+            )
+            log(f"{platform.id}: {reason}")
+            skip_platform(run, platform, reason)
+            continue
+        log(f"{platform.id}: building and running its checks")
+        built = run_platform_checks(
+            run, platform, rerun=args.rerun, bench=not args.no_bench, baseline=args.baseline
+        )
+        reference = reference or next((b.library for b in built if b.cell_id.endswith(".none")), None)
+
+    if reference is not None:
+        prompt = "Once upon a time there was"
+        _, text = generate_text(reference, run.bundle, prompt)
+        shown = prompt + text.decode("utf-8", errors="replace")
+        log(f"generated through the C ABI: {shown!r}")
+        log(f"library: {reference}")
+    paths, report = render(matrix, [run.evidence_dir], project.report_dir, run.bundle)
+    png = screenshot(paths.html, project.report_dir / "report.png")
+    log(
+        f"report: {paths.html} (also {paths.markdown.name}, {paths.json.name}"
+        + (f", {png.name})" if png else ")")
+    )
+    log(summary_line(report))
+    failed = [o for o in run.written if o.status in (Status.FAILED, Status.ERROR)]
+    if failed:
+        raise ChecksFailed(
+            f"{len(failed)} check(s) failed: " + ", ".join(f"{o.cell}/{o.check}" for o in failed)
+        )
+    return paths.html

@@ -1,0 +1,204 @@
+"""The diff engine: byte identity of two bench runs, and their timings as ratios.
+
+Identity is decided by tokens and text bytes only; timings are reported beside it and
+never decide it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from eliza.core.bench_records import BenchRun, PromptRecord
+
+WINDOW = 40  # bytes of text shown on each side of a divergence
+
+
+@dataclass(frozen=True, kw_only=True)
+class Divergence:
+    prompt_index: int
+    prompt: str
+    step: int  # index of the first generated token that differs
+    left_token: int | None  # None: that side had already stopped
+    right_token: int | None
+    byte_offset: int  # first differing byte of the generated text
+    left_window: str
+    right_window: str
+
+    def describe(self, left: str, right: str) -> str:
+        def tok(t: int | None) -> str:
+            return "end of output" if t is None else f"token {t}"
+
+        return (
+            f"prompt {self.prompt_index} {self.prompt[:60]!r}: first divergence at step {self.step} "
+            f"({left}: {tok(self.left_token)}, {right}: {tok(self.right_token)}), byte {self.byte_offset}\n"
+            f"  {left}: {self.left_window}\n  {right}: {self.right_window}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class IdentityResult:
+    left: str
+    right: str
+    prompts_compared: int
+    tokens_compared: int
+    divergences: tuple[Divergence, ...]
+    problems: tuple[str, ...]  # structural mismatches: prompt sets, prompt tokens, unstable repeats
+
+    @property
+    def identical(self) -> bool:
+        return self.prompts_compared > 0 and not self.divergences and not self.problems
+
+    def summary(self) -> str:
+        if self.identical:
+            return (
+                f"{self.left} vs {self.right}: IDENTICAL "
+                f"({self.prompts_compared} prompts, {self.tokens_compared} tokens)"
+            )
+        what = [f"{len(self.divergences)} divergent prompt(s)"] if self.divergences else []
+        what += list(self.problems)
+        return f"{self.left} vs {self.right}: DIFFERENT ({'; '.join(what) or 'nothing compared'})"
+
+    def report(self) -> str:
+        lines = [self.summary()]
+        lines += [d.describe(self.left, self.right) for d in self.divergences]
+        return "\n".join(lines)
+
+
+def _window(text: bytes, offset: int) -> str:
+    start = max(0, offset - WINDOW)
+    before = text[start:offset].decode("utf-8", errors="replace")
+    after = text[offset : offset + WINDOW].decode("utf-8", errors="replace")
+    return f"{'…' if start else ''}{before!r}⟦{after!r}⟧"
+
+
+def _first_difference(a: Sequence[int] | bytes, b: Sequence[int] | bytes) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _divergence(left: PromptRecord, right: PromptRecord) -> Divergence | None:
+    step = _first_difference(left.tokens, right.tokens)
+    offset = _first_difference(left.text, right.text)
+    if step is None and offset is None:
+        return None
+    step = step if step is not None else min(len(left.tokens), len(right.tokens))
+    offset = offset if offset is not None else min(len(left.text), len(right.text))
+    return Divergence(
+        prompt_index=left.index,
+        prompt=left.prompt,
+        step=step,
+        left_token=left.tokens[step] if step < len(left.tokens) else None,
+        right_token=right.tokens[step] if step < len(right.tokens) else None,
+        byte_offset=offset,
+        left_window=_window(left.text, offset),
+        right_window=_window(right.text, offset),
+    )
+
+
+def compare_identity(
+    left: BenchRun, right: BenchRun, *, left_label: str = "", right_label: str = ""
+) -> IdentityResult:
+    problems: list[str] = []
+    divergences: list[Divergence] = []
+    compared = 0
+    tokens = 0
+    if len(left.prompts) != len(right.prompts):
+        problems.append(f"prompt counts differ ({len(left.prompts)} vs {len(right.prompts)})")
+    for a, b in zip(left.prompts, right.prompts, strict=False):
+        if a.prompt != b.prompt or a.prompt_tokens != b.prompt_tokens:
+            problems.append(f"prompt {a.index} is not the same input on both sides")
+            continue
+        for side, rec in (("left", a), ("right", b)):
+            if not rec.repeats_identical:
+                problems.append(f"prompt {rec.index}: {side} repeats were not identical to each other")
+        compared += 1
+        tokens += len(a.tokens)
+        found = _divergence(a, b)
+        if found:
+            divergences.append(found)
+    return IdentityResult(
+        left=left_label or left.label,
+        right=right_label or right.label,
+        prompts_compared=compared,
+        tokens_compared=tokens,
+        divergences=tuple(divergences),
+        problems=tuple(problems),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spread:
+    n: int
+    median: float
+    q1: float
+    q3: float
+    low: float
+    high: float
+
+    def describe(self, fmt: str = ".3f") -> str:
+        return (
+            f"{self.median:{fmt}} (IQR {self.q1:{fmt}}..{self.q3:{fmt}}, "
+            f"range {self.low:{fmt}}..{self.high:{fmt}}, n={self.n})"
+        )
+
+
+def spread(values: Sequence[float]) -> Spread:
+    if not values:
+        raise ValueError("no values to summarise")
+    ordered = sorted(values)
+    if len(ordered) >= 2:
+        q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
+    else:
+        q1 = q3 = ordered[0]
+    return Spread(
+        n=len(ordered), median=statistics.median(ordered), q1=q1, q3=q3, low=ordered[0], high=ordered[-1]
+    )
+
+
+def run_decode_tok_s(run: BenchRun) -> float:
+    """Median over prompts of each prompt's median decode rate (prompts with >1 token)."""
+    rates = [statistics.median(p.decode_tok_s) for p in run.prompts if len(p.tokens) > 1 and p.decode_tok_s]
+    return statistics.median(rates) if rates else 0.0
+
+
+def run_first_token_ms(run: BenchRun) -> float:
+    values = [statistics.median(p.first_token_ms) for p in run.prompts if p.first_token_ms]
+    return statistics.median(values) if values else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class RatioReport:
+    metric: str
+    numerator: str
+    denominator: str
+    ratios: Spread  # per interleaved pair: numerator / denominator
+    numerator_values: Spread
+    denominator_values: Spread
+
+    def describe(self) -> str:
+        return (
+            f"{self.metric} {self.numerator} / {self.denominator} = {self.ratios.describe()}; "
+            f"{self.numerator} {self.numerator_values.describe('.1f')}, "
+            f"{self.denominator} {self.denominator_values.describe('.1f')}"
+        )
+
+
+def ratio_report(
+    metric: str, numerator: str, denominator: str, pairs: Sequence[tuple[float, float]]
+) -> RatioReport:
+    """Ratios of interleaved pairs (a_i / b_i), so drift of the machine cancels pair by pair."""
+    usable = [(a, b) for a, b in pairs if b > 0]
+    if not usable:
+        raise ValueError(f"{metric}: no pair with a non-zero {denominator} value")
+    return RatioReport(
+        metric=metric,
+        numerator=numerator,
+        denominator=denominator,
+        ratios=spread([a / b for a, b in usable]),
+        numerator_values=spread([a for a, _ in usable]),
+        denominator_values=spread([b for _, b in usable]),
+    )

@@ -1,0 +1,92 @@
+"""The bench record format (JSON lines, "eliza-bench/1"): one header, one record per prompt.
+
+Written by native/tools/e2e_loop_bench and native/tools/reference_runner; parsed here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+FORMAT = "eliza-bench/1"
+
+
+class BenchFormatError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptRecord:
+    index: int
+    prompt: str
+    prompt_tokens: tuple[int, ...]
+    tokens: tuple[int, ...]
+    text: bytes
+    final_status: int
+    repeats_identical: bool
+    drafter: tuple[tuple[int, int], ...]
+    prefill_ms: tuple[float, ...]
+    first_token_ms: tuple[float, ...]
+    decode_tok_s: tuple[float, ...]
+    peak_rss_kb: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchRun:
+    source: str
+    header: Mapping[str, Any]
+    prompts: tuple[PromptRecord, ...]
+
+    @property
+    def tool(self) -> str:
+        return str(self.header.get("tool", "?"))
+
+    @property
+    def label(self) -> str:
+        return f"{self.header.get('cell', '?')}:{self.tool}"
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(len(p.tokens) for p in self.prompts)
+
+
+def _prompt(data: Mapping[str, Any], where: str) -> PromptRecord:
+    try:
+        return PromptRecord(
+            index=int(data["index"]),
+            prompt=str(data["prompt"]),
+            prompt_tokens=tuple(int(t) for t in data["prompt_tokens"]),
+            tokens=tuple(int(t) for t in data["tokens"]),
+            text=bytes.fromhex(str(data["text_hex"])),
+            final_status=int(data["final_status"]),
+            repeats_identical=bool(data["repeats_identical"]),
+            drafter=tuple((int(d), int(a)) for d, a in data["drafter"]),
+            prefill_ms=tuple(float(v) for v in data["prefill_ms"]),
+            first_token_ms=tuple(float(v) for v in data["first_token_ms"]),
+            decode_tok_s=tuple(float(v) for v in data["decode_tok_s"]),
+            peak_rss_kb=int(data["peak_rss_kb"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BenchFormatError(f"{where}: malformed prompt record ({exc!r})") from exc
+
+
+def parse_run(text: str, source: str) -> BenchRun:
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if not lines:
+        raise BenchFormatError(f"{source}: empty bench output (no header)")
+    records: list[tuple[str, dict[str, Any]]] = []
+    for n, line in lines:
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BenchFormatError(f"{source}:{n}: not JSON ({exc.msg})") from exc
+        if not isinstance(value, dict):
+            raise BenchFormatError(f"{source}:{n}: expected a JSON object")
+        records.append((f"{source}:{n}", value))
+    where, header = records[0]
+    if header.get("type") != "header" or header.get("format") != FORMAT:
+        raise BenchFormatError(f"{where}: first record must be a {FORMAT} header")
+    prompts = tuple(_prompt(data, w) for w, data in records[1:] if data.get("type") == "prompt")
+    return BenchRun(source=source, header=header, prompts=prompts)

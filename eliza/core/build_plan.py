@@ -1,0 +1,100 @@
+"""Planning a cell's build: pure functions from a matrix cell to the Conan command line.
+
+Running the plan is the Conan adapter's job (eliza.adapters.conan). Keeping the two apart lets the
+tests check the exact command, options and folders of every cell with no compiler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eliza.core.layout import LIBRARY_NAME, cell_build_dir
+from eliza.core.matrix import Cell, Platform
+
+LLAMA_PACKAGE = "llama-cpp"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellBuildPlan:
+    cell_id: str
+    output_dir: Path
+    library: Path
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def profile_name(platform: Platform) -> str:
+    """One host profile per OS family; platform differences travel as options."""
+    return f"eliza-{platform.os}"
+
+
+def llama_option_args(platform: Platform) -> tuple[str, ...]:
+    options = dict(platform.llama_options)
+    options["with_cuda"] = "True" if platform.llama_backend == "cuda" else "False"
+    args: list[str] = []
+    for key in sorted(options):
+        args += ["-o", f"{LLAMA_PACKAGE}/*:{key}={options[key]}"]
+    return tuple(args)
+
+
+def gate_option_args(cell: Cell, all_gate_options: tuple[str, ...]) -> tuple[str, ...]:
+    """Every known gate is passed explicitly, ON or OFF, so a cell's options are complete."""
+    enabled = {g.conan_option for g in cell.gates}
+    args: list[str] = []
+    for option in sorted(all_gate_options):
+        args += ["-o", f"&:{option}={'True' if option in enabled else 'False'}"]
+    return tuple(args)
+
+
+def conan_build_argv(
+    source: Path, out: Path, platform: Platform, llama_version: str, build_type: str = "Release"
+) -> list[str]:
+    """`conan build` of a source tree for a platform, without this tree's own options (gates,
+    test kit), so a baseline checkout of an older commit builds with the same command."""
+    return [
+        "conan",
+        "build",
+        str(source),
+        "--output-folder",
+        str(out),
+        "--profile:all",
+        profile_name(platform),
+        "--settings:host",
+        f"build_type={build_type}",
+        "--build",
+        "missing",
+        # Re-read recipes from the in-repo index: without it Conan keeps a cached recipe
+        # revision and an edited recipe would silently not apply.
+        "--update",
+        "--format",
+        "json",
+        "--conf",
+        f"user.eliza:llama_cpp_version={llama_version}",
+        *llama_option_args(platform),
+    ]
+
+
+def plan_cell_build(
+    cell: Cell,
+    *,
+    repo: Path,
+    all_gate_options: tuple[str, ...],
+    llama_version: str,
+    build_type: str = "Release",
+    with_test_kit: bool = False,
+    extra_conf: Mapping[str, str] | None = None,
+) -> CellBuildPlan:
+    out = cell_build_dir(cell.id, repo)
+    argv = [
+        *conan_build_argv(repo, out, cell.platform, llama_version, build_type),
+        *gate_option_args(cell, all_gate_options),
+        "-o",
+        f"&:with_test_kit={'True' if with_test_kit else 'False'}",
+    ]
+    for key, value in sorted((extra_conf or {}).items()):
+        argv += ["--conf", f"{key}={value}"]
+    return CellBuildPlan(
+        cell_id=cell.id, output_dir=out, library=out / "build" / LIBRARY_NAME, argv=tuple(argv)
+    )

@@ -1,0 +1,88 @@
+"""Input fingerprints: the pure rule of which inputs each check kind depends on.
+
+The hashes themselves are read from the tree by eliza.app.inputs. The commit is
+provenance, never a part: evidence from another commit with the same inputs stays fresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+
+from eliza.core.evidence import EvidenceRecord, InputFingerprint, Status
+from eliza.core.matrix import Cell, Check, CheckKind
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputHashes:
+    native: str
+    recipes: str
+    bundle: str
+    prompts: str
+    selector_tests: str
+    gate_tests: str
+    bench: str  # the diff engine, the bench driver and the bench settings: they decide byte identity
+    llama_source: str  # "0.3.36" (the pinned sdist) or "fork.<content hash>" (ELIZA_LLAMA_CPP_DIR)
+    tools: Mapping[str, str]  # tool name -> version
+
+
+def _matrix_entries(cell: Cell, check: Check) -> str:
+    """Hash of the matrix entries the check reads: its platform, the cell's gates, itself."""
+    payload = {
+        "platform": asdict(cell.platform),
+        "gates": [asdict(g) for g in cell.gates],
+        "check": asdict(check),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _tools(hashes: InputHashes, names: Iterable[str]) -> str:
+    return ",".join(f"{n}={hashes.tools.get(n, 'absent')}" for n in sorted(names))
+
+
+def fingerprint_for(
+    cell: Cell, check: Check, hashes: InputHashes, baseline_commit: str = ""
+) -> InputFingerprint:
+    build_tools = ["compiler", "cmake", "conan", "ninja"] + (
+        ["nvcc"] if cell.platform.llama_backend == "cuda" else []
+    )
+    parts = {
+        "native": hashes.native,
+        "recipes": hashes.recipes,
+        "llama_source": hashes.llama_source,
+        "matrix": _matrix_entries(cell, check),
+    }
+    kind = check.kind
+    if kind is CheckKind.SELECTOR:
+        parts["tests"] = hashes.selector_tests
+    if kind is CheckKind.GATE_FALLTHROUGH:
+        parts["tests"] = hashes.gate_tests
+        parts["bundle"] = hashes.bundle
+    if kind in (
+        CheckKind.BYTE_IDENTITY_REFERENCE,
+        CheckKind.BYTE_IDENTITY_GATES,
+        CheckKind.BYTE_IDENTITY_BASELINE,
+    ):
+        parts["bundle"] = hashes.bundle
+        parts["prompts"] = hashes.prompts
+        parts["bench"] = hashes.bench
+    if kind is CheckKind.BYTE_IDENTITY_BASELINE:
+        parts["baseline"] = baseline_commit or "none"
+    if kind is CheckKind.ABI:
+        build_tools.append("abidiff")
+    parts["tools"] = _tools(hashes, build_tools)
+    return InputFingerprint.of(parts)
+
+
+def is_fresh_pass(record: EvidenceRecord, current: InputFingerprint) -> bool:
+    """Whether a record lets a run skip its check: passed, ran something, passed all of
+    it, and was produced from the current inputs."""
+    counts = record.counts
+    return (
+        record.status is Status.PASSED
+        and counts.ran > 0
+        and counts.passed == counts.ran
+        and record.fingerprint.key == current.key
+    )

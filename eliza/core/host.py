@@ -1,0 +1,261 @@
+"""What this machine can build and run, decided from facts gathered once.
+
+Pure: HostFacts is filled in by eliza.adapters.host_probe (the only code that looks at the
+machine) or by a test; decide() turns facts and a platform into a yes/no with the words
+a release engineer needs (what is missing, what was found and where).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from eliza.core.matrix import Platform, Requirement
+
+__all__ = ["Capability", "HostFacts", "Tool", "decide", "x86_64_level"]
+
+# /proc/cpuinfo flag names per x86-64 micro-architecture level (psABI). "abm" is how
+# the kernel spells LZCNT; "pni" is SSE3.
+_X86_64_LEVELS: tuple[tuple[int, frozenset[str]], ...] = (
+    (2, frozenset({"cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3"})),
+    (3, frozenset({"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"})),
+    (4, frozenset({"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"})),
+)
+
+# Which host OS can build for which target OS; linux targets also need the same arch
+# because no cross toolchain is set up for them.
+_BUILD_HOSTS = {
+    "linux": ("linux",),
+    "android": ("linux", "macos"),
+    "macos": ("macos",),
+    "ios": ("macos",),
+}
+
+_XCODE_ELSEWHERE = "Xcode (macOS host)"
+
+
+def x86_64_level(flags: Iterable[str]) -> int:
+    """Highest x86-64 level (1-4) the CPU flags satisfy; each level includes the ones below."""
+    have = set(flags)
+    level = 1
+    for candidate, needed in _X86_64_LEVELS:
+        if not needed <= have:
+            break
+        level = candidate
+    return level
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tool:
+    """A program found on this host."""
+
+    name: str  # "g++", "cmake"
+    path: str
+    version: str | None = None  # as the tool reports it; None when it would not say
+
+    def describe(self) -> str:
+        return f"{self.name} {self.version}" if self.version else self.name
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostFacts:
+    """Everything decide() and evidence records need to know about a machine."""
+
+    os: str  # "linux" | "macos" | "windows" | ...
+    arch: str  # "x86_64" | "arm64"
+    os_release: str = ""  # kernel / OS version, for evidence
+    cpu_model: str | None = None
+    cpu_count: int = 0
+    cpu_flags: frozenset[str] = frozenset()  # /proc/cpuinfo flags (x86); empty where unknown
+    compiler: Tool | None = None  # the C++ compiler CMake would pick (CXX, c++, g++, clang++)
+    conan: Tool | None = None
+    cmake: Tool | None = None
+    ninja: Tool | None = None
+    nvcc: Tool | None = None
+    cuda_version: str | None = None  # toolkit release nvcc reports, e.g. "12.4"
+    cublas_path: str | None = None  # a libcublas found on disk
+    cublas_origin: str | None = None  # "cuda-toolkit" | "python-wheel": where cublas_path lies
+    cublas_installable: bool = False  # NVIDIA's cuBLAS wheels can be installed with pip here
+    android_ndk: str | None = None  # NDK root (has build/cmake/android.toolchain.cmake)
+    xcode: Tool | None = None
+    nvidia_gpu: str | None = None  # "NVIDIA H200, driver 550.54.15"
+    nvidia_gpu_reason: str = ""  # why nvidia_gpu is None
+    android_device: str | None = None  # serial of an attached device
+    android_device_reason: str = ""
+    ios_device: str | None = None  # UDID of an attached device
+    ios_device_reason: str = ""
+    notes: tuple[str, ...] = field(default=())  # probe findings that are neither facts nor errors
+
+    @property
+    def x86_64_level(self) -> int:
+        return x86_64_level(self.cpu_flags) if self.arch == "x86_64" else 0
+
+    def describe(self) -> str:
+        """ "linux/x86_64", the words reasons end with."""
+        return f"{self.os}/{self.arch}"
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready facts for evidence records (flags sorted so records diff cleanly)."""
+
+        def tool(t: Tool | None) -> dict[str, str | None] | None:
+            return None if t is None else {"name": t.name, "path": t.path, "version": t.version}
+
+        return {
+            "os": self.os,
+            "arch": self.arch,
+            "os_release": self.os_release,
+            "cpu_model": self.cpu_model,
+            "cpu_count": self.cpu_count,
+            "x86_64_level": self.x86_64_level,
+            "cpu_flags": sorted(self.cpu_flags),
+            "compiler": tool(self.compiler),
+            "conan": tool(self.conan),
+            "cmake": tool(self.cmake),
+            "ninja": tool(self.ninja),
+            "nvcc": tool(self.nvcc),
+            "cuda_version": self.cuda_version,
+            "cublas_path": self.cublas_path,
+            "cublas_origin": self.cublas_origin,
+            "cublas_installable": self.cublas_installable,
+            "android_ndk": self.android_ndk,
+            "xcode": tool(self.xcode),
+            "nvidia_gpu": self.nvidia_gpu,
+            "nvidia_gpu_reason": self.nvidia_gpu_reason,
+            "android_device": self.android_device,
+            "android_device_reason": self.android_device_reason,
+            "ios_device": self.ios_device,
+            "ios_device_reason": self.ios_device_reason,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capability:
+    """Whether a platform can be built and run here, and why."""
+
+    can_build: bool
+    build_reason: str  # what was found, or what is missing and what the host is
+    can_run: bool  # the hardware is here; the artefact may come from elsewhere
+    run_reason: str
+    missing_build: tuple[Requirement, ...] = ()
+    missing_run: tuple[Requirement, ...] = ()
+
+
+def _tool(t: Tool | None, missing: str) -> tuple[bool, str]:
+    return (True, t.describe()) if t is not None else (False, missing)
+
+
+def _requirement(host: HostFacts, req: Requirement) -> tuple[bool, str]:
+    """(met, words): what satisfies `req`, or what is missing."""
+    if req is Requirement.CXX_COMPILER:
+        return _tool(host.compiler, "a C++ compiler (CXX unset; no c++, g++ or clang++ on PATH)")
+    if req is Requirement.CONAN:
+        return _tool(host.conan, "conan (not on PATH)")
+    if req is Requirement.CMAKE:
+        return _tool(host.cmake, "cmake (not on PATH)")
+    if req is Requirement.NINJA:
+        return _tool(host.ninja, "ninja (not on PATH)")
+    if req is Requirement.NVCC:
+        if host.nvcc is None:
+            return False, "nvcc, the CUDA compiler (not on PATH, none under CUDA_HOME or /usr/local/cuda)"
+        cuda = f", CUDA {host.cuda_version}" if host.cuda_version else ""
+        return True, f"nvcc at {host.nvcc.path}{cuda}"
+    if req is Requirement.CUBLAS:
+        if host.cublas_path is not None:
+            origin = {"cuda-toolkit": "the CUDA toolkit", "python-wheel": "an installed NVIDIA wheel"}.get(
+                host.cublas_origin or "", "disk"
+            )
+            return True, f"cuBLAS from {origin} at {host.cublas_path}"
+        if host.cublas_installable:
+            return True, "cuBLAS not in the toolkit but installable from NVIDIA's PyPI wheels (nvidia-cublas)"
+        return False, "cuBLAS (not in the CUDA toolkit, and NVIDIA's PyPI wheels cannot be installed here)"
+    if req is Requirement.ANDROID_NDK:
+        if host.android_ndk is None:
+            return False, "the Android NDK (set ANDROID_NDK_HOME or install one under ANDROID_HOME/ndk)"
+        return True, f"Android NDK at {host.android_ndk}"
+    if req is Requirement.XCODE:
+        if host.xcode is not None:
+            return True, host.xcode.describe()
+        return False, _XCODE_ELSEWHERE if host.os != "macos" else "Xcode (xcodebuild not found)"
+    if req is Requirement.X86_64_V3_CPU:
+        if host.arch != "x86_64":
+            return False, "an x86-64-v3 CPU (AVX2, FMA, BMI2)"
+        level = host.x86_64_level
+        cpu = host.cpu_model or "this CPU"
+        if level >= 3:
+            return True, f"{cpu} (x86-64-v{level})"
+        return False, f"an x86-64-v3 CPU (AVX2, FMA, BMI2); {cpu} is x86-64-v{level}"
+    if req is Requirement.NVIDIA_GPU:
+        if host.nvidia_gpu is not None:
+            return True, host.nvidia_gpu
+        return False, f"an NVIDIA GPU: {host.nvidia_gpu_reason or 'none found'}"
+    if req is Requirement.ANDROID_DEVICE:
+        if host.android_device is not None:
+            return True, f"Android device {host.android_device}"
+        return False, f"an Android device: {host.android_device_reason or 'none attached'}"
+    if req is Requirement.APPLE_SILICON:
+        if host.os == "macos" and host.arch == "arm64":
+            return True, f"Apple Silicon ({host.cpu_model or 'arm64'})"
+        return False, "Apple Silicon (a macOS arm64 host)"
+    if req is Requirement.IOS_DEVICE:
+        if host.ios_device is not None:
+            return True, f"iOS device {host.ios_device}"
+        return False, f"an iOS device: {host.ios_device_reason or 'none attached'}"
+    raise AssertionError(f"unhandled requirement {req!r}")  # a new Requirement needs a branch here
+
+
+def _host_rule(host: HostFacts, platform: Platform) -> str | None:
+    """What the host itself lacks for building `platform`, or None."""
+    hosts = _BUILD_HOSTS.get(platform.os)
+    if hosts is not None and host.os not in hosts:
+        if hosts == ("macos",):
+            return _XCODE_ELSEWHERE  # Apple targets build only with Xcode, so say it the same way
+        return f"a {' or '.join(hosts)} host to build for {platform.os}"
+    if platform.os == "linux" and host.arch != platform.arch:
+        return f"a linux/{platform.arch} host (no cross toolchain is set up for linux targets)"
+    return None
+
+
+def _verdict(found: list[str], missing: list[str], host: HostFacts, nothing: str) -> tuple[bool, str]:
+    if missing:
+        return False, f"needs {'; '.join(missing)}; this host is {host.describe()}"
+    return True, f"has {', '.join(found)}" if found else nothing
+
+
+def decide(host: HostFacts, platform: Platform) -> Capability:
+    """Can `platform` be built and run on `host`? Every no comes with what is missing."""
+    found: list[str] = []
+    missing: list[str] = []
+    missing_build: list[Requirement] = []
+    rule = _host_rule(host, platform)
+    if rule is not None:
+        missing.append(rule)
+    for req in platform.build_requires:
+        ok, words = _requirement(host, req)
+        if ok:
+            found.append(words)
+            continue
+        missing_build.append(req)
+        if words not in missing:  # Xcode's "macOS host" may already be said by the host rule
+            missing.append(words)
+    can_build, build_reason = _verdict(found, missing, host, "needs no tools")
+
+    run_found: list[str] = []
+    run_missing: list[str] = []
+    missing_run: list[Requirement] = []
+    for req in platform.run_requires:
+        ok, words = _requirement(host, req)
+        if ok:
+            run_found.append(words)
+        else:
+            run_missing.append(words)
+            missing_run.append(req)
+    can_run, run_reason = _verdict(run_found, run_missing, host, "needs no special hardware")
+    return Capability(
+        can_build=can_build,
+        build_reason=build_reason,
+        can_run=can_run,
+        run_reason=run_reason,
+        missing_build=tuple(missing_build),
+        missing_run=tuple(missing_run),
+    )

@@ -1,0 +1,64 @@
+"""Where the project keeps things: the repository, its build tree, the user-level cache.
+
+Pure path arithmetic: nothing here touches the file system or reads the environment (the
+caller passes the environment in). The cache lives outside the checkout so a fresh clone
+on the same machine reuses llama.cpp packages already built; ELIZA_CACHE_DIR moves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path, PurePath
+
+# eliza/core/layout.py -> the repository root (module paths are absolute once imported).
+REPO_ROOT = Path(__file__).parents[2]
+
+LIBRARY_NAME = "libelizainference.so"
+TEST_KIT_NAME = "libelizainference_testkit.so"
+PUBLIC_HEADER = "eliza-inference-ffi.h"
+
+
+def cache_dir(env: Mapping[str, str], home: PurePath) -> Path:
+    explicit = env.get("ELIZA_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = env.get("XDG_CACHE_HOME") or str(home / ".cache")
+    return Path(base) / "eliza-inference"
+
+
+def build_root(repo: Path) -> Path:
+    return repo / "build"
+
+
+def evidence_dir(repo: Path) -> Path:
+    return build_root(repo) / "evidence"
+
+
+def report_dir(repo: Path) -> Path:
+    return build_root(repo) / "report"
+
+
+def cell_build_dir(cell_id: str, repo: Path) -> Path:
+    """One Conan output folder per matrix cell, e.g. build/linux-cpu/litert+mlx."""
+    platform, _, gates = cell_id.partition(".")
+    return build_root(repo) / platform / (gates or "none")
+
+
+def library_path(cell_id: str, repo: Path) -> Path:
+    return cell_build_dir(cell_id, repo) / "build" / LIBRARY_NAME
+
+
+def tiny_bundle_dir(repo: Path) -> Path:
+    return build_root(repo) / "bundles" / "tiny"
+
+
+def public_headers_dir(repo: Path) -> Path:
+    return repo / "native" / "include"
+
+
+def public_header(repo: Path) -> Path:
+    return public_headers_dir(repo) / PUBLIC_HEADER
+
+
+def default_prompts(repo: Path) -> Path:
+    return repo / "native" / "tools" / "prompts" / "default.txt"

@@ -1,0 +1,208 @@
+"""The matrix as frozen value objects: what matrix.yaml declares, after validation.
+
+Nothing here reads files or the environment; the loader builds these, and sessions, CI
+files and the report consume them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Requirement(StrEnum):
+    """What a platform needs: tools to build it, hardware to run what was built."""
+
+    # build-time tools
+    CXX_COMPILER = "cxx-compiler"
+    CONAN = "conan"
+    CMAKE = "cmake"
+    NINJA = "ninja"
+    NVCC = "nvcc"
+    CUBLAS = "cublas"
+    ANDROID_NDK = "android-ndk"
+    XCODE = "xcode"
+    # run-time hardware
+    X86_64_V3_CPU = "x86-64-v3-cpu"
+    NVIDIA_GPU = "nvidia-gpu"
+    ANDROID_DEVICE = "android-device"
+    APPLE_SILICON = "apple-silicon"
+    IOS_DEVICE = "ios-device"
+
+
+class CheckKind(StrEnum):
+    BUILD = "build"  # the cell's library builds and exports only eliza_inference_*
+    SELECTOR = "selector"  # selector unit tests against the compiled selector
+    GATE_FALLTHROUGH = "gate-fallthrough"  # env/bundle cases end to end through the shipped library
+    BYTE_IDENTITY_REFERENCE = "byte-identity-reference"  # FFI bench vs plain llama.h runner, same build
+    BYTE_IDENTITY_GATES = "byte-identity-gates"  # this cell vs the no-gate cell of the platform
+    BYTE_IDENTITY_BASELINE = "byte-identity-baseline"  # working tree vs a baseline git ref
+    ABI = "abi"  # exports and abidiff vs the no-gate cell
+
+
+@dataclass(frozen=True, kw_only=True)
+class Platform:
+    id: str  # "linux-cpu"
+    description: str
+    os: str  # "linux" | "android" | "macos" | "ios"
+    arch: str  # "x86_64" | "arm64"
+    llama_backend: str  # "cpu" | "cuda" | "metal" | ...
+    llama_options: Mapping[str, str] = field(default_factory=dict)  # llama-cpp Conan options
+    build_requires: tuple[Requirement, ...] = ()
+    run_requires: tuple[Requirement, ...] = ()
+    allowed_gates: tuple[str, ...] = ()  # gate ids this platform may enable
+    ci_runner: tuple[str, ...] = ()  # CI runner labels
+    slow_build: bool = False  # kept out of CI's default path (e.g. CUDA)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gate:
+    id: str  # "litert"
+    description: str
+    cmake_option: str  # "ELIZA_ENABLE_LITERT"
+    conan_option: str  # "with_litert"
+    factory: str  # "litert-lm"
+    artifacts: tuple[str, ...]  # bundle globs it serves, e.g. ("text/*.litertlm",)
+    runtime_platforms: tuple[str, ...] = ()  # platform ids where the runtime can really exist
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    id: str  # "byte-identity-gates"
+    kind: CheckKind
+    description: str
+    pass_rule: str  # in words, shown in the report
+    needs_run: bool  # runs the built artefact (so run_requires apply)
+    gated_cells_only: bool = False  # only for cells with at least one gate
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    platform: Platform
+    gates: tuple[Gate, ...]  # sorted by gate id
+    checks: tuple[Check, ...]
+
+    @property
+    def gate_key(self) -> str:
+        """ "none" or the gate ids joined with "+", e.g. "litert+mlx"."""
+        return "+".join(g.id for g in self.gates) or "none"
+
+    @property
+    def id(self) -> str:
+        """ "<platform>.<gate_key>", e.g. "linux-cpu.litert+mlx"."""
+        return f"{self.platform.id}.{self.gate_key}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Problem:
+    """One finding in matrix.yaml, located so an editor can jump to it."""
+
+    file: str  # the source as given, e.g. "matrix.yaml"
+    line: int | None  # 1-based; None when no line applies (unreadable file)
+    key_path: str  # "platforms[2].allowed_gates[0]"; "" for the whole file
+    message: str  # what is wrong
+    hint: str = ""  # what would be valid, shown in parentheses
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        text = f"{where}: {self.key_path}: {self.message}" if self.key_path else f"{where}: {self.message}"
+        return f"{text} ({self.hint})" if self.hint else text
+
+
+class MatrixError(Exception):
+    """matrix.yaml cannot be used; `problems` lists every finding, in file order."""
+
+    def __init__(self, problems: Iterable[Problem]) -> None:
+        ordered = sorted(problems, key=lambda p: (p.file, p.line is not None, p.line or 0))
+        self.problems: tuple[Problem, ...] = tuple(ordered)
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return "\n".join(str(p) for p in self.problems)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceGatedItem:
+    id: str
+    title: str
+    needs: str  # hardware/toolchain it needs
+    milestone: str  # owning milestone, e.g. "M4"
+    evidence: str  # what would count as evidence
+    platforms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChecklistScope:
+    """The cells a checklist box is judged on."""
+
+    os: str | None = None  # None: any
+    arch: str | None = None  # None: any
+    gates: str = "any"  # "none" (no-gate cells) | "some" (gated cells) | "any"
+
+    def contains(self, cell: Cell) -> bool:
+        platform = cell.platform
+        if self.os is not None and platform.os != self.os:
+            return False
+        if self.arch is not None and platform.arch != self.arch:
+            return False
+        return self.gates == "any" or (self.gates == "some") == bool(cell.gates)
+
+    def describe(self) -> str:
+        """ "linux x86_64 no-gate cells", the words the report uses."""
+        words = [w for w in (self.os, self.arch) if w]
+        words.append({"none": "no-gate cells", "some": "gated cells", "any": "cells"}[self.gates])
+        return " ".join(words)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExitBox:
+    text: str  # the box as the milestone words it (backticks mark code)
+    checks: tuple[str, ...]  # check ids that must be VERIFIED on every cell in scope
+    scope: ChecklistScope
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExitChecklist:
+    milestone: str  # "M3"
+    boxes: tuple[ExitBox, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Matrix:
+    source: str  # path of matrix.yaml as given
+    sha256: str  # content hash of the file
+    platforms: tuple[Platform, ...]
+    gates: tuple[Gate, ...]
+    checks: tuple[Check, ...]
+    cells: tuple[Cell, ...]
+    device_gated: tuple[DeviceGatedItem, ...] = ()
+    exit_checklist: ExitChecklist | None = None
+    warnings: tuple[Problem, ...] = ()  # not fatal, e.g. an exclude that matches nothing
+
+    def platform(self, platform_id: str) -> Platform:
+        for p in self.platforms:
+            if p.id == platform_id:
+                return p
+        raise KeyError(platform_id)
+
+    def gate(self, gate_id: str) -> Gate:
+        for g in self.gates:
+            if g.id == gate_id:
+                return g
+        raise KeyError(gate_id)
+
+    def check(self, check_id: str) -> Check:
+        for c in self.checks:
+            if c.id == check_id:
+                return c
+        raise KeyError(check_id)
+
+    def cells_of(self, platform_id: str) -> tuple[Cell, ...]:
+        return tuple(c for c in self.cells if c.platform.id == platform_id)
+
+    def cell(self, cell_id: str) -> Cell:
+        for c in self.cells:
+            if c.id == cell_id:
+                return c
+        raise KeyError(cell_id)

@@ -1,0 +1,400 @@
+"""The rules of matrix.yaml beyond its shape: references between sections, the gates a
+platform allows, cell expansion (product, exclude, include), and the value objects.
+
+Pure: the format layer (eliza.formats.matrix_yaml) reads the YAML, checks the schema and
+hands over the data with a function that locates a key path in the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eliza.core.matrix import (
+    Cell,
+    Check,
+    CheckKind,
+    ChecklistScope,
+    DeviceGatedItem,
+    ExitBox,
+    ExitChecklist,
+    Gate,
+    Matrix,
+    MatrixError,
+    Platform,
+    Problem,
+    Requirement,
+)
+
+KeyPath = tuple[str | int, ...]
+
+
+def render_key_path(path: Sequence[str | int]) -> str:
+    out = ""
+    for seg in path:
+        if isinstance(seg, int) and not isinstance(seg, bool):
+            out += f"[{seg}]"
+        else:
+            out += f".{seg}" if out else str(seg)
+    return out
+
+
+def did_you_mean(value: object, valid: Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(value), list(valid), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def valid_words(valid: Sequence[str], noun: str = "valid") -> str:
+    return f"{noun}: {', '.join(valid)}" if valid else f"{noun}: none declared"
+
+
+@dataclass(frozen=True)
+class _CellSpec:
+    checks: tuple[str, ...] | None  # None: default_checks
+    origin: KeyPath  # where in the file the cell was formed
+
+
+class MatrixRules:
+    """The semantic rules of a schema-valid matrix (references between sections, allowed
+    gates, the cell set) and the value objects it yields. `line_of` maps a key path to its
+    line in the source, so every finding can be located."""
+
+    def __init__(self, source: str, data: Any, line_of: Callable[[KeyPath], int]) -> None:
+        self.source = source
+        self.line_of = line_of
+        self.data = data
+        self.errors: list[Problem] = []
+        self.warnings: list[Problem] = []
+        # Platforms whose allowed_gates name an unknown gate: judging gate sets against a
+        # list with a typo in it would only repeat the same finding.
+        self.unsure_allowed: set[str] = set()
+
+    # findings
+
+    def problem(self, path: KeyPath, message: str, hint: str = "") -> Problem:
+        return Problem(
+            file=self.source,
+            line=self.line_of(path),
+            key_path=render_key_path(path),
+            message=message,
+            hint=hint,
+        )
+
+    def error(self, path: KeyPath, message: str, hint: str = "") -> None:
+        self.errors.append(self.problem(path, message, hint))
+
+    def where(self, path: KeyPath) -> str:
+        return f"{render_key_path(path)} (line {self.line_of(path)})"
+
+    def ref(self, value: str, known: Sequence[str], noun: str, path: KeyPath) -> bool:
+        if value in known:
+            return True
+        self.error(path, f"unknown {noun} {value!r}{did_you_mean(value, known)}", valid_words(known))
+        return False
+
+    # entry point
+
+    def build(self, sha256: str) -> Matrix:
+        """The matrix, or MatrixError with every finding."""
+        d = self.data
+        platform_ids = self.unique_ids("platforms", "platform")
+        gate_ids = self.unique_ids("gates", "gate")
+        check_ids = self.unique_ids("checks", "check")
+        self.unique_ids("device_gated", "device-gated item")
+        self.check_gates(platform_ids)
+        self.check_platforms(gate_ids)
+        for j, cid in enumerate(d.get("default_checks", [])):
+            self.ref(cid, check_ids, "check", ("default_checks", j))
+        for i, item in enumerate(d.get("device_gated", [])):
+            for j, pid in enumerate(item.get("platforms", [])):
+                self.ref(pid, platform_ids, "platform", ("device_gated", i, "platforms", j))
+        for i, box in enumerate(d.get("exit_checklist", {}).get("boxes", [])):
+            self.check_refs(box["checks"], check_ids, ("exit_checklist", "boxes", i, "checks"))
+        specs = self.cell_specs(platform_ids, gate_ids, check_ids)
+        if self.errors:
+            raise MatrixError(self.errors)
+
+        platforms = tuple(_platform(p) for p in d["platforms"])
+        gates = {g["id"]: _gate(g) for g in d["gates"]}
+        checks = tuple(_check(c) for c in d["checks"])
+        default = tuple(d.get("default_checks", [c.id for c in checks]))
+        by_platform = {p.id: p for p in platforms}
+        order = {pid: n for n, pid in enumerate(platform_ids)}
+        cells: list[Cell] = []
+        for (pid, gate_key), spec in sorted(
+            specs.items(), key=lambda kv: (order[kv[0][0]], len(kv[0][1]), kv[0][1])
+        ):
+            wanted = set(spec.checks if spec.checks is not None else default)
+            cell_checks = tuple(c for c in checks if c.id in wanted and (gate_key or not c.gated_cells_only))
+            cell = Cell(
+                platform=by_platform[pid], gates=tuple(gates[g] for g in gate_key), checks=cell_checks
+            )
+            if not cell_checks:
+                self.error(
+                    spec.origin,
+                    f"cell {cell.id!r} has no checks to run",
+                    "checks with gated_cells_only apply only to cells with at least one gate",
+                )
+            cells.append(cell)
+        if self.errors:
+            raise MatrixError(self.errors)
+        return Matrix(
+            source=self.source,
+            sha256=sha256,
+            platforms=platforms,
+            gates=tuple(gates.values()),
+            checks=checks,
+            cells=tuple(cells),
+            device_gated=tuple(_device_gated(x) for x in d.get("device_gated", [])),
+            exit_checklist=_exit_checklist(d["exit_checklist"]) if "exit_checklist" in d else None,
+            warnings=tuple(self.warnings),
+        )
+
+    # semantics
+
+    def unique_ids(self, section: str, noun: str) -> list[str]:
+        ids: dict[str, int] = {}
+        for i, item in enumerate(self.data.get(section, [])):
+            item_id = item["id"]
+            if item_id in ids:
+                first = (section, ids[item_id], "id")
+                self.error(
+                    (section, i, "id"), f"duplicate {noun} id {item_id!r}", f"first at {self.where(first)}"
+                )
+            else:
+                ids[item_id] = i
+        return list(ids)
+
+    def check_gates(self, platform_ids: Sequence[str]) -> None:
+        first: dict[tuple[str, str], int] = {}
+        for i, gate in enumerate(self.data["gates"]):
+            if gate["id"] == "none":
+                self.error(
+                    ("gates", i, "id"),
+                    "gate id 'none' is reserved",
+                    "cell ids use it for the no-gate cell, e.g. linux-cpu.none",
+                )
+            for field in ("cmake_option", "conan_option", "factory"):
+                value = gate[field]
+                if (field, value) in first:
+                    other = ("gates", first[(field, value)], field)
+                    self.error(
+                        ("gates", i, field),
+                        f"{field} {value!r} is already used by another gate",
+                        f"first at {self.where(other)}; each gate needs its own",
+                    )
+                else:
+                    first[(field, value)] = i
+            for j, pid in enumerate(gate.get("runtime_platforms", [])):
+                self.ref(pid, platform_ids, "platform", ("gates", i, "runtime_platforms", j))
+
+    def check_platforms(self, gate_ids: Sequence[str]) -> None:
+        for i, plat in enumerate(self.data["platforms"]):
+            for j, gid in enumerate(plat.get("allowed_gates", [])):
+                if not self.ref(gid, gate_ids, "gate", ("platforms", i, "allowed_gates", j)):
+                    self.unsure_allowed.add(plat["id"])
+            options = plat.get("llama_options", {})
+            if "cpu_isa" in options and plat["arch"] != "x86_64":
+                self.error(
+                    ("platforms", i, "llama_options", "cpu_isa"),
+                    f"cpu_isa applies to x86_64 platforms only; this one is {plat['arch']}",
+                    "remove it: the llama-cpp recipe has no such option on other architectures",
+                )
+            if "cuda_architectures" in options and plat["llama_backend"] != "cuda":
+                self.error(
+                    ("platforms", i, "llama_options", "cuda_architectures"),
+                    "cuda_architectures applies to llama_backend cuda only; "
+                    f"this one is {plat['llama_backend']}",
+                    "remove it, or set llama_backend: cuda",
+                )
+            if plat["llama_backend"] == "cuda":
+                missing = [r for r in ("nvcc", "cublas") if r not in plat["build_requires"]]
+                if missing:
+                    self.error(
+                        ("platforms", i, "build_requires"),
+                        f"llama_backend cuda builds with {' and '.join(missing)}, "
+                        "missing from build_requires",
+                        f"add {', '.join(missing)}",
+                    )
+
+    def allowed(self, pid: str, gates: Sequence[str], path: KeyPath) -> bool:
+        if pid in self.unsure_allowed:
+            return False
+        index = next(i for i, p in enumerate(self.data["platforms"]) if p["id"] == pid)
+        allowed = self.data["platforms"][index].get("allowed_gates", [])
+        ok = True
+        for gid in gates:
+            if gid not in allowed:
+                ok = False
+                self.error(
+                    path,
+                    f"gate {gid!r} is not allowed on platform {pid!r}",
+                    f"{valid_words(allowed, f'allowed_gates of {pid}')}; add it at "
+                    f"{self.where(('platforms', index, 'allowed_gates'))} or drop this gate set",
+                )
+        return ok
+
+    def check_refs(self, ids: Sequence[str] | None, known: Sequence[str], path: KeyPath) -> None:
+        for j, cid in enumerate(ids or []):
+            self.ref(cid, known, "check", (*path, j))
+
+    def cell_specs(
+        self, platform_ids: Sequence[str], gate_ids: Sequence[str], check_ids: Sequence[str]
+    ) -> dict[tuple[str, tuple[str, ...]], _CellSpec]:
+        cells: dict[tuple[str, tuple[str, ...]], _CellSpec] = {}
+        spec = self.data["cells"]
+
+        for i, entry in enumerate(spec["product"]):
+            base: KeyPath = ("cells", "product", i)
+            self.check_refs(entry.get("checks"), check_ids, (*base, "checks"))
+            plats = [
+                pid
+                for j, pid in enumerate(entry["platforms"])
+                if self.ref(pid, platform_ids, "platform", (*base, "platforms", j))
+            ]
+            gate_sets: list[tuple[int, tuple[str, ...]]] = []
+            for k, gate_set in enumerate(entry["gate_sets"]):
+                known = [
+                    self.ref(g, gate_ids, "gate", (*base, "gate_sets", k, n)) for n, g in enumerate(gate_set)
+                ]
+                if all(known):
+                    gate_sets.append((k, tuple(sorted(gate_set))))
+            checks = tuple(entry["checks"]) if "checks" in entry else None
+            for pid in plats:
+                for k, gates in gate_sets:
+                    path = (*base, "gate_sets", k)
+                    if not self.allowed(pid, gates, path):
+                        continue
+                    key = (pid, gates)
+                    if key in cells:
+                        self.error(
+                            path,
+                            f"cell {_cell_id(key)!r} is formed twice",
+                            f"already formed at {self.where(cells[key].origin)}",
+                        )
+                        continue
+                    cells[key] = _CellSpec(checks, path)
+
+        for i, entry in enumerate(spec.get("exclude", [])):
+            base = ("cells", "exclude", i)
+            pid = entry.get("platform")
+            gates = entry.get("gates")
+            if pid is not None and not self.ref(pid, platform_ids, "platform", (*base, "platform")):
+                continue
+            if gates is not None:
+                known = [self.ref(g, gate_ids, "gate", (*base, "gates", n)) for n, g in enumerate(gates)]
+                if not all(known):
+                    continue
+            wanted = tuple(sorted(gates)) if gates is not None else None
+            matched = [
+                k for k in cells if (pid is None or k[0] == pid) and (wanted is None or k[1] == wanted)
+            ]
+            if not matched:
+                present = [_cell_id(k) for k in cells if pid is None or k[0] == pid]
+                self.warnings.append(
+                    self.problem(base, "exclude matches no cell", valid_words(present, "cells"))
+                )
+            for key in matched:
+                del cells[key]
+
+        for i, entry in enumerate(spec.get("include", [])):
+            base = ("cells", "include", i)
+            self.check_refs(entry.get("checks"), check_ids, (*base, "checks"))
+            pid = entry["platform"]
+            if not self.ref(pid, platform_ids, "platform", (*base, "platform")):
+                continue
+            known = [self.ref(g, gate_ids, "gate", (*base, "gates", n)) for n, g in enumerate(entry["gates"])]
+            if not all(known):
+                continue
+            key = (pid, tuple(sorted(entry["gates"])))
+            if not self.allowed(pid, key[1], (*base, "gates")):
+                continue
+            if key in cells:
+                self.error(
+                    base,
+                    f"include adds nothing: cell {_cell_id(key)!r} is already present",
+                    f"formed at {self.where(cells[key].origin)}; remove this entry, "
+                    "or exclude the cell first to give it other checks",
+                )
+                continue
+            cells[key] = _CellSpec(tuple(entry["checks"]) if "checks" in entry else None, base)
+
+        if not cells and not self.errors:
+            self.error(
+                ("cells",),
+                "no cells remain",
+                "every cell formed by cells.product was removed by cells.exclude",
+            )
+        return cells
+
+
+def _cell_id(key: tuple[str, tuple[str, ...]]) -> str:
+    return f"{key[0]}.{'+'.join(key[1]) or 'none'}"
+
+
+def _platform(p: Mapping[str, Any]) -> Platform:
+    return Platform(
+        id=p["id"],
+        description=p["description"],
+        os=p["os"],
+        arch=p["arch"],
+        llama_backend=p["llama_backend"],
+        llama_options={str(k): str(v) for k, v in p.get("llama_options", {}).items()},
+        build_requires=tuple(Requirement(r) for r in p["build_requires"]),
+        run_requires=tuple(Requirement(r) for r in p["run_requires"]),
+        allowed_gates=tuple(p.get("allowed_gates", [])),
+        ci_runner=tuple(p["ci_runner"]),
+        slow_build=bool(p.get("slow_build", False)),
+    )
+
+
+def _gate(g: Mapping[str, Any]) -> Gate:
+    return Gate(
+        id=g["id"],
+        description=g["description"],
+        cmake_option=g["cmake_option"],
+        conan_option=g["conan_option"],
+        factory=g["factory"],
+        artifacts=tuple(g["artifacts"]),
+        runtime_platforms=tuple(g.get("runtime_platforms", [])),
+    )
+
+
+def _check(c: Mapping[str, Any]) -> Check:
+    return Check(
+        id=c["id"],
+        kind=CheckKind(c["kind"]),
+        description=c["description"],
+        pass_rule=c["pass_rule"],
+        needs_run=c["needs_run"],
+        gated_cells_only=c.get("gated_cells_only", False),
+    )
+
+
+def _device_gated(x: Mapping[str, Any]) -> DeviceGatedItem:
+    return DeviceGatedItem(
+        id=x["id"],
+        title=x["title"],
+        needs=x["needs"],
+        milestone=x["milestone"],
+        evidence=x["evidence"],
+        platforms=tuple(x.get("platforms", [])),
+    )
+
+
+def _exit_checklist(x: Mapping[str, Any]) -> ExitChecklist:
+    return ExitChecklist(
+        milestone=x["milestone"],
+        boxes=tuple(
+            ExitBox(
+                text=b["text"],
+                checks=tuple(b["checks"]),
+                scope=ChecklistScope(
+                    os=b["scope"].get("os"), arch=b["scope"].get("arch"), gates=b["scope"]["gates"]
+                ),
+            )
+            for b in x["boxes"]
+        ),
+    )

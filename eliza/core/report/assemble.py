@@ -1,0 +1,169 @@
+"""build_report: every declared (cell, check) of the matrix judged against the evidence."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from eliza.core.evidence import (
+    LoadedRecord,
+)
+from eliza.core.matrix import Matrix
+from eliza.core.report.checklist import checklist_box
+from eliza.core.report.judge import applies, evaluate
+from eliza.core.report.model import (
+    UNPROBED,
+    ArtifactVerifier,
+    DeviceGatedRow,
+    Entry,
+    FingerprintSource,
+    HeaderFacts,
+    LoadProblem,
+    PlatformCapability,
+    Report,
+    ReportHeader,
+    Row,
+    StateCount,
+    cell_anchor,
+    entry_anchor,
+)
+from eliza.core.report.states import GridState
+
+# --------------------------------------------------------------------------- assembly
+
+
+def _problem(path: Path | str, message: str) -> LoadProblem:
+    # Loader messages start with the path for standalone use; the report shows it apart.
+    prefix = f"{path}: "
+    return LoadProblem(path=str(path), message=message.removeprefix(prefix))
+
+
+def build_report(
+    matrix: Matrix,
+    *,
+    records: Sequence[LoadedRecord],
+    current_fingerprint: FingerprintSource,
+    capabilities: Mapping[str, PlatformCapability],
+    artifact_matches: ArtifactVerifier,
+    facts: HeaderFacts,
+) -> Report:
+    """Evaluate every declared (cell, check) against the evidence.
+
+    `records` may come from many directories; duplicates of one (cell, check) are resolved
+    by preferring evidence fresh for the current inputs, then the latest `finished_at`.
+    `capabilities` is keyed by platform id; a platform missing from it is treated as not
+    probed (neither buildable nor runnable here).
+    """
+    problems: list[LoadProblem] = []
+    good: dict[tuple[str, str], list[LoadedRecord]] = {}
+    broken: dict[tuple[str, str], list[LoadedRecord]] = {}
+    cells = {c.id: c for c in matrix.cells}
+    checks = {c.id: c for c in matrix.checks}
+
+    for item in records:
+        if item.problem is not None or item.record is None:
+            problems.append(_problem(item.path, item.problem or "no record"))
+            if item.cell is not None and item.check is not None:
+                broken.setdefault((item.cell, item.check), []).append(item)
+            continue
+        record = item.record
+        if record.cell not in cells:
+            problems.append(_problem(item.path, f"ignored: the matrix declares no cell {record.cell!r}"))
+            continue
+        if record.check not in checks:
+            problems.append(_problem(item.path, f"ignored: the matrix declares no check {record.check!r}"))
+            continue
+        why_not = applies(cells[record.cell], checks[record.check])
+        if why_not is not None:
+            problems.append(
+                _problem(item.path, f"ignored: check {record.check!r} on {record.cell!r} {why_not}")
+            )
+            continue
+        good.setdefault((record.cell, record.check), []).append(item)
+
+    rows: list[Row] = []
+    for cell in matrix.cells:
+        capability = capabilities.get(cell.platform.id, UNPROBED)
+        entries: list[Entry] = []
+        for check in matrix.checks:
+            why_not = applies(cell, check)
+            anchor = entry_anchor(cell.id, check.id)
+            if why_not is not None:
+                entries.append(
+                    Entry(
+                        cell=cell.id,
+                        check=check.id,
+                        kind=check.kind,
+                        state=GridState.NOT_APPLICABLE,
+                        reason=why_not,
+                        anchor=anchor,
+                    )
+                )
+                continue
+            entries.append(
+                evaluate(
+                    cell,
+                    check,
+                    good.get((cell.id, check.id), []),
+                    broken.get((cell.id, check.id), []),
+                    current_fingerprint,
+                    capability,
+                    matrix.device_gated,
+                    artifact_matches,
+                )
+            )
+        rows.append(
+            Row(
+                cell=cell.id,
+                platform=cell.platform.id,
+                platform_description=cell.platform.description,
+                gate_key=cell.gate_key,
+                anchor=cell_anchor(cell.id),
+                entries=tuple(entries),
+            )
+        )
+
+    all_entries = [e for r in rows for e in r.entries]
+    applicable = [e for e in all_entries if e.state is not GridState.NOT_APPLICABLE]
+    header = ReportHeader(
+        commit=facts.commit,
+        dirty=facts.dirty,
+        generated_at=facts.generated_at,
+        host=facts.host,
+        matrix_source=matrix.source,
+        matrix_sha256=matrix.sha256,
+        verified=sum(1 for e in applicable if e.state is GridState.VERIFIED),
+        declared=len(applicable),
+        by_state=tuple(
+            StateCount(state=s, count=sum(1 for e in all_entries if e.state is s)) for s in GridState
+        ),
+    )
+    device_rows = tuple(
+        DeviceGatedRow(
+            id=item.id,
+            title=item.title,
+            needs=item.needs,
+            milestone=item.milestone,
+            evidence=item.evidence,
+            platforms=item.platforms,
+            cells=tuple(
+                f"{e.cell} · {e.check}"
+                for e in all_entries
+                if e.state is GridState.DEVICE_GATED and any(g.id == item.id for g in e.gated_by)
+            ),
+        )
+        for item in matrix.device_gated
+    )
+    return Report(
+        header=header,
+        legend=tuple(GridState),
+        columns=matrix.checks,
+        rows=tuple(rows),
+        checklist_milestone=matrix.exit_checklist.milestone if matrix.exit_checklist else "",
+        checklist=tuple(
+            checklist_box(i, spec, matrix, rows)
+            for i, spec in enumerate(matrix.exit_checklist.boxes if matrix.exit_checklist else (), start=1)
+        ),
+        device_gated=device_rows,
+        problems=tuple(problems),
+    )

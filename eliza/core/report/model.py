@@ -1,0 +1,236 @@
+"""What the report is made of: its inputs (host capabilities, header facts, how to read
+current fingerprints and artifacts) and the frozen values the renderers show."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from eliza.core.evidence import (
+    Artifact,
+    Counts,
+    HostInfo,
+    InputFingerprint,
+    Status,
+)
+from eliza.core.matrix import Cell, Check, CheckKind, DeviceGatedItem
+from eliza.core.report.states import GridState
+
+REPORT_SCHEMA_VERSION = 1
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlatformCapability:
+    """What the host probe decided for one platform, with the reasons shown to readers."""
+
+    can_build: bool
+    build_reason: str
+    can_run: bool
+    run_reason: str
+
+
+UNPROBED = PlatformCapability(
+    can_build=False,
+    build_reason="host capability was not probed for this platform",
+    can_run=False,
+    run_reason="host capability was not probed for this platform",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeaderFacts:
+    commit: str
+    dirty: bool
+    generated_at: str  # ISO 8601 UTC
+    host: str  # where the report was generated, in words
+
+
+# The current fingerprint of a (cell, check): the full fingerprint (lets the report say
+# which parts changed), just its key, or None when it cannot be computed here.
+CurrentFingerprint = InputFingerprint | str | None
+FingerprintSource = (
+    Callable[[Cell, Check], CurrentFingerprint] | Mapping[tuple[str, str], InputFingerprint | str]
+)
+# True: the file here hashes as recorded; False: it does not; None: not present here.
+ArtifactVerifier = Callable[[Artifact], bool | None]
+
+
+# --------------------------------------------------------------------------- model
+
+
+class ArtifactState(StrEnum):
+    MATCH = "match"
+    MISMATCH = "mismatch"
+    ABSENT = "absent"  # not on this host, so not verified either way
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArtifactResult:
+    path: str
+    sha256: str
+    state: ArtifactState
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fact:
+    name: str
+    value: str
+    multiline: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvidenceView:
+    """The chosen record of a grid entry, flattened for display."""
+
+    path: str
+    status: Status
+    reason: str
+    counts: Counts
+    commit: str
+    dirty: bool
+    host: HostInfo
+    started_at: str
+    finished_at: str
+    duration_s: float
+    fingerprint_key: str
+    fresh: bool
+    differing_parts: tuple[str, ...]
+    artifacts: tuple[ArtifactResult, ...]
+    metrics: tuple[Fact, ...]
+    highlights: tuple[Fact, ...]  # well-known details of the check kind (first divergence, ABI diff)
+    details: tuple[Fact, ...]  # every other details entry
+    log_tail: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Superseded:
+    path: str
+    status: Status
+    finished_at: str
+    fresh: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    """One cell and check of the grid."""
+
+    cell: str
+    check: str
+    kind: CheckKind
+    state: GridState
+    reason: str
+    anchor: str
+    evidence: EvidenceView | None = None
+    superseded: tuple[Superseded, ...] = ()
+    gated_by: tuple[DeviceGatedItem, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    cell: str
+    platform: str
+    platform_description: str
+    gate_key: str
+    anchor: str
+    entries: tuple[Entry, ...]  # one per column, in column order
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntryRef:
+    cell: str
+    check: str
+    state: GridState
+    anchor: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChecklistBox:
+    number: int
+    text: str  # the box as the seam doc words it (backticks mark code)
+    needs: str  # which evidence ticks it, in words
+    ticked: bool
+    evidence: tuple[EntryRef, ...]
+    missing: tuple[str, ...]  # empty exactly when ticked
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceGatedRow:
+    id: str
+    title: str
+    needs: str
+    milestone: str
+    evidence: str  # what would count as evidence
+    platforms: tuple[str, ...]
+    cells: tuple[str, ...]  # grid entries ("cell · check") shown as DEVICE-GATED by it
+    claimed: bool = False  # never claimed from this report; kept explicit for readers of the JSON
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadProblem:
+    path: str
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateCount:
+    state: GridState
+    count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportHeader:
+    commit: str
+    dirty: bool
+    generated_at: str
+    host: str
+    matrix_source: str
+    matrix_sha256: str
+    verified: int
+    declared: int  # applicable (cell, check) entries
+    by_state: tuple[StateCount, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report:
+    header: ReportHeader
+    legend: tuple[GridState, ...]
+    columns: tuple[Check, ...]  # the matrix's checks, in matrix order
+    rows: tuple[Row, ...]
+    checklist_milestone: str  # "" when the matrix declares no exit checklist
+    checklist: tuple[ChecklistBox, ...]
+    device_gated: tuple[DeviceGatedRow, ...]
+    problems: tuple[LoadProblem, ...]
+
+    def entry(self, cell: str, check: str) -> Entry:
+        for row in self.rows:
+            if row.cell == cell:
+                for entry in row.entries:
+                    if entry.check == check:
+                        return entry
+        raise KeyError((cell, check))
+
+    def entries(self) -> Iterable[Entry]:
+        for row in self.rows:
+            yield from row.entries
+
+
+# --------------------------------------------------------------------------- anchors
+
+
+def _anchor_part(text: str) -> str:
+    # Injective, so two ids never share an anchor; keeps anchors valid in URLs and CSS.
+    return re.sub(r"[^A-Za-z0-9.-]", lambda m: f"_{ord(m.group()):02x}", text)
+
+
+def cell_anchor(cell: str) -> str:
+    return f"cell-{_anchor_part(cell)}"
+
+
+def entry_anchor(cell: str, check: str) -> str:
+    return f"ev-{_anchor_part(cell)}--{_anchor_part(check)}"

@@ -1,0 +1,105 @@
+"""The file helpers every writer and hasher shares: atomic writes, file and tree hashes.
+
+Readers of what we write (a report rendered while checks still run, a CI upload, a
+second session) must see the old file or the new one, never a torn one; and every
+content hash of the project is computed the same way, so two hashes of one tree agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+# Never part of a source tree's content: written by tools inside the tree.
+_IGNORED_NAMES = frozenset({"CMakeUserPresets.json", "__pycache__", ".pytest_cache"})
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """Write via a private temporary file in the same directory, fsync, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    try:
+        # mkstemp creates 0600; evidence and reports are shared (CI artifacts, a web server),
+        # so keep an existing file's mode or use the usual 0644.
+        try:
+            mode = path.stat().st_mode & 0o777
+        except FileNotFoundError:
+            mode = 0o644
+        os.chmod(tmp, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    _fsync_directory(path.parent)
+    return path
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    """UTF-8 text with "\\n" line ends, written as `atomic_write_bytes` does."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_with(path: Path, write: Callable[[Path], None]) -> Path:
+    """For writers that need a path (a GGUF writer): `write` fills a temporary file beside
+    `path`, which then replaces it; on failure nothing is left behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    return path
+
+
+def _fsync_directory(directory: Path) -> None:
+    # Makes the rename itself durable on POSIX; not supported everywhere, and not needed
+    # for correctness of readers, so failures are ignored.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def tree_hash(root: Path, entries: Iterable[str]) -> str:
+    """sha256 over (relative path, content hash) of every file under the given entries of
+    root, in path order; an entry may be a file or a directory, a missing one adds nothing."""
+    digest = hashlib.sha256()
+    for entry in sorted(entries):
+        base = root / entry
+        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
+        for f in files:
+            relative = f.relative_to(root)
+            if _IGNORED_NAMES.intersection(relative.parts):
+                continue
+            digest.update(relative.as_posix().encode() + b"\0")
+            digest.update(bytes.fromhex(sha256_file(f)))
+    return digest.hexdigest()

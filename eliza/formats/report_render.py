@@ -1,0 +1,125 @@
+"""Render a `Report` to HTML, Markdown (CI job summary) and JSON, written atomically.
+
+Everything that comes from evidence (reasons, log tails, details) is untrusted text: the
+HTML template is autoescaped, and the Markdown filters below escape what GitHub would
+otherwise interpret as markup.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup, escape
+
+from eliza.core.report import GridState, Report
+from eliza.formats.files import atomic_write_text
+from eliza.formats.report_json import report_to_dict
+
+DEFAULT_TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
+HTML_TEMPLATE = "report.html.j2"
+MARKDOWN_TEMPLATE = "report.md.j2"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportPaths:
+    html: Path
+    markdown: Path
+    json: Path
+
+
+# --------------------------------------------------------------------------- filters
+
+_MD_ESCAPED = re.compile(r"([\\`*_\[\]|#~])")
+
+
+def md_text(value: object) -> str:
+    """Plain text safe inside Markdown prose or a table cell: one line, no markup, no HTML."""
+    text = " ".join(str(value).split())
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_ESCAPED.sub(r"\\\1", text)
+
+
+def md_code(value: object) -> str:
+    """An inline code span that survives backticks in the value."""
+    text = " ".join(str(value).split())
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_block(value: object) -> str:
+    """A fenced code block longer than any backtick run inside, so the text cannot close it."""
+    text = str(value).rstrip("\n")
+    longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def html_code_spans(value: object) -> Markup:
+    """Escape, then show `backticked` parts as <code>; for the checklist's own wording."""
+    escaped = str(escape(str(value)))
+    return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped))
+
+
+def short_sha(value: object, length: int = 12) -> str:
+    return str(value)[:length]
+
+
+def make_environment(templates_dir: Path | None = None) -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(templates_dir or DEFAULT_TEMPLATES_DIR),
+        undefined=StrictUndefined,
+        # "html.j2" is listed because select_autoescape matches name suffixes: without it
+        # report.html.j2 would render unescaped.
+        autoescape=select_autoescape(
+            enabled_extensions=("html", "html.j2", "j2.html"), default_for_string=True, default=False
+        ),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["md_text"] = md_text
+    env.filters["md_code"] = md_code
+    env.filters["md_block"] = md_block
+    env.filters["code_spans"] = html_code_spans
+    env.filters["short_sha"] = short_sha
+    env.globals["GridState"] = GridState
+    return env
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def render_html(report: Report, env: Environment | None = None) -> str:
+    return (env or make_environment()).get_template(HTML_TEMPLATE).render(report=report)
+
+
+def render_markdown(report: Report, env: Environment | None = None) -> str:
+    return (env or make_environment()).get_template(MARKDOWN_TEMPLATE).render(report=report)
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report_to_dict(report), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def render_report(report: Report, out_dir: Path, templates_dir: Path | None = None) -> ReportPaths:
+    """Write report.html, report.md and report.json into `out_dir`.
+
+    All three are rendered before any is written, so a template error leaves the previous
+    report intact instead of a mix of old and new files.
+    """
+    env = make_environment(templates_dir)
+    html = render_html(report, env)
+    markdown = render_markdown(report, env)
+    body = render_json(report)
+    out = Path(out_dir)
+    return ReportPaths(
+        html=atomic_write_text(out / "report.html", html),
+        markdown=atomic_write_text(out / "report.md", markdown),
+        json=atomic_write_text(out / "report.json", body),
+    )

@@ -1,0 +1,186 @@
+"""A deterministic tiny llama-architecture model, written with the real gguf writer.
+
+Random weights from a fixed seed, and the real llama-spm vocabulary from the pinned
+llama.cpp tree. Same seed -> byte-identical file. Besides random structure, the model has
+a few planted transitions so tests can reach EOS and multi-byte UTF-8 output on purpose:
+
+    "▁price" -> <0xE2> -> <0x82> -> <0xAC> -> "." -> </s>      (that is " price€." then EOS)
+
+Each trigger token owns one reserved embedding dimension; attention and FFN outputs never
+write to the reserved dimensions, and only the planted target rows of the output matrix
+read them. So a planted transition fires exactly when its trigger is the current token,
+whatever the context, while every other prediction depends on the context through
+attention.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFReader, GGUFWriter
+
+from eliza.formats.files import atomic_write_text, atomic_write_with, sha256_file
+
+PLANTED_CHAIN = ("▁price", "<0xE2>", "<0x82>", "<0xAC>", ".", "</s>")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TinyModelSpec:
+    seed: int = 1
+    n_embd: int = 64
+    n_layer: int = 2
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_ff: int = 192
+    context_length: int = 512
+    name: str = "eliza-tiny"
+
+
+def _vocab(reader: GGUFReader) -> tuple[list[str], list[float], list[int], dict[str, int]]:
+    tokens = [str(t) for t in reader.fields["tokenizer.ggml.tokens"].contents()]
+    scores = [float(s) for s in reader.fields["tokenizer.ggml.scores"].contents()]
+    types = [int(t) for t in reader.fields["tokenizer.ggml.token_type"].contents()]
+    special = {
+        key: int(reader.fields[f"tokenizer.ggml.{key}"].contents())
+        for key in ("bos_token_id", "eos_token_id", "unknown_token_id")
+    }
+    return tokens, scores, types, special
+
+
+def _weights(spec: TinyModelSpec, n_vocab: int, chain_ids: list[int]) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(spec.seed)
+    n_reserved = len(chain_ids) - 1  # one dimension per trigger
+    free = spec.n_embd - n_reserved
+    head_dim = spec.n_embd // spec.n_head
+    n_kv = head_dim * spec.n_head_kv
+
+    def gaussian(shape: tuple[int, ...], std: float) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    emb = np.zeros((n_vocab, spec.n_embd), dtype=np.float32)
+    emb[:, :free] = gaussian((n_vocab, free), 1.0)
+    out = np.zeros((n_vocab, spec.n_embd), dtype=np.float32)
+    out[:, :free] = gaussian((n_vocab, free), 0.35)
+    for i, (trigger, target) in enumerate(itertools.pairwise(chain_ids)):
+        emb[trigger, free + i] = 6.0
+        out[target, :] = 0.0
+        out[target, free + i] = 12.0
+
+    w: dict[str, np.ndarray] = {"token_embd.weight": emb}
+    for layer in range(spec.n_layer):
+        p = f"blk.{layer}."
+        attn_out = gaussian((spec.n_embd, spec.n_embd), 1.5 / np.sqrt(spec.n_embd))
+        ffn_down = gaussian((spec.n_embd, spec.n_ff), 1.0 / np.sqrt(spec.n_ff))
+        attn_out[free:, :] = 0.0  # keep the reserved dimensions of the residual stream clean
+        ffn_down[free:, :] = 0.0
+        w |= {
+            p + "attn_norm.weight": np.ones(spec.n_embd, dtype=np.float32),
+            p + "attn_q.weight": gaussian((spec.n_embd, spec.n_embd), 2.0 / np.sqrt(spec.n_embd)),
+            p + "attn_k.weight": gaussian((n_kv, spec.n_embd), 2.0 / np.sqrt(spec.n_embd)),
+            p + "attn_v.weight": gaussian((n_kv, spec.n_embd), 1.0 / np.sqrt(spec.n_embd)),
+            p + "attn_output.weight": attn_out,
+            p + "ffn_norm.weight": np.ones(spec.n_embd, dtype=np.float32),
+            p + "ffn_gate.weight": gaussian((spec.n_ff, spec.n_embd), 1.0 / np.sqrt(spec.n_embd)),
+            p + "ffn_up.weight": gaussian((spec.n_ff, spec.n_embd), 1.0 / np.sqrt(spec.n_embd)),
+            p + "ffn_down.weight": ffn_down,
+        }
+    w["output_norm.weight"] = np.ones(spec.n_embd, dtype=np.float32)
+    w["output.weight"] = out
+    return w
+
+
+def write_tiny_gguf(path: Path, vocab_path: Path, spec: TinyModelSpec = TinyModelSpec()) -> str:
+    """Writes the model atomically and returns its sha256."""
+    reader = GGUFReader(vocab_path)
+    tokens, scores, types, special = _vocab(reader)
+    index = {t: i for i, t in enumerate(tokens)}
+    missing = [t for t in PLANTED_CHAIN if t not in index]
+    if missing:
+        raise ValueError(f"{vocab_path}: vocabulary lacks planted tokens {missing}")
+    weights = _weights(spec, len(tokens), [index[t] for t in PLANTED_CHAIN])
+
+
+    def write(tmp: Path) -> None:
+        _write_gguf(tmp, spec, tokens, scores, types, special, weights)
+
+    atomic_write_with(path, write)
+    return sha256_file(path)
+
+
+def _write_gguf(
+    tmp: Path,
+    spec: TinyModelSpec,
+    tokens: list[str],
+    scores: list[float],
+    types: list[int],
+    special: dict[str, int],
+    weights: dict[str, np.ndarray],
+) -> None:
+    writer = GGUFWriter(str(tmp), arch="llama")
+    writer.add_name(spec.name)
+    writer.add_context_length(spec.context_length)
+    writer.add_embedding_length(spec.n_embd)
+    writer.add_block_count(spec.n_layer)
+    writer.add_feed_forward_length(spec.n_ff)
+    writer.add_head_count(spec.n_head)
+    writer.add_head_count_kv(spec.n_head_kv)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
+    writer.add_file_type(0)  # all F32
+    writer.add_vocab_size(len(tokens))
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(special["bos_token_id"])
+    writer.add_eos_token_id(special["eos_token_id"])
+    writer.add_unk_token_id(special["unknown_token_id"])
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    for name, tensor in weights.items():
+        writer.add_tensor(name, tensor)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def generator_fingerprint(spec: TinyModelSpec = TinyModelSpec()) -> str:
+    """Changes whenever this module or the spec changes, so a stale bundle is rewritten."""
+    return hashlib.sha256(Path(__file__).read_bytes() + repr(spec).encode()).hexdigest()
+
+
+def bundle_is_current(bundle_dir: Path, spec: TinyModelSpec = TinyModelSpec()) -> bool:
+    try:
+        manifest = json.loads((bundle_dir / "manifest.json").read_text())
+        model = bundle_dir / manifest["text"]["model"]
+        return bool(manifest["generator"]["fingerprint"] == generator_fingerprint(spec) and model.is_file())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def write_tiny_bundle(bundle_dir: Path, vocab_path: Path, spec: TinyModelSpec = TinyModelSpec()) -> Path:
+    """Lays out <bundle>/text/<name>.gguf and <bundle>/manifest.json; returns the manifest path."""
+    model_rel = f"text/{spec.name}.gguf"
+    digest = write_tiny_gguf(bundle_dir / model_rel, vocab_path, spec)
+    manifest = {
+        "format": "eliza-bundle/1",
+        "name": spec.name,
+        "text": {"model": model_rel, "sha256": digest, "context_length": spec.context_length},
+        "generator": {
+            "fingerprint": generator_fingerprint(spec),
+            "seed": spec.seed,
+            "n_embd": spec.n_embd,
+            "n_layer": spec.n_layer,
+            "vocab": "ggml-vocab-llama-spm.gguf",
+            "planted_chain": list(PLANTED_CHAIN),
+        },
+    }
+    text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+    return atomic_write_text(bundle_dir / "manifest.json", text)
