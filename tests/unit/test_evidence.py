@@ -38,7 +38,7 @@ PARTS = {"native": "a" * 64, "recipes": "b" * 64, "lockfile": "c" * 64, "matrix"
 
 def make_record(**overrides: Any) -> EvidenceRecord:
     values: dict[str, Any] = {
-        "cell": "linux-cpu.litert+mlx",
+        "cell": "linux-cpu.npu+xla",
         "check": "byte-identity-gates",
         "status": Status.PASSED,
         "counts": Counts(ran=3, passed=3, failed=0),
@@ -154,14 +154,14 @@ def test_schema_version_mismatch_is_a_clear_error() -> None:
 
 
 def test_record_filename_is_filesystem_safe() -> None:
-    assert record_filename("linux-cpu.litert+mlx", "abi") == "linux-cpu.litert+mlx__abi.json"
+    assert record_filename("linux-cpu.npu+xla", "abi") == "linux-cpu.npu+xla__abi.json"
     assert record_filename("../evil/cell", "a b:c") == "_evil_cell__a_b_c.json"
 
 
 def test_atomic_write_round_trips_and_leaves_no_temp_file(tmp_path: Path) -> None:
     record = make_record()
     path = write_record(tmp_path / "ev", record)
-    assert path == tmp_path / "ev" / "linux-cpu.litert+mlx__byte-identity-gates.json"
+    assert path == tmp_path / "ev" / "linux-cpu.npu+xla__byte-identity-gates.json"
     assert sorted(p.name for p in (tmp_path / "ev").iterdir()) == [path.name]
     assert path.stat().st_mode & 0o777 == 0o644  # shareable, unlike mkstemp's default
     # overwriting replaces, still without leftovers

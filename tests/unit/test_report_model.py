@@ -46,7 +46,7 @@ LINUX = Platform(
     llama_backend="cpu",
     build_requires=(Requirement.CXX_COMPILER, Requirement.CONAN),
     run_requires=(Requirement.X86_64_V3_CPU,),
-    allowed_gates=("litert", "mlx"),
+    allowed_gates=("npu", "xla"),
 )
 ANDROID = Platform(
     id="android-arm64",
@@ -56,24 +56,24 @@ ANDROID = Platform(
     llama_backend="cpu",
     build_requires=(Requirement.ANDROID_NDK,),
     run_requires=(Requirement.ANDROID_DEVICE,),
-    allowed_gates=("litert",),
+    allowed_gates=("npu",),
 )
-LITERT = Gate(
-    id="litert",
-    description="LiteRT-LM",
-    cmake_option="ELIZA_ENABLE_LITERT",
-    conan_option="with_litert",
-    factory="litert-lm",
-    artifacts=("text/*.litertlm",),
+NPU = Gate(
+    id="npu",
+    description="NPU runtime",
+    cmake_option="ELIZA_ENABLE_NPU",
+    conan_option="with_npu",
+    factory="npu-rt",
+    artifacts=("text/*.npumodel",),
     runtime_platforms=("android-arm64",),
 )
-MLX = Gate(
-    id="mlx",
-    description="MLX/CoreML",
-    cmake_option="ELIZA_ENABLE_MLX",
-    conan_option="with_mlx",
-    factory="mlx-coreml",
-    artifacts=("text/*.mlpackage",),
+XLA = Gate(
+    id="xla",
+    description="XLA runtime",
+    cmake_option="ELIZA_ENABLE_XLA",
+    conan_option="with_xla",
+    factory="xla-rt",
+    artifacts=("text/*.xlapkg",),
     runtime_platforms=("macos-arm64",),
 )
 
@@ -101,8 +101,8 @@ ABI = _check("abi", CheckKind.ABI, needs_run=False, gated_only=True)
 CHECKS = (BUILD, SELECTOR, REFERENCE, BASELINE, FALLTHROUGH, ABI)
 
 DEVICE_ITEM = DeviceGatedItem(
-    id="litert-on-device",
-    title="LiteRT on-device tok/s, first-token, peak RSS",
+    id="npu-on-device",
+    title="NPU on-device tok/s, first-token, peak RSS",
     needs="Pixel",
     milestone="M4",
     evidence="bench record from a Pixel run",
@@ -113,16 +113,16 @@ DEVICE_ITEM = DeviceGatedItem(
 def make_matrix() -> Matrix:
     cells = (
         Cell(platform=LINUX, gates=(), checks=CHECKS),
-        Cell(platform=LINUX, gates=(LITERT,), checks=CHECKS),
-        Cell(platform=LINUX, gates=(MLX,), checks=CHECKS),
+        Cell(platform=LINUX, gates=(NPU,), checks=CHECKS),
+        Cell(platform=LINUX, gates=(XLA,), checks=CHECKS),
         Cell(platform=ANDROID, gates=(), checks=CHECKS),
-        Cell(platform=ANDROID, gates=(LITERT,), checks=CHECKS),
+        Cell(platform=ANDROID, gates=(NPU,), checks=CHECKS),
     )
     return Matrix(
         source="matrix.yaml",
         sha256="f" * 64,
         platforms=(LINUX, ANDROID),
-        gates=(LITERT, MLX),
+        gates=(NPU, XLA),
         checks=CHECKS,
         cells=cells,
         device_gated=(DEVICE_ITEM,),
@@ -302,10 +302,10 @@ def test_failed_error_and_skipped_carry_their_reason() -> None:
 
 def test_merging_two_directories_gives_one_report_with_both_cells(tmp_path: Path) -> None:
     write_record(tmp_path / "job-a", record("linux-cpu.none", "build"))
-    write_record(tmp_path / "job-b", record("linux-cpu.litert", "build"))
+    write_record(tmp_path / "job-b", record("linux-cpu.npu", "build"))
     report = report_of(*read_records([tmp_path / "job-a", tmp_path / "job-b"]))
     assert report.entry("linux-cpu.none", "build").state is GridState.VERIFIED
-    assert report.entry("linux-cpu.litert", "build").state is GridState.VERIFIED
+    assert report.entry("linux-cpu.npu", "build").state is GridState.VERIFIED
     assert report.header.verified == 2
     assert report.problems == ()
 
@@ -350,10 +350,10 @@ def test_no_evidence_reasons_from_capability_and_device_gating() -> None:
     build = report.entry("android-arm64.none", "build")
     assert build.state is GridState.NOT_BUILDABLE_HERE
     assert build.reason == "android-ndk not found (ANDROID_NDK_HOME unset)"
-    selector = report.entry("android-arm64.litert", "selector")
+    selector = report.entry("android-arm64.npu", "selector")
     assert selector.state is GridState.DEVICE_GATED
     assert "M4" in selector.reason and "Pixel" in selector.reason
-    assert [g.id for g in selector.gated_by] == ["litert-on-device"]
+    assert [g.id for g in selector.gated_by] == ["npu-on-device"]
     assert any("not buildable here" in n for n in selector.notes)
     run = report.entry("linux-cpu.none", "selector")
     assert run.state is GridState.NOT_RUNNABLE_HERE and run.reason == "CPU lacks AVX2 (x86-64-v3)"
@@ -361,7 +361,7 @@ def test_no_evidence_reasons_from_capability_and_device_gating() -> None:
     assert report.entry("linux-cpu.none", "build").reason == "no evidence found"
     gated_row = report.device_gated[0]
     assert gated_row.claimed is False
-    assert "android-arm64.litert · selector" in gated_row.cells
+    assert "android-arm64.npu · selector" in gated_row.cells
 
 
 def test_unprobed_platform_is_not_buildable_here() -> None:
@@ -384,19 +384,19 @@ def test_not_applicable_is_distinct_and_records_for_it_are_ignored_with_a_proble
 
 def test_malformed_and_orphan_records_are_problems() -> None:
     broken = LoadedRecord(
-        path=Path("ev/linux-cpu.litert__abi.json"),
-        problem="ev/linux-cpu.litert__abi.json: field 'counts.ran': required field is missing",
-        cell="linux-cpu.litert",
+        path=Path("ev/linux-cpu.npu__abi.json"),
+        problem="ev/linux-cpu.npu__abi.json: field 'counts.ran': required field is missing",
+        cell="linux-cpu.npu",
         check="abi",
     )
     unreadable = LoadedRecord(path=Path("ev/zzz__y.json"), problem="ev/zzz__y.json: not valid JSON: x")
     orphan = loaded(record("linux-gpu.none", "build"), "ev/linux-gpu.none__build.json")
     report = report_of(broken, unreadable, orphan)
-    entry = report.entry("linux-cpu.litert", "abi")
+    entry = report.entry("linux-cpu.npu", "abi")
     assert entry.state is GridState.INVALID
     assert "counts.ran" in entry.reason
     messages = {p.path: p.message for p in report.problems}
-    assert "required field is missing" in messages["ev/linux-cpu.litert__abi.json"]
+    assert "required field is missing" in messages["ev/linux-cpu.npu__abi.json"]
     assert "not valid JSON" in messages["ev/zzz__y.json"]
     assert "no cell 'linux-gpu.none'" in messages["ev/linux-gpu.none__build.json"]
 
@@ -405,7 +405,7 @@ def _all_m3_evidence() -> list[LoadedRecord]:
     items = []
     for check in ("build", "selector", "byte-identity-reference", "byte-identity-baseline"):
         items.append(record("linux-cpu.none", check))
-    for cell in ("linux-cpu.litert", "linux-cpu.mlx"):
+    for cell in ("linux-cpu.npu", "linux-cpu.xla"):
         for check in ("build", "selector", "gate-fallthrough", "abi"):
             items.append(record(cell, check))
     return [loaded(r, f"ev/{r.cell}__{r.check}.json") for r in items]
@@ -430,18 +430,18 @@ def test_checklist_ticks_only_from_verified_evidence() -> None:
     assert all(b.missing == () for b in full.checklist)
     box4 = full.checklist[3]
     assert {(r.cell, r.check) for r in box4.evidence} == {
-        ("linux-cpu.litert", "abi"),
-        ("linux-cpu.mlx", "abi"),
+        ("linux-cpu.npu", "abi"),
+        ("linux-cpu.xla", "abi"),
     }
     assert all(r.anchor == entry_anchor(r.cell, r.check) for r in box4.evidence)
 
     # one stale ABI record unticks box 4 and says what is missing; the others stay ticked
-    evidence = [e for e in _all_m3_evidence() if (e.cell, e.check) != ("linux-cpu.mlx", "abi")]
-    evidence.append(loaded(record("linux-cpu.mlx", "abi", parts=dict(CURRENT, native="old"))))
+    evidence = [e for e in _all_m3_evidence() if (e.cell, e.check) != ("linux-cpu.xla", "abi")]
+    evidence.append(loaded(record("linux-cpu.xla", "abi", parts=dict(CURRENT, native="old"))))
     partial = report_of(*evidence)
     assert [b.ticked for b in partial.checklist] == [True, True, True, False]
     [missing] = partial.checklist[3].missing
-    assert missing.startswith("linux-cpu.mlx · abi: STALE") and "native" in missing
+    assert missing.startswith("linux-cpu.xla · abi: STALE") and "native" in missing
 
 
 def test_checklist_says_when_the_matrix_lacks_a_check_kind() -> None:

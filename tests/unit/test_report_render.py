@@ -37,7 +37,7 @@ LINUX = Platform(
     arch="x86_64",
     llama_backend="cpu",
     run_requires=(Requirement.X86_64_V3_CPU,),
-    allowed_gates=("litert", "mlx"),
+    allowed_gates=("npu", "xla"),
 )
 ANDROID = Platform(
     id="android-arm64",
@@ -48,21 +48,21 @@ ANDROID = Platform(
     build_requires=(Requirement.ANDROID_NDK,),
     run_requires=(Requirement.ANDROID_DEVICE,),
 )
-LITERT = Gate(
-    id="litert",
-    description="LiteRT-LM",
-    cmake_option="ELIZA_ENABLE_LITERT",
-    conan_option="with_litert",
-    factory="litert-lm",
-    artifacts=("text/*.litertlm",),
+NPU = Gate(
+    id="npu",
+    description="NPU runtime",
+    cmake_option="ELIZA_ENABLE_NPU",
+    conan_option="with_npu",
+    factory="npu-rt",
+    artifacts=("text/*.npumodel",),
 )
-MLX = Gate(
-    id="mlx",
-    description="MLX/CoreML",
-    cmake_option="ELIZA_ENABLE_MLX",
-    conan_option="with_mlx",
-    factory="mlx-coreml",
-    artifacts=("text/*.mlpackage",),
+XLA = Gate(
+    id="xla",
+    description="XLA runtime",
+    cmake_option="ELIZA_ENABLE_XLA",
+    conan_option="with_xla",
+    factory="xla-rt",
+    artifacts=("text/*.xlapkg",),
 )
 CHECKS = (
     Check(
@@ -93,17 +93,17 @@ MATRIX = Matrix(
     source="matrix.yaml",
     sha256="9" * 64,
     platforms=(LINUX, ANDROID),
-    gates=(LITERT, MLX),
+    gates=(NPU, XLA),
     checks=CHECKS,
     cells=(
         Cell(platform=LINUX, gates=(), checks=CHECKS),
-        Cell(platform=LINUX, gates=(LITERT, MLX), checks=CHECKS),
+        Cell(platform=LINUX, gates=(NPU, XLA), checks=CHECKS),
         Cell(platform=ANDROID, gates=(), checks=CHECKS),
     ),
     device_gated=(
         DeviceGatedItem(
             id="pixel-bench",
-            title="LiteRT on-device tok/s",
+            title="NPU on-device tok/s",
             needs="Pixel",
             milestone="M4",
             evidence="bench record from a Pixel",
@@ -151,8 +151,8 @@ def report() -> Report:
             reason=f"row 5 {XSS} | rank tie",
             log_tail=f"case 5 failed\n{XSS}\n",
         ),
-        rec("linux-cpu.litert+mlx", "build", fingerprint=InputFingerprint.of(dict(CURRENT, native="old"))),
-        rec("linux-cpu.litert+mlx", "abi", details={"abi_diff": f"- sym {XSS}\n+ sym2"}),
+        rec("linux-cpu.npu+xla", "build", fingerprint=InputFingerprint.of(dict(CURRENT, native="old"))),
+        rec("linux-cpu.npu+xla", "abi", details={"abi_diff": f"- sym {XSS}\n+ sym2"}),
         LoadedRecord(path=Path("ev/junk__x.json"), problem=f"ev/junk__x.json: not valid JSON {XSS}"),
     ]
     return build_report(
@@ -206,7 +206,7 @@ def test_html_grid_legend_and_anchors(tmp_path: Path, report: Report) -> None:
     assert "812.5" in html  # metrics
     assert "inputs changed since this evidence: native" in html
     assert "android-ndk not found" in html
-    assert "not claimed" in html and "LiteRT on-device tok/s" in html
+    assert "not claimed" in html and "NPU on-device tok/s" in html
     assert '<span class="badge dirty">dirty</span>' in html
 
 
@@ -216,7 +216,7 @@ def test_markdown_grid_checklist_and_tables(tmp_path: Path, report: Report) -> N
     assert "| cell | `build` | `selector` | `abi` |" in lines
     assert "|---|---|---|---|" in lines
     assert "| `linux-cpu.none` | verified | FAILED | n/a |" in lines
-    assert "| `linux-cpu.litert+mlx` | stale | not run | verified |" in lines
+    assert "| `linux-cpu.npu+xla` | stale | not run | verified |" in lines
     assert "| `android-arm64.none` | no build here | device-gated | n/a |" in lines
     assert "**2 of 7 checks verified**" in md
     boxes = [line for line in lines if line.startswith("- [")]
@@ -224,7 +224,7 @@ def test_markdown_grid_checklist_and_tables(tmp_path: Path, report: Report) -> N
     assert [b[:6] for b in boxes] == ["- [ ] ", "- [ ] ", "- [ ] ", "- [x] "]
     assert any("missing: linux-cpu.none · selector: FAILED" in line for line in lines)
     assert (
-        "| LiteRT on-device tok/s | Pixel | M4 | bench record from a Pixel | android-arm64 | not claimed |"
+        "| NPU on-device tok/s | Pixel | M4 | bench record from a Pixel | android-arm64 | not claimed |"
     ) in lines
     # evidence text cannot break the table or inject HTML
     assert "<script>" not in md
@@ -235,8 +235,8 @@ def test_markdown_grid_checklist_and_tables(tmp_path: Path, report: Report) -> N
 
 
 def test_markdown_all_ticked_when_evidence_is_complete(tmp_path: Path) -> None:
-    records = [rec(c, k) for c in ("linux-cpu.none", "linux-cpu.litert+mlx") for k in ("build", "selector")]
-    records.append(rec("linux-cpu.litert+mlx", "abi"))
+    records = [rec(c, k) for c in ("linux-cpu.none", "linux-cpu.npu+xla") for k in ("build", "selector")]
+    records.append(rec("linux-cpu.npu+xla", "abi"))
     checks = (
         *CHECKS,
         Check(
@@ -267,17 +267,17 @@ def test_markdown_all_ticked_when_evidence_is_complete(tmp_path: Path) -> None:
         source="m.yaml",
         sha256="1" * 64,
         platforms=(LINUX,),
-        gates=(LITERT, MLX),
+        gates=(NPU, XLA),
         checks=checks,
         cells=(
             Cell(platform=LINUX, gates=(), checks=checks),
-            Cell(platform=LINUX, gates=(LITERT, MLX), checks=checks),
+            Cell(platform=LINUX, gates=(NPU, XLA), checks=checks),
         ),
     )
     records += [
         rec("linux-cpu.none", "byte-identity-reference"),
         rec("linux-cpu.none", "byte-identity-baseline"),
-        rec("linux-cpu.litert+mlx", "gate-fallthrough"),
+        rec("linux-cpu.npu+xla", "gate-fallthrough"),
     ]
     full = build_report(
         matrix,
@@ -305,9 +305,9 @@ def test_json_round_trips_with_states(tmp_path: Path, report: Report) -> None:
         ("linux-cpu.none", "build"): "verified",
         ("linux-cpu.none", "selector"): "failed",
         ("linux-cpu.none", "abi"): "n/a",
-        ("linux-cpu.litert+mlx", "build"): "stale",
-        ("linux-cpu.litert+mlx", "selector"): "not-run",
-        ("linux-cpu.litert+mlx", "abi"): "verified",
+        ("linux-cpu.npu+xla", "build"): "stale",
+        ("linux-cpu.npu+xla", "selector"): "not-run",
+        ("linux-cpu.npu+xla", "abi"): "verified",
         ("android-arm64.none", "build"): "not-buildable-here",
         ("android-arm64.none", "selector"): "device-gated",
         ("android-arm64.none", "abi"): "n/a",
