@@ -161,5 +161,5 @@ def lint(session: nox.Session) -> None:
     """ruff, mypy --strict, the import contract of eliza's layers, and drift of the generated CI files."""
     session.run("ruff", "check", "eliza", "tests", "noxfile.py", "conanfile.py")
     session.run("mypy", "--strict", "eliza")
-    session.run("lint-imports")
+    session.run("lint-imports", "--no-cache")
     session.run("python", "-m", "eliza.cli", "ci-files", "--check")

@@ -12,14 +12,20 @@ def tiny_bundle_default() -> Path:
     return tiny_bundle_dir(current().repo)
 
 
+def tiny_vocab() -> Path:
+    """The llama-spm vocabulary GGUF of the pinned llama.cpp tree (cached)."""
+    from eliza.adapters.llama_source import vocab_gguf
+
+    return vocab_gguf(current().cache)
+
+
 def ensure_tiny_bundle(bundle_dir: Path | None = None) -> Path:
     """The deterministic tiny bundle, written (or rewritten when its generator changed)."""
-    from eliza.adapters.llama_source import vocab_gguf
     from eliza.formats.tiny_gguf import bundle_is_current, write_tiny_bundle
 
     bundle = bundle_dir or tiny_bundle_default()
     if not bundle_is_current(bundle):
-        write_tiny_bundle(bundle, vocab_gguf(current().cache))
+        write_tiny_bundle(bundle, tiny_vocab())
     return bundle
 
 

@@ -253,11 +253,11 @@ def test_rejected_slot_file_leaves_the_stream_reset(ctx: Context, tmp_path: Path
 def test_slot_of_another_model_with_the_same_shapes_is_refused(
     lib: Library, ctx: Context, tmp_path: Path
 ) -> None:
-    from eliza.adapters.llama_source import vocab_gguf
+    from eliza.app.bundle import tiny_vocab
     from eliza.formats.tiny_gguf import TinyModelSpec, write_tiny_bundle
 
     other = tmp_path / "other"
-    write_tiny_bundle(other, vocab_gguf(), TinyModelSpec(seed=2))
+    write_tiny_bundle(other, tiny_vocab(), TinyModelSpec(seed=2))
     slot = tmp_path / "slot.bin"
     with lib.open_context(other) as other_ctx, other_ctx.open_stream(greedy_config(8)) as stream:
         stream.prefill(other_ctx.tokenize("hello there"))

@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from eliza.adapters.llama_source import vocab_gguf
+from eliza.app.bundle import tiny_vocab
 from eliza.formats.tiny_gguf import TinyModelSpec, write_tiny_bundle, write_tiny_gguf
 
 
 def test_same_seed_same_sha256(tmp_path: Path) -> None:
-    vocab = vocab_gguf()
+    vocab = tiny_vocab()
     a = write_tiny_gguf(tmp_path / "a.gguf", vocab, TinyModelSpec(seed=7))
     b = write_tiny_gguf(tmp_path / "b.gguf", vocab, TinyModelSpec(seed=7))
     c = write_tiny_gguf(tmp_path / "c.gguf", vocab, TinyModelSpec(seed=8))
@@ -22,7 +22,7 @@ def test_same_seed_same_sha256(tmp_path: Path) -> None:
 def test_bundle_layout(tmp_path: Path) -> None:
     import json
 
-    manifest = write_tiny_bundle(tmp_path / "b", vocab_gguf())
+    manifest = write_tiny_bundle(tmp_path / "b", tiny_vocab())
     data = json.loads(manifest.read_text())
     model = tmp_path / "b" / data["text"]["model"]
     assert model.parent.name == "text" and model.suffix == ".gguf"
