@@ -13,13 +13,11 @@ MATRIX = load_project_matrix()
 # ELIZA_TEST_PLATFORM picks the platform whose gate cells are tested (default linux-cpu).
 PLATFORM = os.environ.get("ELIZA_TEST_PLATFORM", "linux-cpu")
 NO_GATE_CELL = next(c.id for c in MATRIX.cells_of(PLATFORM) if not c.gates)
-# ELIZA_TEST_CELLS (comma-separated cell ids) restricts the gated cells, e.g. to the one a
-# change is about; the no-gate cell always stays, as the reference.
+# ELIZA_TEST_CELLS (comma-separated cell ids) restricts the tested cells, e.g. to the one a
+# change is about; tests that compare with the no-gate cell still build it as the reference.
 _ONLY = {c.strip() for c in os.environ.get("ELIZA_TEST_CELLS", "").split(",") if c.strip()}
-GATED_CELLS = tuple(
-    c.id for c in MATRIX.cells_of(PLATFORM) if c.gates and (not _ONLY or c.id in _ONLY)
-)
-CELLS = (NO_GATE_CELL, *GATED_CELLS)
+CELLS = tuple(c.id for c in MATRIX.cells_of(PLATFORM) if not _ONLY or c.id in _ONLY)
+GATED_CELLS = tuple(c for c in CELLS if c != NO_GATE_CELL)
 GATES = MATRIX.gates
 
 
@@ -108,13 +106,14 @@ def cell_library(built_libraries: dict[str, Path]) -> Callable[[str], Path]:
 
 @pytest.fixture(scope="session")
 def gate_libraries(built_libraries: dict[str, Path]) -> dict[str, Path]:
-    """Every tested gate cell of the platform, built in one go."""
+    """The tested cells of the platform and the no-gate cell, built in one go."""
     from eliza.workflow import build_cells
 
-    todo = tuple(MATRIX.cell(c) for c in CELLS if c not in built_libraries)
+    wanted = (NO_GATE_CELL, *GATED_CELLS)
+    todo = tuple(MATRIX.cell(c) for c in wanted if c not in built_libraries)
     if todo:
         built_libraries.update({b.cell_id: b.library for b in build_cells(todo, MATRIX, echo=False)})
-    return {c: built_libraries[c] for c in CELLS}
+    return {c: built_libraries[c] for c in wanted}
 
 
 @pytest.fixture(scope="session")

@@ -49,9 +49,7 @@ def test_the_cell_compiles_in_exactly_its_gates(cell: str, cell_library: Callabl
         kit.clear()
 
 
-@pytest.mark.parametrize(
-    ("cell", "gate"), CELL_GATES, ids=[f"cell={c}-gate={g.id}" for c, g in CELL_GATES]
-)
+@pytest.mark.parametrize(("cell", "gate"), CELL_GATES, ids=[f"cell={c}-gate={g.id}" for c, g in CELL_GATES])
 def test_factory_answers_as_its_matrix_entry(
     cell: str, gate: Gate, cell_library: Callable[[str], Path], tmp_path: Path
 ) -> None:

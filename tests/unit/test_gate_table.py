@@ -46,8 +46,7 @@ def test_no_factory_file_without_a_gate() -> None:
 def test_conan_recipe_passes_the_matrix_gate_table() -> None:
     module = conanfile()
     rows = [
-        (g.id, g.cmake_option, g.factory, str(g.preference_rank), ",".join(g.artifacts))
-        for g in MATRIX.gates
+        (g.id, g.cmake_option, g.factory, str(g.preference_rank), ",".join(g.artifacts)) for g in MATRIX.gates
     ]
     cmake_table = module.cmake_gate_table(module.GATE_TABLE)
     assert [tuple(row.split("|")) for row in cmake_table.split(";")] == rows
