@@ -1,12 +1,15 @@
 """libelizainference: the consumer recipe that builds native/ against llama.cpp.
 
-Gates are Conan options mirrored into CMake options, both named by matrix.yaml (e.g.
-``with_litert`` -> ``ELIZA_ENABLE_LITERT``). They change only this package: llama.cpp's
-package id does not depend on them, so every gate cell of a platform reuses one llama.cpp
-build from the Conan cache.
+Gates come from matrix.yaml: each is a Conan option mirrored into a CMake option (e.g.
+``with_litert`` -> ``ELIZA_ENABLE_LITERT``), and the whole gate table (id, option, factory
+name, preference rank, artifacts) goes to CMake as ELIZA_GATE_TABLE, from which
+native/cmake/gates.cmake derives sources, registration and build-info.json. Gates change
+only this package: llama.cpp's package id does not depend on them, so every gate cell of a
+platform reuses one llama.cpp build from the Conan cache.
 """
 
 import os
+import re
 
 import yaml
 from conan import ConanFile
@@ -14,17 +17,63 @@ from conan.tools.cmake import CMake, CMakeDeps, CMakeToolchain
 
 required_conan_version = ">=2.0"
 
+# The matrix the sessions use (ELIZA_MATRIX, which eliza passes to every build), else the
+# repository's own: the options and the gate table must come from the same file.
+MATRIX = os.environ.get("ELIZA_MATRIX") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "matrix.yaml"
+)
+DEFAULT_PREFERENCE_RANK = 50  # the default of gates[].preference_rank in matrix.schema.json
 
-def _gates_from_matrix():
-    """Conan option -> CMake option for every gate of matrix.yaml, the one place gates are
-    declared (the loader in eliza/ has validated the file before any build starts)."""
-    matrix = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matrix.yaml")
-    with open(matrix, encoding="utf-8") as f:
-        data = yaml.safe_load(f) or {}
-    return {g["conan_option"]: g["cmake_option"] for g in data.get("gates", [])}
+# A table cell goes through CMake's -D"..." command line and into C++ string literals: no
+# list separators (| , ;), quotes, or shell characters. The schema's patterns already keep
+# ids, options and factory names to this; artifacts are checked here.
+_SAFE_FIELD = re.compile(r"^[A-Za-z0-9_.+@/*-]+$")
 
 
-GATES = _gates_from_matrix()
+def gate_table(matrix):
+    """The gates of a parsed matrix.yaml, in file order, with defaults applied: the one table
+    CMake builds the gates from (the loader in eliza/ has validated the file before any
+    build starts)."""
+    table = []
+    for i, g in enumerate(matrix.get("gates") or []):
+        row = {
+            "id": g["id"],
+            "cmake_option": g["cmake_option"],
+            "conan_option": g["conan_option"],
+            "factory": g["factory"],
+            "preference_rank": int(g.get("preference_rank", DEFAULT_PREFERENCE_RANK)),
+            "artifacts": tuple(g["artifacts"]),
+        }
+        checked = {key: row[key] for key in ("id", "cmake_option", "factory")}
+        checked.update({f"artifacts[{j}]": a for j, a in enumerate(row["artifacts"])})
+        for key, value in checked.items():
+            if not _SAFE_FIELD.match(value):
+                raise ValueError(
+                    f"{MATRIX}: gates[{i}].{key} {value!r}: only letters, digits and _.+@/*- can be "
+                    "passed to CMake"
+                )
+        table.append(row)
+    return table
+
+
+def cmake_gate_table(table):
+    """ELIZA_GATE_TABLE for native/cmake/gates.cmake: one list item per gate,
+    "<id>|<CMake option>|<factory>|<preference rank>|<artifact>,<artifact>..."."""
+    return ";".join(
+        "|".join(
+            [g["id"], g["cmake_option"], g["factory"], str(g["preference_rank"]), ",".join(g["artifacts"])]
+        )
+        for g in table
+    )
+
+
+def _read_matrix():
+    with open(MATRIX, encoding="utf-8") as f:
+        return yaml.safe_load(f) or {}
+
+
+GATE_TABLE = gate_table(_read_matrix())
+GATES = {g["conan_option"]: g["cmake_option"] for g in GATE_TABLE}  # Conan option -> CMake option
 
 
 class ElizaInferenceConan(ConanFile):
@@ -48,6 +97,9 @@ class ElizaInferenceConan(ConanFile):
     def generate(self):
         CMakeDeps(self).generate()
         tc = CMakeToolchain(self)
+        # The whole table, so CMake declares every gate's option and knows its factory,
+        # artifacts and rank; which gates are ON in this cell travels as those options.
+        tc.cache_variables["ELIZA_GATE_TABLE"] = cmake_gate_table(GATE_TABLE)
         for gate, cmake_option in GATES.items():
             tc.cache_variables[cmake_option] = bool(self.options.get_safe(gate))
         tc.cache_variables["ELIZA_BUILD_TEST_KIT"] = bool(self.options.with_test_kit)

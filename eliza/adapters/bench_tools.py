@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from eliza.adapters import proc
 from eliza.core.bench_records import BenchFormatError, BenchRun
 from eliza.core.layout import REPO_ROOT
 from eliza.formats.bench_jsonl import load_run
@@ -53,10 +52,8 @@ def run_tool(argv: list[str], out: Path, env: Mapping[str, str] | None = None) -
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
     argv = [tmp.as_posix() if a == str(out) else a for a in argv]
-    result = subprocess.run(
-        argv, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})}
-    )
-    if result.returncode != 0:
+    result = proc.run(argv, extra_env=env)
+    if not result.ok:
         tmp.unlink(missing_ok=True)
         tool = Path(argv[0]).name
         raise BenchToolError(f"{tool} exited {result.returncode}: {result.stderr.strip()[-2000:]}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -142,20 +141,19 @@ def run_build(plan: CellBuildPlan, source: LlamaSource, cache: Path, *, echo: bo
     log = plan.output_dir / "conan-build.log"
     graph_file = plan.output_dir / "conan-graph.json"
     started = time.monotonic()
-    with log.open("w") as log_f, graph_file.open("w") as graph_f:
-        proc = subprocess.Popen(
-            plan.argv,
-            env=conan_env(cache, {**source.env, **plan.env}),
-            stdout=graph_f,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert proc.stderr is not None
-        for line in proc.stderr:
+    with log.open("w") as log_f:
+
+        def on_line(line: str) -> None:
             log_f.write(line)
             if echo:
                 sys.stderr.write(line)
-        rc = proc.wait()
+
+        rc = proc.stream(
+            plan.argv,
+            env=conan_env(cache, {**source.env, **plan.env}),
+            stdout_to=graph_file,
+            on_stderr_line=on_line,
+        )
     seconds = time.monotonic() - started
     if rc != 0:
         tail = "".join(log.read_text().splitlines(keepends=True)[-40:])

@@ -15,11 +15,11 @@ import re
 import shlex
 import shutil
 import socket
-import subprocess
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from eliza.adapters import proc
 from eliza.core.host import HostFacts, Tool
 
 __all__ = ["probe_host"]
@@ -28,9 +28,9 @@ _TIMEOUT_S = 10.0
 _VERSION = re.compile(r"\d+(?:\.\d+)+")
 
 
-def probe_host(env: Mapping[str, str] | None = None) -> HostFacts:
-    """Facts about this machine; `env` defaults to the process environment."""
-    env = dict(os.environ if env is None else env)
+def probe_host(env: Mapping[str, str]) -> HostFacts:
+    """Facts about this machine; `env` is the environment its tools are looked up in."""
+    env = dict(env)
     os_name = _os_name()
     arch = _arch()
     # The probes are independent and mostly wait on child processes: run them side by side.
@@ -84,22 +84,8 @@ def probe_host(env: Mapping[str, str] | None = None) -> HostFacts:
 
 def _run(argv: list[str], env: Mapping[str, str]) -> tuple[int, str]:
     """(exit status, stdout+stderr); -1 with the reason when it could not run or timed out."""
-    try:
-        done = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=_TIMEOUT_S,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return -1, f"{argv[0]} did not answer within {_TIMEOUT_S:.0f} s"
-    except (OSError, subprocess.SubprocessError) as exc:
-        return -1, f"{argv[0]} could not run: {exc}"
-    return done.returncode, (done.stdout or "") + (done.stderr or "")
+    done = proc.run(argv, env=env, timeout=_TIMEOUT_S)
+    return done.returncode, done.output
 
 
 def _which(name: str, env: Mapping[str, str]) -> str | None:

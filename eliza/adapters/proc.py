@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,3 +63,27 @@ def run(
     return Completed(
         argv=words, returncode=done.returncode, stdout=done.stdout or "", stderr=done.stderr or ""
     )
+
+
+def stream(
+    argv: Sequence[str | Path],
+    *,
+    env: Mapping[str, str],
+    stdout_to: Path,
+    on_stderr_line: Callable[[str], None],
+) -> int:
+    """Runs argv with its stdout written to a file and each stderr line handed to
+    `on_stderr_line` as it comes (a long build's progress); returns the exit status."""
+    with stdout_to.open("w") as out:
+        child = subprocess.Popen(
+            [str(a) for a in argv],
+            env=dict(env),
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+        )
+        assert child.stderr is not None
+        for line in child.stderr:
+            on_stderr_line(line)
+        return child.wait()

@@ -32,7 +32,8 @@ def plan_for(cell: Cell, matrix: Matrix, llama_version: str, env: dict[str, str]
         llama_version=llama_version,
         with_test_kit=True,
     )
-    return replace(plan, env=env)
+    # The recipe reads its options and gate table from the same matrix as the sessions.
+    return replace(plan, env={**env, "ELIZA_MATRIX": str(Path(matrix.source).resolve())})
 
 
 @dataclass(frozen=True, kw_only=True)

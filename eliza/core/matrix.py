@@ -65,6 +65,7 @@ class Gate:
     factory: str  # "litert-lm"
     artifacts: tuple[str, ...]  # bundle globs it serves, e.g. ("text/*.litertlm",)
     runtime_platforms: tuple[str, ...] = ()  # platform ids where the runtime can really exist
+    preference_rank: int = 50  # the factory's rank in auto-selection (llama.cpp is 0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -359,6 +359,7 @@ def _gate(g: Mapping[str, Any]) -> Gate:
         factory=g["factory"],
         artifacts=tuple(g["artifacts"]),
         runtime_platforms=tuple(g.get("runtime_platforms", [])),
+        preference_rank=g.get("preference_rank", 50),
     )
 
 

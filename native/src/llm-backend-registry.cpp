@@ -1,5 +1,5 @@
-// The factory registry, the default optional session methods, and bundle probes shared by
-// the backends' can_serve().
+// The factory registry, the default optional session methods, and the bundle probe behind
+// every gate's can_serve().
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -52,26 +52,59 @@ void clear_registry_for_tests() {
     registry().factories.clear();
 }
 
-bool bundle_text_has_suffix(const char * bundle_dir, const std::string & suffix, bool want_directory) {
-    if (bundle_dir == nullptr) {
-        return false;
-    }
+namespace {
+
+// One directory's entries, ending at the first error (a vanished or unreadable directory
+// serves nothing; no exception leaves a can_serve()).
+bool any_entry_with_suffix(const fs::path & dir, const std::string & suffix) {
     std::error_code ec;
-    const fs::path text = fs::path(bundle_dir) / "text";
-    if (!fs::is_directory(text, ec)) {
-        return false;
-    }
-    for (const auto & entry : fs::directory_iterator(text, ec)) {
-        const std::string name = entry.path().filename().string();
-        const bool matches = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-        if (matches && (!want_directory || entry.is_directory(ec))) {
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
             return true;
         }
     }
     return false;
 }
 
+}  // namespace
+
+bool bundle_has_artifact(const char * bundle_dir, const char * pattern) noexcept {
+    if (bundle_dir == nullptr || pattern == nullptr) {
+        return false;
+    }
+    try {
+        const std::string p = pattern;
+        const fs::path root(bundle_dir);
+        std::error_code ec;
+        const size_t wild = p.find_first_of("*?");
+        if (wild == std::string::npos) {
+            return !p.empty() && p.back() == '/' ? fs::is_directory(root / p.substr(0, p.size() - 1), ec)
+                                                 : fs::is_regular_file(root / p, ec);
+        }
+        // "<dir>/*<suffix>": one '*' opening the last component and nothing else wild.
+        const size_t slash = p.rfind('/');
+        const std::string suffix = p.substr(wild + 1);
+        if (p[wild] != '*' || wild != (slash == std::string::npos ? 0 : slash + 1) || suffix.empty() ||
+            suffix.find_first_of("*?/") != std::string::npos) {
+            return false;
+        }
+        return any_entry_with_suffix(root / p.substr(0, wild), suffix);
+    } catch (...) {  // bad_alloc: a probe that cannot run serves nothing
+        return false;
+    }
+}
+
 }  // namespace eliza::seam
+
+bool eliza::backends::GateFactory::can_serve(const char * bundle_dir) const {
+    for (size_t i = 0; i < spec_.n_artifacts; ++i) {
+        if (eliza::seam::bundle_has_artifact(bundle_dir, spec_.artifacts[i])) {
+            return true;
+        }
+    }
+    return false;
+}
 
 bool llm_backend_register(LlmBackendFactory * factory) {
     if (factory == nullptr || factory->name() == nullptr) {

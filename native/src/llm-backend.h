@@ -37,7 +37,7 @@ public:
 class LlmBackendFactory {
 public:
     virtual ~LlmBackendFactory() = default;
-    virtual const char * name() const = 0;                // "litert-lm" | "mlx-coreml" | ...
+    virtual const char * name() const = 0;                // what ELIZA_LLM_BACKEND matches
     virtual bool available() const = 0;                   // compiled in AND its runtime present on this host; cheap
     virtual bool can_serve(const char * bundle_dir) const = 0;  // its artifact exists under <bundle>/text; cheap
     virtual int preference_rank() const = 0;              // higher wins; the in-tree llama.cpp path is 0
@@ -50,8 +50,8 @@ public:
 // its first factory and the call returns false. Thread-safe.
 bool llm_backend_register(LlmBackendFactory * factory);
 
-// Registers every factory whose build gate (ELIZA_ENABLE_*) is on. Idempotent; the FFI
-// calls it at each _open.
+// Registers every factory whose build gate (ELIZA_ENABLE_*) is on, in matrix.yaml order.
+// Idempotent; the FFI calls it at each _open.
 void llm_backend_register_builtins();
 
 // Resolution (ELIZA_LLM_BACKEND, matched case-insensitively after trimming whitespace;
@@ -78,8 +78,12 @@ namespace eliza::seam {
 // the environment: the one implementation both paths share.
 LlmBackendFactory * select_with_override(const char * bundle_dir, const char * override_value, char ** out_error);
 
-// true when <bundle_dir>/text holds an entry whose name ends with suffix (".litertlm").
-bool bundle_text_has_suffix(const char * bundle_dir, const std::string & suffix, bool want_directory = false);
+// true when the bundle holds what one artifact pattern of matrix.yaml names. The forms:
+//   "text/*.ext"  an entry (file or directory) of text/ named <something>.ext
+//   "text/name/"  a directory text/name
+//   "text/name"   a regular file text/name
+// CMake refuses any other form at configure time, so here it only ever means false.
+bool bundle_has_artifact(const char * bundle_dir, const char * pattern) noexcept;
 
 // Snapshot of the registered names in registration order (for messages and tests).
 std::string registered_names();
@@ -88,3 +92,48 @@ std::string registered_names();
 void clear_registry_for_tests();
 
 }  // namespace eliza::seam
+
+namespace eliza::backends {
+
+// One gate as matrix.yaml declares it. CMake generates one per gate that is ON (from the
+// table conanfile.py passes in) and hands it to the gate's factory, so the name
+// ELIZA_LLM_BACKEND matches, the artifacts can_serve() probes and the rank are stated once,
+// in the matrix, and cannot drift from it. Static storage: factories keep a reference.
+struct GateSpec {
+    const char * id;                 // the gate id, e.g. "litert"
+    const char * factory_name;       // the factory's name(), e.g. "litert-lm"
+    const char * const * artifacts;  // patterns for seam::bundle_has_artifact
+    size_t n_artifacts;
+    int preference_rank;             // higher wins auto-selection; llama.cpp is 0
+};
+
+// The base of every gate's factory. What the matrix states is final here; a gate's file
+// supplies only what depends on its runtime: available() and open().
+class GateFactory : public LlmBackendFactory {
+public:
+    explicit GateFactory(const GateSpec & spec) noexcept : spec_(spec) {}
+    const char * name() const final { return spec_.factory_name; }
+    bool can_serve(const char * bundle_dir) const final;  // any of the spec's artifacts
+    int preference_rank() const final { return spec_.preference_rank; }
+    const GateSpec & spec() const noexcept { return spec_; }
+
+private:
+    const GateSpec & spec_;
+};
+
+// A gate compiled into this build: its spec and its factory singleton.
+struct BuiltinGate {
+    const GateSpec * spec;
+    LlmBackendFactory * factory;
+};
+
+// The gates that are ON in this build, in matrix.yaml order (what
+// llm_backend_register_builtins registers; the test kit lists them).
+size_t builtin_gate_count();
+const BuiltinGate * builtin_gate(size_t index);  // nullptr past the end
+
+// Each gate <id> that is ON defines, in native/src/backends/<id>.cpp,
+//   LlmBackendFactory & <id with '-' -> '_'>_factory(const GateSpec & spec);
+// returning its singleton (see docs/adding-a-gate.md). The generated table declares and calls it.
+
+}  // namespace eliza::backends

@@ -1,6 +1,7 @@
 // libelizainference_testkit: the shipped library's objects plus a C surface that lets the
 // tests drive the real compiled selector with fake factories. Built for tests only; the
 // shipped libelizainference.so exports none of this.
+#include <climits>
 #include <cstdlib>
 #include <deque>
 #include <mutex>
@@ -107,3 +108,53 @@ TESTKIT_API int eliza_testkit_fake_opens(const char * name) {
 
 // Registered names in order, comma-separated (heap string; free with eliza_inference_free_string).
 TESTKIT_API char * eliza_testkit_registered(void) { return eliza::dup_c_string(eliza::seam::registered_names()); }
+
+// --- the built-in gates of this build (what llm_backend_register_builtins registers) -------
+// Lets the tests compare each compiled factory with its matrix.yaml entry directly, so a
+// fake registered under the same name cannot stand in for it.
+
+namespace {
+
+// nullptr past the end, or if building the table threw: no exception leaves the kit.
+const eliza::backends::BuiltinGate * builtin(int index) noexcept {
+    try {
+        return index < 0 ? nullptr : eliza::backends::builtin_gate(static_cast<size_t>(index));
+    } catch (...) {
+        return nullptr;
+    }
+}
+
+}  // namespace
+
+// How many gates are ON in this build; -1 if the table could not be built.
+TESTKIT_API int eliza_testkit_builtin_count(void) {
+    try {
+        return static_cast<int>(eliza::backends::builtin_gate_count());
+    } catch (...) {
+        return -1;
+    }
+}
+
+// The gate id of built-in i ("litert"), or NULL past the end. Static string; never freed.
+TESTKIT_API const char * eliza_testkit_builtin_gate(int index) {
+    const eliza::backends::BuiltinGate * gate = builtin(index);
+    return gate ? gate->spec->id : nullptr;
+}
+
+// The factory's own name() ("litert-lm"), or NULL past the end. Static string; never freed.
+TESTKIT_API const char * eliza_testkit_builtin_name(int index) {
+    const eliza::backends::BuiltinGate * gate = builtin(index);
+    return gate ? gate->factory->name() : nullptr;
+}
+
+// The factory's can_serve(bundle_dir): 1 or 0; -1 past the end.
+TESTKIT_API int eliza_testkit_builtin_can_serve(int index, const char * bundle_dir) {
+    const eliza::backends::BuiltinGate * gate = builtin(index);
+    return gate ? (gate->factory->can_serve(bundle_dir) ? 1 : 0) : -1;
+}
+
+// The factory's preference_rank(); INT_MIN past the end.
+TESTKIT_API int eliza_testkit_builtin_rank(int index) {
+    const eliza::backends::BuiltinGate * gate = builtin(index);
+    return gate ? gate->factory->preference_rank() : INT_MIN;
+}

@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters.ffi import Library
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """A gate compiled into the kit's build: its index, gate id, factory name() and rank."""
+
+    index: int
+    gate: str
+    name: str
+    rank: int
 
 
 class TestKit(Library):
@@ -32,6 +43,15 @@ class TestKit(Library):
         kit.eliza_testkit_fake_opens.argtypes = [ctypes.c_char_p]
         kit.eliza_testkit_registered.restype = ctypes.c_void_p
         kit.eliza_testkit_registered.argtypes = []
+        kit.eliza_testkit_builtin_count.restype = ctypes.c_int
+        kit.eliza_testkit_builtin_count.argtypes = []
+        for fn in (kit.eliza_testkit_builtin_gate, kit.eliza_testkit_builtin_name):
+            fn.restype = ctypes.c_char_p  # static strings: nothing to free
+            fn.argtypes = [ctypes.c_int]
+        kit.eliza_testkit_builtin_can_serve.restype = ctypes.c_int
+        kit.eliza_testkit_builtin_can_serve.argtypes = [ctypes.c_int, ctypes.c_char_p]
+        kit.eliza_testkit_builtin_rank.restype = ctypes.c_int
+        kit.eliza_testkit_builtin_rank.argtypes = [ctypes.c_int]
 
     def clear(self) -> None:
         self.lib.eliza_testkit_clear_registry()
@@ -72,3 +92,20 @@ class TestKit(Library):
         raw = ctypes.c_void_p(self.lib.eliza_testkit_registered())
         text = self.take_error(raw)
         return [n for n in text.split(", ") if n]
+
+    def builtins(self) -> list[Builtin]:
+        """The gates ON in this build, in matrix order, as their compiled factories report them."""
+        count = self.lib.eliza_testkit_builtin_count()
+        assert count >= 0, "the kit could not build its table of built-in gates"
+        out = []
+        for i in range(count):
+            gate = self.lib.eliza_testkit_builtin_gate(i)
+            name = self.lib.eliza_testkit_builtin_name(i)
+            assert gate is not None and name is not None, i
+            out.append(Builtin(i, gate.decode(), name.decode(), self.lib.eliza_testkit_builtin_rank(i)))
+        return out
+
+    def builtin_can_serve(self, builtin: Builtin, bundle_dir: Path) -> bool:
+        rc = self.lib.eliza_testkit_builtin_can_serve(builtin.index, str(bundle_dir).encode())
+        assert rc in (0, 1), rc
+        return rc == 1

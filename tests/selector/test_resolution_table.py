@@ -18,38 +18,38 @@ IN_TREE = (0, None, None)  # nullptr and no error: the llama.cpp path
 
 @pytest.mark.parametrize("env", ["llama.cpp", "llamacpp"])
 def test_row_env_llama_cpp_forces_in_tree_path(kit: TestKit, env: str) -> None:
-    kit.register_fake("litert-lm", available=True, can_serve=True, rank=100)
+    kit.register_fake("npu-rt", available=True, can_serve=True, rank=100)
     assert kit.select(env=env) == IN_TREE
 
 
 def test_row_env_names_available_backend_that_can_serve(kit: TestKit) -> None:
-    kit.register_fake("litert-lm", rank=100)
-    kit.register_fake("mlx-coreml", rank=200)
-    assert kit.select(env="litert-lm") == (1, "litert-lm", None)  # env beats rank
+    kit.register_fake("npu-rt", rank=100)
+    kit.register_fake("xla-rt", rank=200)
+    assert kit.select(env="npu-rt") == (1, "npu-rt", None)  # env beats rank
 
 
 def test_row_env_names_registered_but_unavailable_backend(kit: TestKit) -> None:
-    kit.register_fake("litert-lm", available=False)
-    rc, chosen, error = kit.select(env="litert-lm")
+    kit.register_fake("npu-rt", available=False)
+    rc, chosen, error = kit.select(env="npu-rt")
     assert (rc, chosen) == (ERR_INVALID_ARG, None)
     assert error is not None
-    assert "'litert-lm'" in error and "unavailable on this host" in error
+    assert "'npu-rt'" in error and "unavailable on this host" in error
 
 
 def test_row_env_names_available_backend_without_its_artifact(kit: TestKit) -> None:
-    kit.register_fake("litert-lm", can_serve=False)
-    rc, chosen, error = kit.select("/bundles/gguf-only", env="litert-lm")
+    kit.register_fake("npu-rt", can_serve=False)
+    rc, chosen, error = kit.select("/bundles/gguf-only", env="npu-rt")
     assert (rc, chosen) == (ERR_INVALID_ARG, None)
     assert error is not None
-    assert "'litert-lm'" in error and "'/bundles/gguf-only' lacks the artifact" in error
+    assert "'npu-rt'" in error and "'/bundles/gguf-only' lacks the artifact" in error
 
 
 def test_row_env_names_unregistered_backend(kit: TestKit) -> None:
-    kit.register_fake("mlx-coreml")
-    rc, chosen, error = kit.select(env="litert-lm")
+    kit.register_fake("xla-rt")
+    rc, chosen, error = kit.select(env="npu-rt")
     assert (rc, chosen) == (ERR_INVALID_ARG, None)
     assert error is not None
-    assert "'litert-lm' is not registered in this build" in error and "registered: mlx-coreml" in error
+    assert "'npu-rt' is not registered in this build" in error and "registered: xla-rt" in error
 
 
 def test_row_unset_several_qualify_highest_rank_wins(kit: TestKit) -> None:
@@ -80,10 +80,10 @@ def test_empty_or_whitespace_env_counts_as_unset(kit: TestKit, env: str) -> None
     assert kit.select(env=env) == (1, "a", None)
 
 
-@pytest.mark.parametrize("env", ["LITERT-LM", "LiteRT-LM", "  litert-lm  "])
+@pytest.mark.parametrize("env", ["NPU-RT", "Npu-Rt", "  npu-rt  "])
 def test_env_matches_case_insensitively_and_trimmed(kit: TestKit, env: str) -> None:
-    kit.register_fake("litert-lm")
-    assert kit.select(env=env) == (1, "litert-lm", None)
+    kit.register_fake("npu-rt")
+    assert kit.select(env=env) == (1, "npu-rt", None)
 
 
 @pytest.mark.parametrize("env", ["LLAMA.CPP", "LlamaCpp", " llama.cpp "])

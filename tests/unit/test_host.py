@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, replace
 
 import pytest
@@ -238,7 +239,7 @@ def test_facts_serialise_to_json() -> None:
 
 
 def test_probe_this_machine() -> None:
-    facts = probe_host()
+    facts = probe_host(os.environ)
     assert isinstance(facts, HostFacts)
     assert facts.os == "linux"
     assert facts.arch in ("x86_64", "arm64")

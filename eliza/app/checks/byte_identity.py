@@ -117,6 +117,16 @@ def run_cell(cell: Cell, library: Path, opts: BenchOptions, log: Log) -> CellRun
     )
 
 
+def _ffi_versus(
+    runs: CellRuns, check_id: str, right: BenchRun, right_label: str, right_path: Path, watch: Stopwatch
+) -> CheckOutcome:
+    """A cell's FFI run compared with another run of the same prompts."""
+    cell = runs.cell.id
+    result = compare_identity(runs.ffi, right, left_label=f"{cell} FFI", right_label=right_label)
+    artifacts = (runs.ffi_path, right_path, runs.library)
+    return identity_outcome(cell, check_id, result, watch.span(), [runs.ffi], artifacts)
+
+
 def measure_overhead(none: CellRuns, opts: BenchOptions, log: Log) -> dict[str, object]:
     """Interleaved FFI/reference runs on the no-gate cell; one ratio per pair. The order
     inside a pair alternates (AB, BA, ...) so warm-up and drift favour neither side."""
@@ -180,18 +190,8 @@ def bench_platform(
         r = runs[cell.id]
         for check in cell.checks:
             if check.kind is CheckKind.BYTE_IDENTITY_REFERENCE:
-                result = compare_identity(
-                    r.ffi, r.reference, left_label=f"{cell.id} FFI", right_label=f"{cell.id} reference"
-                )
                 outcomes.append(
-                    identity_outcome(
-                        cell.id,
-                        check.id,
-                        result,
-                        watch.span(),
-                        [r.ffi],
-                        (r.ffi_path, r.reference_path, r.library),
-                    )
+                    _ffi_versus(r, check.id, r.reference, f"{cell.id} reference", r.reference_path, watch)
                 )
     none = next((r for r in runs.values() if not r.cell.gates), None)
     for cell in cells:
@@ -206,18 +206,8 @@ def bench_platform(
                         )
                     )
                     continue
-                result = compare_identity(
-                    r.ffi, none.ffi, left_label=f"{cell.id} FFI", right_label=f"{none.cell.id} FFI"
-                )
                 outcomes.append(
-                    identity_outcome(
-                        cell.id,
-                        check.id,
-                        result,
-                        watch.span(),
-                        [r.ffi],
-                        (r.ffi_path, none.ffi_path, r.library),
-                    )
+                    _ffi_versus(r, check.id, none.ffi, f"{none.cell.id} FFI", none.ffi_path, watch)
                 )
             elif check.kind is CheckKind.BYTE_IDENTITY_BASELINE:
                 outcomes.append(baseline_outcome(cell, check.id, r, opts, log, baseline_library))

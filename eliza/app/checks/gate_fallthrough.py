@@ -12,7 +12,8 @@ from eliza.core.evidence import LoadedRecord
 from eliza.core.matrix import Cell, CheckKind, Platform
 from eliza.core.outcome import cases_of_cell, cases_outcome
 
-SUITE = "tests/gates/test_gate_cells.py"
+# End to end through each shipped library, and each compiled factory against its matrix entry.
+SUITE = ("tests/gates/test_gate_cells.py", "tests/gates/test_gate_factories.py")
 
 
 def run_gate_fallthrough(
@@ -27,7 +28,7 @@ def run_gate_fallthrough(
         return
     watch = Stopwatch()
     junit = run.project.build_root / "junit" / f"gates-{platform.id}.xml"
-    result = run_pytest(run.project.repo, [SUITE], junit, {"ELIZA_TEST_PLATFORM": platform.id})
+    result = run_pytest(run.project.repo, SUITE, junit, {"ELIZA_TEST_PLATFORM": platform.id})
     ids = [c.id for c in cells]
     span = watch.span()
     run.record(
