@@ -138,6 +138,7 @@ class MatrixRules:
                     "checks with gated_cells_only apply only to cells with at least one gate",
                 )
             cells.append(cell)
+        self.check_comparisons(cells, specs)
         if self.errors:
             raise MatrixError(self.errors)
         return Matrix(
@@ -153,6 +154,25 @@ class MatrixRules:
         )
 
     # semantics
+
+    def check_comparisons(
+        self, cells: Sequence[Cell], specs: Mapping[tuple[str, tuple[str, ...]], _CellSpec]
+    ) -> None:
+        """Gated cells whose checks compare with the platform's no-gate cell (the gated-only
+        checks, abi) need that cell: without it nothing could ever verify them."""
+        has_reference = {c.platform.id for c in cells if not c.gates}
+        for cell in cells:
+            comparing = [c.id for c in cell.checks if c.gated_cells_only or c.kind is CheckKind.ABI]
+            if cell.gates and comparing and cell.platform.id not in has_reference:
+                spec = specs[(cell.platform.id, tuple(g.id for g in cell.gates))]
+                self.error(
+                    spec.origin,
+                    f"cell {cell.id!r} runs {', '.join(comparing)}, which compare with the no-gate cell "
+                    f"{cell.platform.id}.none, and the matrix forms no such cell",
+                    f"add [] to the gate_sets of {cell.platform.id}, or give this cell checks without "
+                    f"{', '.join(comparing)}",
+                )
+                has_reference.add(cell.platform.id)  # one finding per platform
 
     def unique_ids(self, section: str, noun: str) -> list[str]:
         ids: dict[str, int] = {}

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from eliza.adapters.abi_tools import abidiff, exported_symbols, foreign_exports
+from eliza.core.layout import TEST_KIT_NAME
 from tests.gates.conftest import GATED_CELLS, NO_GATE_CELL, cell_id
 
 
@@ -22,7 +23,7 @@ def test_abidiff_reports_no_change_against_the_no_gate_build(
 def test_abidiff_sees_a_changed_export_list(gate_libraries: dict[str, Path]) -> None:
     # The check can fail: the test kit exports its eliza_testkit_* functions on top of the C ABI.
     shipped = gate_libraries[NO_GATE_CELL]
-    kit = shipped.with_name("libelizainference_testkit.so")
+    kit = shipped.with_name(TEST_KIT_NAME)
     diff = abidiff(shipped, kit)
     assert not diff.tool_failed, diff.report
     assert diff.changed

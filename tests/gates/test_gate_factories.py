@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from eliza.core.layout import TEST_KIT_NAME
 from eliza.core.matrix import Gate
 from tests.gates.conftest import (
     CELLS,
@@ -24,7 +25,7 @@ CELL_GATES = [(cell, gate) for cell in CELLS for gate in gates_of(cell)]
 
 
 def kit_of(cell: str, cell_library: Callable[[str], Path]) -> TestKit:
-    path = cell_library(cell).with_name("libelizainference_testkit.so")
+    path = cell_library(cell).with_name(TEST_KIT_NAME)
     assert path.is_file(), f"{path} missing: the cell was built without the test kit"
     return TestKit(path)
 

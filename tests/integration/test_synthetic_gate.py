@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eliza.core.layout import REPO_ROOT
+from eliza.core.layout import LIBRARY_NAME, REPO_ROOT
 
 pytestmark = pytest.mark.native
 
@@ -152,7 +152,7 @@ def test_a_gate_is_one_matrix_entry_and_one_factory_file(tmp_path: Path) -> None
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-5000:]
     out = repo / "build" / PLATFORM / GATE["id"] / "build"
     assert json.loads((out / "build-info.json").read_text())["gates"] == [GATE["id"]]
-    assert str(GATE["factory"]).encode() + b"\0" in (out / "libelizainference.so").read_bytes()
+    assert str(GATE["factory"]).encode() + b"\0" in (out / LIBRARY_NAME).read_bytes()
 
     tests = run(
         repo, "-m", "pytest", "tests/gates/test_gate_factories.py", "-v", "-p", "no:cacheprovider", env=env
@@ -182,4 +182,4 @@ def test_a_gate_without_its_factory_file_fails_at_configure(tmp_path: Path) -> N
     assert built.returncode != 0, output[-3000:]
     assert FACTORY_FILE in output, output[-5000:]
     assert f"gate '{GATE['id']}'" in output, output[-5000:]
-    assert not (repo / "build" / PLATFORM / GATE["id"] / "build" / "libelizainference.so").exists()
+    assert not (repo / "build" / PLATFORM / GATE["id"] / "build" / LIBRARY_NAME).exists()

@@ -5,12 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from eliza.core.layout import TEST_KIT_NAME
 from tests.selector.kit import TestKit
 
 
 @pytest.fixture(scope="session")
 def testkit_library(library_path: Path) -> Path:
-    path = library_path.with_name("libelizainference_testkit.so")
+    path = library_path.with_name(TEST_KIT_NAME)
     assert path.is_file(), f"{path} missing: the cell was built without the test kit"
     return path
 

@@ -576,3 +576,18 @@ def test_loader_raises_only_matrix_error_on_mangled_input() -> None:
             parse_matrix("".join(mangled), "matrix.yaml")
         except MatrixError as exc:
             assert exc.problems and all(p.file == "matrix.yaml" for p in exc.problems)
+
+
+def test_gated_cells_without_their_no_gate_cell_are_an_error() -> None:
+    text = edit("gate_sets: [[], [npu]]", "gate_sets: [[npu]]")
+    p = only_problem(text)
+    assert p.key_path == "cells.product[1].gate_sets[0]"
+    assert "compare with the no-gate cell android-arm64.none" in p.message
+    assert "runs byte-identity-gates," in p.message
+    assert "add [] to the gate_sets of android-arm64" in p.hint
+
+
+def test_gated_cells_without_comparing_checks_need_no_no_gate_cell() -> None:
+    text = edit("gate_sets: [[], [npu]]", "gate_sets: [[npu]]\n      checks: [build]")
+    m = parse_matrix(text, SOURCE)
+    assert [c.id for c in m.cells_of("android-arm64")] == ["android-arm64.npu"]
