@@ -30,7 +30,7 @@ def _check_matrix(path: Path) -> int:
 
 def bench_diff(argv: list[str] | None = None) -> int:
     """Byte-identity diff of two bench record files: 0 identical, 1 not, 2 unreadable input."""
-    from eliza.core.bench_diff import compare_identity, ratio_report, run_decode_tok_s
+    from eliza.core.bench_diff import compare_identity, ratio_report, run_decode_tok_s, same_prompts
     from eliza.core.bench_records import BenchFormatError
     from eliza.formats.bench_jsonl import load_run
 
@@ -43,10 +43,13 @@ def bench_diff(argv: list[str] | None = None) -> int:
     except BenchFormatError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    result = compare_identity(left, right)
+    # Sides are named by their files: two runs of one cell carry the same header label.
+    result = compare_identity(left, right, left_label=str(args.left), right_label=str(args.right))
     print(result.report())
     pairs = [(run_decode_tok_s(left), run_decode_tok_s(right))]
-    if pairs[0][1] > 0:
+    if not same_prompts(left, right):
+        print("no decode speed ratio: the two runs decoded different prompts")
+    elif pairs[0][1] > 0:
         print(ratio_report("decode tok/s", result.left, result.right, pairs).describe())
     return 0 if result.identical else 1
 

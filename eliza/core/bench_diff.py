@@ -56,8 +56,8 @@ class IdentityResult:
                 f"{self.left} vs {self.right}: IDENTICAL "
                 f"({self.prompts_compared} prompts, {self.tokens_compared} tokens)"
             )
-        what = [f"{len(self.divergences)} divergent prompt(s)"] if self.divergences else []
-        what += list(self.problems)
+        what = list(self.problems)  # settings first: they explain what follows
+        what += [f"{len(self.divergences)} divergent prompt(s)"] if self.divergences else []
         return f"{self.left} vs {self.right}: DIFFERENT ({'; '.join(what) or 'nothing compared'})"
 
     def report(self) -> str:
@@ -106,6 +106,10 @@ def compare_identity(
     divergences: list[Divergence] = []
     compared = 0
     tokens = 0
+    # Different settings explain any divergence that follows: say so first.
+    differing = [k for k in left.settings if left.settings[k] != right.settings[k]]
+    for key in differing:
+        problems.append(f"settings differ: {key} {left.settings[key]} vs {right.settings[key]}")
     if len(left.prompts) != len(right.prompts):
         problems.append(f"prompt counts differ ({len(left.prompts)} vs {len(right.prompts)})")
     for a, b in zip(left.prompts, right.prompts, strict=False):
@@ -128,6 +132,13 @@ def compare_identity(
         divergences=tuple(divergences),
         problems=tuple(problems),
     )
+
+
+def same_prompts(left: BenchRun, right: BenchRun) -> bool:
+    """Whether both runs decoded the same prompts (so their speeds can be compared)."""
+    return [(p.prompt, p.prompt_tokens) for p in left.prompts] == [
+        (p.prompt, p.prompt_tokens) for p in right.prompts
+    ]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -48,6 +48,11 @@ class BenchRun:
         return f"{self.header.get('cell', '?')}:{self.tool}"
 
     @property
+    def settings(self) -> dict[str, Any]:
+        """What of the header decides the generated tokens: token budget and sampling."""
+        return {"max_tokens": self.header.get("max_tokens"), "sampling": self.header.get("sampling")}
+
+    @property
     def generated_tokens(self) -> int:
         return sum(len(p.tokens) for p in self.prompts)
 
@@ -81,7 +86,10 @@ def parse_run(text: str, source: str) -> BenchRun:
         try:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise BenchFormatError(f"{source}:{n}: not JSON ({exc.msg})") from exc
+            raise BenchFormatError(
+                f"{source}:{n}: not JSON lines ({exc.msg}): a bench file holds one JSON object per line, "
+                "as e2e_loop_bench and reference_runner write it"
+            ) from exc
         if not isinstance(value, dict):
             raise BenchFormatError(f"{source}:{n}: expected a JSON object")
         records.append((f"{source}:{n}", value))

@@ -92,3 +92,21 @@ def test_parse_errors_name_file_and_line() -> None:
         parse_run('{"type": "prompt"}\n', "runs.jsonl")
     with pytest.raises(BenchFormatError, match=r"runs.jsonl:2: malformed prompt record"):
         parse_run(header + '\n{"type": "prompt", "index": 0}\n', "runs.jsonl")
+
+
+def test_differing_settings_are_reported_first() -> None:
+    left = BenchRun(
+        source="a", header={"tool": "t", "cell": "c", "max_tokens": 64}, prompts=(prompt(0, (5, 6), b"ab"),)
+    )
+    right = BenchRun(
+        source="b", header={"tool": "t", "cell": "c", "max_tokens": 256}, prompts=(prompt(0, (5, 7), b"ac"),)
+    )
+    result = compare_identity(left, right)
+    assert not result.identical
+    assert result.problems[0] == "settings differ: max_tokens 64 vs 256"
+    assert result.summary().index("settings differ") < result.summary().index("divergent prompt")
+
+
+def test_pretty_printed_json_is_named_as_not_json_lines() -> None:
+    with pytest.raises(BenchFormatError, match=r"x.json:1: not JSON lines .* one JSON object per line"):
+        parse_run(json.dumps({"type": "header"}, indent=2), "x.json")
