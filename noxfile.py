@@ -1,21 +1,27 @@
 """nox sessions for libelizainference, generated from matrix.yaml.
 
 A table of contents: every session asks `eliza` for the work. Sessions run in the current
-environment (install it first: `bash ci/setup.sh`, see README).
+environment (install it first: `bash ci/setup.sh`, see README). Every session takes
+`-- --help`.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eliza.app import build, bundle, project
+from eliza.app import build, project
 from eliza.app.bench import bench
-from eliza.app.report import report as render_report_session
+from eliza.app.errors import NotHere, UsageError
+from eliza.app.generate import generate as generate_text
+from eliza.app.options import strict_requested
+from eliza.app.report import report as render_report
 from eliza.app.verify import ChecksFailed
 from eliza.app.verify import verify as verify_all
 from eliza.core.sessions import SessionKind, SessionSpec, matrix_sessions
@@ -24,6 +30,8 @@ from eliza.formats.matrix_yaml import MatrixError
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["tests"]
 nox.options.error_on_missing_interpreters = True
+# Sessions run without virtualenvs, so nox's probe for uv says nothing useful.
+logging.getLogger("nox").addFilter(lambda record: record.getMessage() != "uv binary not found.")
 
 try:
     MATRIX = project.load_project_matrix()
@@ -34,44 +42,27 @@ for _warning in MATRIX.warnings:  # every invocation (nox -l included) shows the
     sys.stderr.write(f"warning: {_warning}\n")
 
 
-def _strict(session: nox.Session) -> bool:
-    return "--strict" in session.posargs or project.current().strict
-
-
-def _not_here(session: nox.Session, exc: Exception) -> None:
-    if _strict(session):
-        session.error(str(exc))
-    session.skip(str(exc))
-
-
-def _build(session: nox.Session, cell_ids: tuple[str, ...]) -> None:
-    cells = tuple(MATRIX.cell(c) for c in cell_ids)
+def _guarded(session: nox.Session, work: Callable[[], object]) -> None:
+    """A user's mistake: one line, exit 2. Not possible here: a skip, or an error when
+    strict. A check or build that ran and failed: the session fails with its message."""
     try:
-        built = build.build_cells(cells, MATRIX, on_built=lambda b: session.log(build.describe_build(b)))
-    except build.NotBuildableHere as exc:
-        _not_here(session, exc)
-        return
-    except build.BUILD_ERRORS as exc:
+        work()
+    except UsageError as exc:
+        sys.stderr.write(f"nox > error: {exc}\n")
+        raise SystemExit(2) from None
+    except NotHere as exc:
+        if strict_requested(session.posargs, project.current().env):
+            session.error(str(exc))
+        session.skip(str(exc))
+    except (ChecksFailed, build.BuildFailed) as exc:
         session.error(str(exc))
-    llama_builds = sum(b.llama_built_now for b in built)
-    session.log(
-        f"{len(built)} cell(s) built; llama.cpp built {llama_builds} time(s), reused "
-        f"{len(built) - llama_builds} time(s)"
-    )
-    for b in built:
-        print(b.library)
 
 
 def _register(spec: SessionSpec) -> None:
     if spec.kind is SessionKind.BENCH_PLATFORM:
 
         def run(session: nox.Session) -> None:
-            try:
-                bench(MATRIX, spec.platform, session.posargs, session.log)
-            except build.NotBuildableHere as exc:
-                _not_here(session, exc)
-            except ChecksFailed as exc:
-                session.error(str(exc))
+            _guarded(session, lambda: bench(MATRIX, spec.platform, session.posargs, session.log))
 
     else:
         cell_ids = (
@@ -79,7 +70,11 @@ def _register(spec: SessionSpec) -> None:
         )
 
         def run(session: nox.Session) -> None:
-            _build(session, cell_ids)
+            def work() -> None:
+                for built in build.build_session(MATRIX, cell_ids, session.posargs, session.log):
+                    print(built.library)
+
+            _guarded(session, work)
 
     run.__doc__ = spec.description
     nox.session(name=spec.name, python=False)(run)
@@ -109,30 +104,20 @@ def unit(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def generate(session: nox.Session) -> None:
-    """Build linux-cpu (no gates) and generate text from the tiny bundle through the C ABI."""
-    built = build.ensure_cell_built("linux-cpu.none")
-    tiny = bundle.ensure_tiny_bundle()
-    prompt = " ".join(session.posargs) or "Once upon a time there was"
-    tokens, text = bundle.generate_text(built.library, tiny, prompt)
-    session.log(f"library: {built.library}")
-    session.log(f"bundle: {tiny}")
-    print(f"{prompt}{text.decode('utf-8', errors='replace')}")
-    session.log(f"{len(tokens)} tokens generated (greedy)")
+    """Greedy text from the tiny bundle through the C ABI: `-- [--cell ID] [--max-tokens N] PROMPT`."""
+    _guarded(session, lambda: print(generate_text(MATRIX, session.posargs, session.log)))
 
 
 @nox.session(python=False)
 def verify(session: nox.Session) -> None:
     """The main job: build every cell this host can build, generate text, run the checks, write the report."""
-    try:
-        verify_all(MATRIX, session.posargs, session.log)
-    except ChecksFailed as exc:
-        session.error(str(exc))
+    _guarded(session, lambda: verify_all(MATRIX, session.posargs, session.log))
 
 
 @nox.session(python=False)
 def report(session: nox.Session) -> None:
     """Render the report (HTML, Markdown, JSON) from evidence directories: `nox -s report -- DIR...`."""
-    render_report_session(MATRIX, session.posargs, session.log)
+    _guarded(session, lambda: render_report(MATRIX, session.posargs, session.log))
 
 
 @nox.session(python=False)
@@ -153,7 +138,7 @@ def benchmarks(session: nox.Session) -> None:
 @nox.session(name="ci-files", python=False)
 def ci_files(session: nox.Session) -> None:
     """Regenerate ci/workflows/ from matrix.yaml (one CI job per cell plus the report job)."""
-    session.run("python", "-m", "eliza.cli", "ci-files")
+    session.run("python", "-m", "eliza.cli", "ci-files", *session.posargs)
 
 
 @nox.session(python=False)

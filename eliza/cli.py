@@ -1,6 +1,7 @@
 """`eliza`: the command line for what is not a nox session.
 
-eliza check-matrix [PATH]      validate a matrix file; print its cells (exit 2 on errors)
+eliza check-matrix [PATH]      validate a matrix file (default: ELIZA_MATRIX, else the
+                               repository's matrix.yaml); print its cells (exit 2 on errors)
 eliza ci-files [--check]       regenerate the CI workflow from matrix.yaml (or fail on drift)
 eliza bench-diff A B           byte-identity diff of two bench record files
 """
@@ -35,8 +36,8 @@ def bench_diff(argv: list[str] | None = None) -> int:
     from eliza.formats.bench_jsonl import load_run
 
     parser = argparse.ArgumentParser(prog="python -m eliza.bench", description=bench_diff.__doc__)
-    parser.add_argument("left", type=Path)
-    parser.add_argument("right", type=Path)
+    parser.add_argument("left", type=Path, help="a bench record file (JSON lines)")
+    parser.add_argument("right", type=Path, help="another, of the same prompts and settings")
     args = parser.parse_args(argv)
     try:
         left, right = load_run(args.left), load_run(args.right)
@@ -55,12 +56,18 @@ def bench_diff(argv: list[str] | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from eliza import __version__
+    from eliza.app.project import current
+
     parser = argparse.ArgumentParser(
         prog="eliza", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"eliza {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check-matrix", help="validate a matrix file")
-    check.add_argument("path", type=Path, nargs="?", default=Path("matrix.yaml"))
+    check.add_argument(
+        "path", type=Path, nargs="?", help=f"the matrix file (default: {current().matrix_path})"
+    )
     ci = sub.add_parser("ci-files", help="regenerate the CI workflow from matrix.yaml")
     ci.add_argument("--check", action="store_true", help="fail when the checked-in files differ")
     diff = sub.add_parser("bench-diff", help="byte-identity diff of two bench runs")
@@ -69,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "check-matrix":
-        return _check_matrix(args.path)
+        return _check_matrix(args.path or current().matrix_path)
     if args.command == "ci-files":
         from eliza.app.ci_files import write_or_check
 

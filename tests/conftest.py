@@ -1,14 +1,19 @@
-"""Shared fixtures. Native tests build (or reuse) the linux-cpu no-gate cell and the tiny
+"""Shared fixtures. Native tests build (or reuse) the cell of ELIZA_TEST_CELL and the tiny
 bundle through the same eliza functions the nox sessions use."""
 
 from __future__ import annotations
 
-import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from eliza.adapters.ffi import Library
+from eliza.adapters.ffi import Context, Library
+from tests.selection import test_cell, test_cells, test_platform
+
+# Checked as the suites load, before anything is collected or built.
+TEST_CELL = test_cell()
+test_cells(test_platform())
 
 
 @pytest.fixture(scope="session")
@@ -20,21 +25,19 @@ def tiny_bundle() -> Path:
 
 @pytest.fixture(scope="session")
 def library_path() -> Path:
-    """The library of ELIZA_TEST_CELL (default linux-cpu.none): verify runs the native and
-    selector suites once per cell this way."""
+    """The library of ELIZA_TEST_CELL (default: the first no-gate cell): verify runs the
+    native and selector suites once per cell this way."""
     from eliza.app.build import ensure_cell_built
 
-    return ensure_cell_built(os.environ.get("ELIZA_TEST_CELL", "linux-cpu.none")).library
+    return ensure_cell_built(TEST_CELL).library
 
 
 @pytest.fixture(scope="session")
-def lib(library_path: Path):
-    from eliza.adapters.ffi import Library
-
+def lib(library_path: Path) -> Library:
     return Library(library_path)
 
 
 @pytest.fixture()
-def ctx(lib: Library, tiny_bundle: Path):
+def ctx(lib: Library, tiny_bundle: Path) -> Iterator[Context]:
     with lib.open_context(tiny_bundle) as context:
         yield context

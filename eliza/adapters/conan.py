@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from eliza.adapters import proc
 from eliza.adapters.llama_source import PINNED_VERSION, RECIPE_DIR, ensure_sdist
 from eliza.core.build_plan import LLAMA_PACKAGE, CellBuildPlan, llama_option_args
 from eliza.core.matrix import Platform
+from eliza.core.progress import BuildProgress
 from eliza.formats.files import tree_hash
 
 # What of a llama.cpp checkout its build reads; the fork version hashes these.
@@ -136,17 +137,29 @@ class BuildResult:
     log: Path
 
 
-def run_build(plan: CellBuildPlan, source: LlamaSource, cache: Path, *, echo: bool = True) -> BuildResult:
+def run_build(
+    plan: CellBuildPlan,
+    source: LlamaSource,
+    cache: Path,
+    *,
+    echo: bool = False,
+    on_progress: Callable[[str], None] | None = None,
+) -> BuildResult:
+    """Runs the plan; Conan's and the compilers' output goes to the cell's log file (and to
+    stderr with `echo`); `on_progress` gets a few lines on the steps of a long build."""
     plan.output_dir.mkdir(parents=True, exist_ok=True)
     log = plan.output_dir / "conan-build.log"
     graph_file = plan.output_dir / "conan-graph.json"
     started = time.monotonic()
+    progress = BuildProgress(label=plan.cell_id)
     with log.open("w") as log_f:
 
         def on_line(line: str) -> None:
             log_f.write(line)
             if echo:
                 sys.stderr.write(line)
+            elif on_progress is not None and (said := progress.feed(line, time.monotonic() - started)):
+                on_progress(said)
 
         rc = proc.stream(
             plan.argv,

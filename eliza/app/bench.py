@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from eliza.app.bench_options import parse_bench_args, settings_description
-from eliza.app.build import BUILD_ERRORS, NotBuildableHere, build_cells, describe_build
+from eliza.app.build import BUILD_ERRORS, build_cells, describe_build
 from eliza.app.bundle import ensure_tiny_bundle, tiny_bundle_default
 from eliza.app.checks.byte_identity import run_bench
+from eliza.app.errors import NotHere
 from eliza.app.project import capability, current, host_facts
 from eliza.app.run import start_run
 from eliza.app.verify import ChecksFailed
@@ -19,13 +20,14 @@ Log = Callable[[str], None]
 
 
 def bench(matrix: Matrix, platform_id: str, argv: Sequence[str], log: Log) -> None:
+    project = current()
+    # Options first: a typo ends here, before anything is built or any evidence is touched.
+    opts = parse_bench_args(argv, default_bundle=tiny_bundle_default(), repo=project.repo)
     platform = matrix.platform(platform_id)
     can = capability(platform)
     if not can.can_build or not can.can_run:
         why = can.build_reason if not can.can_build else can.run_reason
-        raise NotBuildableHere(f"{platform_id} cannot be benched on this host: {why}")
-    project = current()
-    opts = parse_bench_args(argv, default_bundle=tiny_bundle_default(), repo=project.repo)
+        raise NotHere(f"{platform_id} cannot be benched on this host: {why}")
     bundle = ensure_tiny_bundle() if opts.settings.bundle == tiny_bundle_default() else opts.settings.bundle
     run = start_run(
         project,

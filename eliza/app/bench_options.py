@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from eliza.adapters.bench_tools import BenchSettings
+from eliza.app.errors import UsageError
+from eliza.app.options import Parser, positive
 from eliza.core.layout import default_prompts
 
 
@@ -24,7 +25,9 @@ class BenchOptions:
 
 
 def parse_bench_args(argv: Sequence[str], *, default_bundle: Path, repo: Path) -> BenchOptions:
-    parser = argparse.ArgumentParser(prog="nox -s bench-<platform> --", description="bench options")
+    """The options, every one checked before anything is built or run: UsageError names the
+    option and the value that is wrong."""
+    parser = Parser("nox -s bench-<platform> --", "bench options", skippable=True)
     parser.add_argument("--baseline", metavar="REF", help="also diff against a build of this git ref")
     parser.add_argument(
         "--bundle", type=Path, default=default_bundle, help="bundle dir (default: the tiny bundle)"
@@ -45,7 +48,13 @@ def parse_bench_args(argv: Sequence[str], *, default_bundle: Path, repo: Path) -
     parser.add_argument("--out", type=Path, default=repo / "build" / "bench")
     args = parser.parse_args(list(argv))
     if args.overhead_pairs < 5:
-        parser.error("--overhead-pairs must be at least 5")
+        parser.error(f"--overhead-pairs {args.overhead_pairs}: must be at least 5")
+    positive("--max-tokens", args.max_tokens)
+    positive("--repeats", args.repeats)
+    positive("--overhead-threads", args.overhead_threads)
+    check_prompts(args.prompts)
+    if args.bundle != default_bundle:  # the default tiny bundle is written when needed
+        check_bundle(args.bundle)
     settings = BenchSettings(
         bundle=args.bundle, prompts=args.prompts, max_tokens=args.max_tokens, repeats=args.repeats
     )
@@ -56,6 +65,26 @@ def parse_bench_args(argv: Sequence[str], *, default_bundle: Path, repo: Path) -
         out_dir=args.out,
         overhead_threads=args.overhead_threads,
     )
+
+
+def check_prompts(path: Path) -> None:
+    """A prompt file the bench tools can read: one prompt per non-empty line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"--prompts {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--prompts {path}: cannot be read as UTF-8 text ({exc})") from None
+    if not any(line.strip() for line in text.splitlines()):
+        raise UsageError(f"--prompts {path}: has no prompt (one prompt per non-empty line)")
+
+
+def check_bundle(path: Path) -> None:
+    """A bundle directory with the text model the llama.cpp path loads (text/*.gguf)."""
+    if not path.is_dir():
+        raise UsageError(f"--bundle {path}: no such directory")
+    if not any((path / "text").glob("*.gguf")):
+        raise UsageError(f"--bundle {path}: no text/*.gguf in it (a bundle is <dir>/text/<model>.gguf)")
 
 
 def settings_description(settings: BenchSettings, env: Mapping[str, str]) -> str:

@@ -3,7 +3,7 @@ Conan build of libelizainference per cell."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -11,14 +11,15 @@ from eliza.adapters import conan
 from eliza.adapters.conan import BuildError
 from eliza.adapters.cuda import CudaError
 from eliza.adapters.llama_source import SourceError
+from eliza.app.errors import NotHere
+from eliza.app.options import Parser
 from eliza.app.project import capability, current, load_project_matrix
 from eliza.core.build_plan import CellBuildPlan, plan_cell_build
 from eliza.core.matrix import Cell, Matrix, Platform
 
+NotBuildableHere = NotHere  # this host lacks what a platform needs to build
 
-class NotBuildableHere(RuntimeError):
-    """This host lacks what a platform needs; the message says what and why."""
-
+Log = Callable[[str], None]
 
 # What a build can fail with, each carrying a message that names the cell and the log.
 BUILD_ERRORS: tuple[type[BaseException], ...] = (BuildError, CudaError, SourceError)
@@ -61,8 +62,9 @@ def build_cells(
     cells: tuple[Cell, ...],
     matrix: Matrix,
     *,
-    echo: bool = True,
+    echo: bool = False,
     on_built: Callable[[BuiltCell], None] | None = None,
+    on_progress: Callable[[str], None] | None = None,
 ) -> list[BuiltCell]:
     """Builds cells in order. Cells of one platform share one llama.cpp package: the first
     builds it if the Conan cache lacks it, the others reuse it."""
@@ -78,7 +80,7 @@ def build_cells(
     for cell in cells:
         env = envs.setdefault(cell.platform.id, platform_env(cell.platform))
         plan = plan_for(cell, matrix, source.version, env)
-        result = conan.run_build(plan, source, project.cache, echo=echo)
+        result = conan.run_build(plan, source, project.cache, echo=echo, on_progress=on_progress)
         done = BuiltCell(
             cell_id=cell.id,
             library=result.library,
@@ -92,6 +94,35 @@ def build_cells(
         if on_built:
             on_built(done)
     return built
+
+
+def build_session(matrix: Matrix, cell_ids: Sequence[str], argv: Sequence[str], log: Log) -> list[BuiltCell]:
+    """`nox -s build-<platform>[.<gates>] -- [--strict] [-v]`: builds the cells, one line
+    each (the tool output is in each cell's conan-build.log; -v shows it)."""
+    parser = Parser("nox -s build-* --", skippable=True)
+    args = parser.parse_args(list(argv))
+    cells = tuple(matrix.cell(c) for c in cell_ids)
+    try:
+        built = build_cells(
+            cells,
+            matrix,
+            echo=args.verbose,
+            on_built=lambda b: log(describe_build(b)),
+            on_progress=None if args.verbose else log,
+        )
+    except BUILD_ERRORS as exc:
+        raise BuildFailed(str(exc)) from exc
+    llama_builds = sum(b.llama_built_now for b in built)
+    logs = current().build_root / "<platform>" / "<gates>" / "conan-build.log"
+    log(
+        f"{len(built)} cell(s) built; llama.cpp built {llama_builds} time(s), reused "
+        f"{len(built) - llama_builds} time(s); tool output in {logs}"
+    )
+    return built
+
+
+class BuildFailed(RuntimeError):
+    """A build ran and failed; the message names the cell, the log and its tail."""
 
 
 def ensure_cell_built(cell_id: str) -> BuiltCell:

@@ -18,9 +18,6 @@ from eliza.core import layout
 from eliza.core.host import Capability, HostFacts, decide
 from eliza.core.matrix import Matrix, Platform
 
-# ELIZA_STRICT values that turn "not buildable here" into an error.
-_TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
-
 
 @dataclass(frozen=True, kw_only=True)
 class Project:
@@ -36,12 +33,8 @@ class Project:
             repo=repo,
             env=frozen,
             cache=layout.cache_dir(frozen, Path.home()),
-            matrix_path=Path(env.get("ELIZA_MATRIX") or repo / "matrix.yaml"),
+            matrix_path=_matrix_path(env, repo),
         )
-
-    @property
-    def strict(self) -> bool:
-        return self.env.get("ELIZA_STRICT", "").strip().lower() in _TRUE_WORDS
 
     @property
     def build_root(self) -> Path:
@@ -54,6 +47,15 @@ class Project:
     @property
     def report_dir(self) -> Path:
         return layout.report_dir(self.repo)
+
+
+def _matrix_path(env: Mapping[str, str], repo: Path) -> Path:
+    """ELIZA_MATRIX, relative to where the command was typed (nox changes into the
+    repository, but PWD keeps the shell's directory), else the repository's matrix.yaml."""
+    given = env.get("ELIZA_MATRIX")
+    if not given:
+        return repo / "matrix.yaml"
+    return Path(env.get("PWD") or Path.cwd()) / given
 
 
 @functools.cache

@@ -3,7 +3,6 @@ and render the report (HTML, Markdown, JSON)."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -14,12 +13,14 @@ from eliza.app import recording
 from eliza.app.bench_options import default_settings_description
 from eliza.app.bundle import ensure_tiny_bundle
 from eliza.app.checks.common import now
+from eliza.app.errors import UsageError
 from eliza.app.inputs import input_hashes
+from eliza.app.options import Parser
 from eliza.app.project import capability, current, host_facts
 from eliza.core.evidence import InputFingerprint, utc_timestamp
 from eliza.core.layout import default_prompts
 from eliza.core.matrix import Cell, Check, Matrix
-from eliza.core.report import HeaderFacts, PlatformCapability, Report, build_report
+from eliza.core.report import GridState, HeaderFacts, PlatformCapability, Report, build_report
 from eliza.formats.evidence_json import read_records
 from eliza.formats.report_render import ReportPaths, render_report
 
@@ -92,20 +93,35 @@ def render(
 
 
 def summary_line(report: Report) -> str:
+    """"V of N checks verified (a breakdown of the N)": the breakdown adds up to N; entries
+    where a check does not apply are not checks, and are counted apart."""
     header = report.header
-    states = ", ".join(f"{s.count} {s.state.label}" for s in header.by_state if s.count)
+    counted = [s for s in header.by_state if s.count and s.state is not GridState.NOT_APPLICABLE]
+    states = ", ".join(f"{s.count} {s.state.label}" for s in counted)
     return f"{header.verified} of {header.declared} checks verified ({states})"
 
 
 def report(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
     project = current()
-    parser = argparse.ArgumentParser(prog="nox -s report --")
+    parser = Parser("nox -s report --")
     parser.add_argument(
         "evidence", nargs="*", type=Path, help=f"evidence directories (default: {project.evidence_dir})"
     )
-    parser.add_argument("--out", type=Path, default=project.report_dir)
+    parser.add_argument("--out", type=Path, default=project.report_dir, help="where the report is written")
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="render even when an evidence directory does not exist (it is listed as a load problem)",
+    )
     args = parser.parse_args(list(argv))
     dirs = args.evidence or [project.evidence_dir]
+    missing = [d for d in dirs if not d.is_dir()]
+    if missing and not args.allow_missing:
+        # Checked before rendering, so a typo never overwrites a good report.
+        raise UsageError(
+            f"evidence directory {missing[0]} does not exist; nothing was rendered "
+            "(name an existing directory, or pass --allow-missing)"
+        )
     # The tiny bundle is deterministic: regenerating it lets a fresh report host judge
     # bundle-dependent evidence instead of calling it stale.
     paths, rep = render(matrix, dirs, args.out, ensure_tiny_bundle())

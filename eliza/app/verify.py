@@ -3,11 +3,11 @@ them (one runner per check kind), write evidence, render the report."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from eliza.adapters.browser import screenshot
+from eliza.app.baseline import BaselineError, resolve_commit
 from eliza.app.bench_options import parse_bench_args
 from eliza.app.build import BuiltCell, build_cells, describe_build, llama_package_cached
 from eliza.app.bundle import ensure_tiny_bundle, generate_text
@@ -17,11 +17,14 @@ from eliza.app.checks.byte_identity import IDENTITY_KINDS, run_bench
 from eliza.app.checks.common import now
 from eliza.app.checks.gate_fallthrough import run_gate_fallthrough
 from eliza.app.checks.selector import run_selector
+from eliza.app.errors import NotHere, UsageError
+from eliza.app.options import Parser, strict_requested
 from eliza.app.project import capability, current, host_facts
 from eliza.app.report import render, summary_line
 from eliza.app.run import RUN_ERRORS, Run, errored, existing_records, start_run
 from eliza.core.evidence import Status
 from eliza.core.matrix import CheckKind, Matrix, Platform
+from eliza.core.matrix_rules import unknown_cell
 from eliza.core.outcome import CheckOutcome, skipped
 
 Log = Callable[[str], None]
@@ -120,7 +123,7 @@ def skip_platform(run: Run, platform: Platform, reason: str) -> None:
 
 
 def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
-    parser = argparse.ArgumentParser(prog="nox -s verify --")
+    parser = Parser("nox -s verify --", skippable=True)
     parser.add_argument("--rerun", action="store_true", help="re-run checks that have fresh passing evidence")
     parser.add_argument("--baseline", metavar="REF", help="also diff every cell against a build of REF")
     parser.add_argument("--no-bench", action="store_true", help="skip the byte-identity bench")
@@ -135,11 +138,21 @@ def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
     known = {c.id for c in matrix.cells}
     unknown = [c for c in args.cell if c not in known]
     if unknown:
-        parser.error(f"unknown cell {unknown[0]!r}; cells of matrix.yaml: {', '.join(sorted(known))}")
+        parser.error(unknown_cell(matrix, unknown[0], "--cell"))
     only = frozenset(args.cell) if args.cell else None
     wanted_platforms = {matrix.cell(c).platform.id for c in args.cell}
-
     project = current()
+    if args.baseline is not None:
+        try:
+            resolve_commit(args.baseline)
+        except BaselineError as exc:
+            raise UsageError(str(exc)) from None
+    if strict_requested(argv, project.env):
+        for pid in sorted(wanted_platforms):
+            can = capability(matrix.platform(pid))
+            if not (can.can_build and can.can_run):
+                raise NotHere(f"{pid}: {can.build_reason if not can.can_build else can.run_reason}")
+
     run = start_run(project, matrix, host_facts(), log, bundle=ensure_tiny_bundle(), only=only)
     reference: Path | None = None
     for platform in matrix.platforms:

@@ -46,6 +46,15 @@ def did_you_mean(value: object, valid: Iterable[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+def unknown_cell(matrix: Matrix, cell_id: str, given_as: str) -> str:
+    """The message for a cell id the matrix does not form, with the closest one."""
+    cells = [c.id for c in matrix.cells]
+    return (
+        f"{given_as} {cell_id!r} is not a cell of {matrix.source}{did_you_mean(cell_id, cells)} "
+        f"({valid_words(cells, 'cells')})"
+    )
+
+
 def valid_words(valid: Sequence[str], noun: str = "valid") -> str:
     return f"{noun}: {', '.join(valid)}" if valid else f"{noun}: none declared"
 

@@ -1,21 +1,19 @@
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from eliza.app.project import load_project_matrix
 from eliza.core.matrix import Gate
+from tests.selection import MATRIX, test_cells, test_platform
 
-MATRIX = load_project_matrix()
-# ELIZA_TEST_PLATFORM picks the platform whose gate cells are tested (default linux-cpu).
-PLATFORM = os.environ.get("ELIZA_TEST_PLATFORM", "linux-cpu")
+# ELIZA_TEST_PLATFORM picks the platform whose gate cells are tested (default: the first).
+PLATFORM = test_platform()
 NO_GATE_CELL = next(c.id for c in MATRIX.cells_of(PLATFORM) if not c.gates)
 # ELIZA_TEST_CELLS (comma-separated cell ids) restricts the tested cells, e.g. to the one a
 # change is about; tests that compare with the no-gate cell still build it as the reference.
-_ONLY = {c.strip() for c in os.environ.get("ELIZA_TEST_CELLS", "").split(",") if c.strip()}
+_ONLY = test_cells(PLATFORM)
 CELLS = tuple(c.id for c in MATRIX.cells_of(PLATFORM) if not _ONLY or c.id in _ONLY)
 GATED_CELLS = tuple(c for c in CELLS if c != NO_GATE_CELL)
 GATES = MATRIX.gates

@@ -1,0 +1,57 @@
+"""`nox -s generate -- [--cell ID] [--max-tokens N] [PROMPT...]`: greedy text from the tiny
+bundle (or --bundle) through the C ABI of a built cell."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from eliza.adapters.ffi import ElizaError
+from eliza.app.bench_options import check_bundle
+from eliza.app.build import build_cells
+from eliza.app.bundle import ensure_tiny_bundle, generate_text
+from eliza.app.errors import NotHere, UsageError
+from eliza.app.options import Parser, positive
+from eliza.app.project import capability
+from eliza.core.matrix import Matrix
+from eliza.core.matrix_rules import unknown_cell
+
+Log = Callable[[str], None]
+DEFAULT_PROMPT = "Once upon a time there was"
+
+
+def default_cell(matrix: Matrix) -> str:
+    """The first no-gate cell this host can build and run (the reference platform's)."""
+    for cell in matrix.cells:
+        can = capability(cell.platform)
+        if not cell.gates and can.can_build and can.can_run:
+            return cell.id
+    raise NotHere(f"no no-gate cell of {matrix.source} can be built and run on this host")
+
+
+def generate(matrix: Matrix, argv: Sequence[str], log: Log) -> str:
+    parser = Parser("nox -s generate --", "greedy generation through the C ABI", skippable=True)
+    parser.add_argument(
+        "--cell", help="the cell whose library generates (default: the first no-gate cell that runs here)"
+    )
+    parser.add_argument("--max-tokens", type=int, default=32, help="tokens to generate at most")
+    parser.add_argument("--bundle", type=Path, help="a bundle directory (default: the tiny bundle)")
+    parser.add_argument("prompt", nargs="*", help=f"the prompt (default: {DEFAULT_PROMPT!r})")
+    args = parser.parse_args(list(argv))
+    positive("--max-tokens", args.max_tokens)
+    if args.cell is not None and args.cell not in {c.id for c in matrix.cells}:
+        raise UsageError(unknown_cell(matrix, args.cell, "--cell"))
+    if args.bundle is not None:
+        check_bundle(args.bundle)
+    cell = matrix.cell(args.cell or default_cell(matrix))
+    built = build_cells((cell,), matrix)[0]
+    bundle = args.bundle or ensure_tiny_bundle()
+    prompt = " ".join(args.prompt) or DEFAULT_PROMPT
+    try:
+        tokens, text = generate_text(built.library, bundle, prompt, args.max_tokens)
+    except ElizaError as exc:  # the library refused this input (prompt, bundle, ELIZA_* variables)
+        raise UsageError(f"generate: {exc.message}") from None
+    log(f"library: {built.library}")
+    log(f"bundle: {bundle}")
+    log(f"{len(tokens)} tokens generated (greedy)")
+    return prompt + text.decode("utf-8", errors="replace")
