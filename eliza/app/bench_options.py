@@ -75,8 +75,8 @@ def check_prompts(path: Path) -> None:
         raise UsageError(f"--prompts {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"--prompts {path}: cannot be read as UTF-8 text ({exc})") from None
-    if not any(line.strip() for line in text.splitlines()):
-        raise UsageError(f"--prompts {path}: has no prompt (one prompt per non-empty line)")
+    if not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines()):
+        raise UsageError(f"--prompts {path}: has no prompt (one prompt per line; # starts a comment)")
 
 
 def check_bundle(path: Path) -> None:

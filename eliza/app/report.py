@@ -8,6 +8,7 @@ from pathlib import Path
 
 from eliza.adapters import git
 from eliza.adapters.abi_tools import abidiff_version
+from eliza.adapters.browser import screenshot
 from eliza.adapters.conan import llama_source_version
 from eliza.app import recording
 from eliza.app.bench_options import default_settings_description
@@ -92,6 +93,11 @@ def render(
     return render_report(report, out_dir), report
 
 
+def describe_paths(paths: ReportPaths, png: Path | None) -> str:
+    also = [paths.markdown.name, paths.json.name] + ([png.name] if png else [])
+    return f"report: {paths.html} (also {', '.join(also)})"
+
+
 def summary_line(report: Report) -> str:
     """"V of N checks verified (a breakdown of the N)": the breakdown adds up to N; entries
     where a check does not apply are not checks, and are counted apart."""
@@ -125,6 +131,6 @@ def report(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
     # The tiny bundle is deterministic: regenerating it lets a fresh report host judge
     # bundle-dependent evidence instead of calling it stale.
     paths, rep = render(matrix, dirs, args.out, ensure_tiny_bundle())
-    log(f"report: {paths.html} (also {paths.markdown.name}, {paths.json.name})")
+    log(describe_paths(paths, screenshot(paths.html, args.out / "report.png")))
     log(summary_line(rep))
     return paths.html

@@ -20,7 +20,7 @@ from eliza.app.checks.selector import run_selector
 from eliza.app.errors import NotHere, UsageError
 from eliza.app.options import Parser, strict_requested
 from eliza.app.project import capability, current, host_facts
-from eliza.app.report import render, summary_line
+from eliza.app.report import describe_paths, render, summary_line
 from eliza.app.run import RUN_ERRORS, Run, errored, existing_records, start_run
 from eliza.core.evidence import Status
 from eliza.core.matrix import CheckKind, Matrix, Platform
@@ -182,11 +182,7 @@ def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
         log(f"generated through the C ABI: {shown!r}")
         log(f"library: {reference}")
     paths, report = render(matrix, [run.evidence_dir], project.report_dir, run.bundle)
-    png = screenshot(paths.html, project.report_dir / "report.png")
-    log(
-        f"report: {paths.html} (also {paths.markdown.name}, {paths.json.name}"
-        + (f", {png.name})" if png else ")")
-    )
+    log(describe_paths(paths, screenshot(paths.html, project.report_dir / "report.png")))
     log(summary_line(report))
     failed = [o for o in run.written if o.status in (Status.FAILED, Status.ERROR)]
     if failed:
