@@ -39,7 +39,13 @@ def bench(matrix: Matrix, platform_id: str, argv: Sequence[str], log: Log) -> No
         bench_settings=settings_description(opts.settings, project.env),
     )
     try:
-        built = build_cells(matrix.cells_of(platform_id), matrix, on_built=lambda b: log(describe_build(b)))
+        built = build_cells(
+            matrix.cells_of(platform_id),
+            matrix,
+            echo=opts.verbose,
+            on_built=lambda b: log(describe_build(b)),
+            on_progress=None if opts.verbose else log,
+        )
     except BUILD_ERRORS as exc:
         raise ChecksFailed(str(exc)) from exc
     outcomes = run_bench(run, platform, {b.cell_id: b.library for b in built}, opts)

@@ -22,6 +22,7 @@ class BenchOptions:
     overhead_max_tokens: int = 256
     overhead_repeats: int = 3
     overhead_threads: int = 1
+    verbose: bool = False
 
 
 def parse_bench_args(argv: Sequence[str], *, default_bundle: Path, repo: Path) -> BenchOptions:
@@ -64,6 +65,7 @@ def parse_bench_args(argv: Sequence[str], *, default_bundle: Path, repo: Path) -
         overhead_pairs=args.overhead_pairs,
         out_dir=args.out,
         overhead_threads=args.overhead_threads,
+        verbose=args.verbose,
     )
 
 

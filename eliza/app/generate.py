@@ -44,7 +44,7 @@ def generate(matrix: Matrix, argv: Sequence[str], log: Log) -> str:
     if args.bundle is not None:
         check_bundle(args.bundle)
     cell = matrix.cell(args.cell or default_cell(matrix))
-    built = build_cells((cell,), matrix)[0]
+    built = build_cells((cell,), matrix, echo=args.verbose, on_progress=None if args.verbose else log)[0]
     bundle = args.bundle or ensure_tiny_bundle()
     prompt = " ".join(args.prompt) or DEFAULT_PROMPT
     try:

@@ -44,6 +44,7 @@ class Run:
     evidence_dir: Path
     only: frozenset[str] | None = None  # cell ids whose evidence this run records (None: all)
     cpu_reference: Path | None = None  # a CPU no-gate library, for the CUDA cells' fallback check
+    verbose: bool = False  # tool output shown as it runs (else: in each cell's log, with progress)
     written: list[CheckOutcome] = field(default_factory=list)
 
     def check_of(self, cell: Cell, kind: CheckKind) -> Check | None:

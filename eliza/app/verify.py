@@ -62,7 +62,13 @@ def run_platform_checks(
     built: list[BuiltCell] = []
     for cell in cells:
         try:
-            built += build_cells((cell,), matrix, on_built=lambda b: run.log(describe_build(b)))
+            built += build_cells(
+                (cell,),
+                matrix,
+                echo=run.verbose,
+                on_built=lambda b: run.log(describe_build(b)),
+                on_progress=None if run.verbose else run.log,
+            )
         except RUN_ERRORS as exc:
             run.log(f"{cell.id}: build failed: {str(exc)[-2000:]}")
             errored(run, (cell,), {CheckKind.BUILD, CheckKind.ABI}, f"build failed: {str(exc)[-1500:]}")
@@ -154,6 +160,7 @@ def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
                 raise NotHere(f"{pid}: {can.build_reason if not can.can_build else can.run_reason}")
 
     run = start_run(project, matrix, host_facts(), log, bundle=ensure_tiny_bundle(), only=only)
+    run.verbose = args.verbose
     reference: Path | None = None
     for platform in matrix.platforms:
         if only is not None and platform.id not in wanted_platforms:
