@@ -305,7 +305,7 @@ std::unique_ptr<LlamaStream> LlamaStream::open(const EliInferenceContext & ctx, 
     cparams.abort_callback_data = &stream->cancelled_;
     stream->lctx_.reset(llama_init_from_model(ctx.model.get(), cparams));
     if (!stream->lctx_) {
-        code = ELIZA_ERR_OOM;
+        code = eliza::ggml_fatal_in_call() ? ELIZA_ERR_FFI_FAULT : ELIZA_ERR_OOM;
         const std::string why = eliza::llama_error_chain();
         message = "cannot create a llama context of " + std::to_string(cparams.n_ctx) + " tokens" +
                   (why.empty() ? std::string() : ": " + why);
@@ -386,6 +386,12 @@ int LlamaStream::decode(const llama_token * tokens, size_t n, std::string & mess
         if (rc == 2 || cancelled_.load()) {
             message = "generation was cancelled";
             return ELIZA_ERR_CANCELLED;
+        }
+        if (rc != 0 && eliza::ggml_fatal_in_call()) {
+            // llama.cpp caught the hook's exception; the pool may be stuck all the same.
+            poisoned_ = true;
+            message = "llama_decode hit a llama.cpp/ggml fatal error: " + eliza::llama_error_chain();
+            return ELIZA_ERR_FFI_FAULT;
         }
         if (rc != 0) {
             const std::string why = eliza::llama_error_chain();

@@ -18,6 +18,7 @@ namespace eliza {
 struct ScopeAccess {
     static void add(CallScope & s, const char * text, uint64_t seq) noexcept;
     static void append(CallScope & s, const char * text) noexcept;
+    static void mark_fatal(CallScope & s) noexcept { s.fatal_ = true; }
 };
 
 namespace {
@@ -122,6 +123,7 @@ void capture(ggml_log_level level, const char * text, void * /*user_data*/) noex
 void on_ggml_abort(const char * message) {
     capture(GGML_LOG_LEVEL_ERROR, message ? message : "ggml_abort", nullptr);
     if (t_scope != nullptr) {
+        ScopeAccess::mark_fatal(*t_scope);
         // Inside a call of this library: unwind to its guard, which turns this into a status.
         throw GgmlFatal(message ? message : "ggml_abort");
     }
@@ -181,6 +183,8 @@ std::string CallScope::chain() const {
 }
 
 std::string llama_error_chain() { return t_scope ? t_scope->chain() : std::string(); }
+
+bool ggml_fatal_in_call() { return t_scope != nullptr && t_scope->saw_fatal(); }
 
 std::string with_llama_cause() {
     const std::string chain = llama_error_chain();

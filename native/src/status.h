@@ -50,6 +50,9 @@ public:
     // "line; line; ..." (oldest first), or "" when nothing was logged.
     std::string chain() const;
     void add(const char * line) noexcept;
+    // A ggml fatal error (failed GGML_ASSERT) was hooked during this scope, even if
+    // llama.cpp caught the exception and reported a plain failure.
+    bool saw_fatal() const { return fatal_; }
 
 private:
     friend struct ScopeAccess;
@@ -61,13 +64,15 @@ private:
     uint64_t seqs_[kMaxLines];
     size_t n_lines_ = 0;
     size_t dropped_ = 0;
-    bool last_was_error_ = false;
+    bool fatal_ = false;
 };
 
 // The chain of the innermost CallScope of this thread, "" when there is none.
 std::string llama_error_chain();
 // " (llama.cpp: <chain>)" or "" — appended to messages of failed llama.cpp calls.
 std::string with_llama_cause();
+// Whether the innermost CallScope of this thread saw a ggml fatal error.
+bool ggml_fatal_in_call();
 
 // Thrown by the ggml abort hook on a thread that is inside a call of this library: a
 // failed GGML_ASSERT/GGML_ABORT becomes an error status instead of ending the host.
