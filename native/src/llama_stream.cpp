@@ -778,6 +778,9 @@ int LlamaStream::restore_slot(const char * filename, std::string & message) {
                       " (truncated or extended)");
     }
 
+    if (file_size - kSlotHeaderBytes > static_cast<uint64_t>(SIZE_MAX)) {
+        return reject("is too large for this platform's address space");
+    }
     std::string body(static_cast<size_t>(file_size - kSlotHeaderBytes), '\0');
     const ssize_t body_got = read_fully(fd.get(), body.data(), body.size());
     if (body_got < 0) {

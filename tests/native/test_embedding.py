@@ -285,3 +285,37 @@ def test_a_nul_byte_token_ends_the_step_text(lib: Library, tiny_bundle: Path, tm
         assert step.tokens == nul
         assert step.text == b""  # the NUL byte terminates the text
         assert ctx.detokenize(step.tokens) == b"\x00"
+
+
+def test_backend_errors_are_prefixed_and_configs_checked_first(
+    library_path: Path, tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: an alternate backend's message reached the caller without the entry point's
+    # name (and a failure without a message left *out_error NULL); configs were checked
+    # only on the llama.cpp path.
+    from tests.selector.kit import TestKit
+
+    monkeypatch.delenv("ELIZA_LLM_BACKEND", raising=False)
+    kit = TestKit(library_path.with_name("libelizainference_testkit.so"))
+    kit.clear()
+    try:
+        kit.register_fake("fake-prefix", rank=5)
+        with kit.open_context(tiny_bundle) as ctx:
+            with pytest.raises(ElizaError) as err:
+                ctx.open_stream(greedy_config(4, temperature=float("nan")))
+            assert "cfg->temperature is NaN" in err.value.message
+            with ctx.open_stream() as stream:
+                stream.prefill([1, 2, 3])
+                with pytest.raises(ElizaError) as err:
+                    stream.next(text_cap=4)
+                assert err.value.message == (
+                    "eliza_inference_llm_stream_next: backend 'fake-prefix': fake session: buffers too small"
+                )
+                with pytest.raises(ElizaError) as err:
+                    stream.save_slot(Path("/nonexistent/slot.bin"))
+                assert err.value.message == (
+                    "eliza_inference_llm_stream_save_slot: backend 'fake-prefix': "
+                    "this backend does not support slot files"
+                )
+    finally:
+        kit.clear()
