@@ -111,27 +111,44 @@ int ThreadBudget::capacity() const {
     return capacity_;
 }
 
+void ThreadBudget::enter() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++active_;
+}
+
+void ThreadBudget::leave() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --active_;
+}
+
 int ThreadBudget::acquire(int want, const std::atomic<bool> & cancelled) {
     std::unique_lock<std::mutex> lock(mutex_);
-    ++wanting_;
-    cv_.wait(lock, [&] { return in_use_ < capacity_ || cancelled.load(); });
-    if (cancelled.load()) {
-        --wanting_;
-        lock.unlock();
-        cv_.notify_all();
-        return 0;
+    for (;;) {
+        if (cancelled.load()) {
+            return 0;
+        }
+        const int share = capacity_ / std::max(1, active_);
+        const int free = capacity_ - in_use_;
+        if (want >= 2 && share >= 2 && free >= 2) {
+            // Several threads, only within free cores: every thread of the decode runs.
+            const int granted = std::min({want, share, free});
+            in_use_ += granted;
+            ++multi_;
+            return granted;
+        }
+        if (multi_ == 0 || free >= 1) {
+            in_use_ += 1;
+            return 1;
+        }
+        cv_.wait(lock);
     }
-    const int share = std::max(1, capacity_ / std::max(1, wanting_));
-    const int granted = std::max(1, std::min({want, capacity_ - in_use_, share}));
-    in_use_ += granted;
-    return granted;
 }
 
 void ThreadBudget::release(int n) {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         in_use_ -= n;
-        --wanting_;
+        if (n >= 2) --multi_;
     }
     cv_.notify_all();
 }

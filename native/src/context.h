@@ -33,17 +33,22 @@ bool read_settings(Settings & out, std::string & message);
 // CPUs this process may run on (its affinity mask where the platform has one), >= 1.
 int available_cpus();
 
-// The decode thread budget shared by every stream of the process: at most capacity()
-// threads decode at once, whatever the number of streams, so concurrent streams share the
-// cores instead of spinning against each other. A decode asks for up to its pool's
-// threads and gets a fair share (capacity / streams wanting threads, at least 1),
-// waiting while every thread is taken.
+// The decode thread budget shared by every stream of the process, so concurrent streams
+// share the cores instead of spinning against each other. ggml synchronises the threads of
+// one decode with spinning barriers, which collapse when its threads do not all run; a
+// single-threaded decode never spins. So a decode gets several threads — a fair share,
+// capacity / active streams, up to its pool — only when that many cores are free;
+// otherwise it runs on its calling thread alone, at once, unless a multi-threaded decode
+// holds every core (then it waits for that decode to end). A stream is active from its
+// first prefill until its final step, a failed step, reset, restore or close.
 class ThreadBudget {
 public:
     static ThreadBudget & instance();
     void set_capacity(int n);
     int capacity() const;
-    // Threads granted (>= 1), or 0 when cancelled was set while waiting.
+    void enter();  // a stream became active
+    void leave();  // it is no longer
+    // Threads granted (>= 1), or 0 when cancelled was set (checked before and while waiting).
     int acquire(int want, const std::atomic<bool> & cancelled);
     void release(int n);
     // Wakes waiters so a cancelled one can give up.
@@ -53,8 +58,9 @@ private:
     mutable std::mutex mutex_;
     std::condition_variable cv_;
     int capacity_ = 1;
-    int in_use_ = 0;
-    int wanting_ = 0;  // decodes holding or waiting for threads
+    int in_use_ = 0;  // threads of running decodes (single-threaded ones may exceed capacity_)
+    int active_ = 0;  // active streams
+    int multi_ = 0;   // running decodes with several threads
 };
 
 }  // namespace eliza

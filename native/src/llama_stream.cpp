@@ -240,6 +240,7 @@ LlamaStream::LlamaStream(const EliInferenceContext & ctx, const eliza_llm_stream
 }
 
 LlamaStream::~LlamaStream() {
+    set_active(false);
     if (poisoned_) {
         // See poison(): freeing could hang on workers stuck in a half-run graph.
         (void) lctx_.release();
@@ -247,7 +248,18 @@ LlamaStream::~LlamaStream() {
     }
 }
 
+void LlamaStream::set_active(bool active) {
+    if (active == active_) return;
+    active_ = active;
+    if (active) {
+        eliza::ThreadBudget::instance().enter();
+    } else {
+        eliza::ThreadBudget::instance().leave();
+    }
+}
+
 void LlamaStream::shutdown() {
+    set_active(false);
     if (poisoned_) return;  // the destructor leaks them
     sampler_.reset();
     if (llama_context * c = lctx_.release()) llama_free(c);
@@ -404,6 +416,7 @@ int LlamaStream::decode(const llama_token * tokens, size_t n, std::string & mess
 }
 
 void LlamaStream::roll_back(size_t keep, std::string & message) {
+    set_active(false);  // a prefill must come next
     if (llama_memory_seq_rm(llama_get_memory(lctx_.get()), 0, static_cast<llama_pos>(keep), -1)) {
         // The cache holds the first keep tokens again; the logits of the last one went with
         // the failed evaluation, so a prefill must come before the next step.
@@ -445,6 +458,7 @@ int LlamaStream::prefill(const int32_t * token_ids, size_t n, std::string & mess
     }
     history_.reserve(history_.size() + n);  // the only allocation: before anything changes
     const size_t before = history_.size();
+    set_active(true);
     const int rc = decode(token_ids, n, message);
     if (rc != ELIZA_OK) {
         roll_back(before, message);
@@ -544,6 +558,7 @@ int LlamaStream::next(const StepBuffers & out, std::string & message) {
     if (llama_vocab_is_eog(ctx_.vocab, token)) {
         accept(token);
         finished_ = true;
+        set_active(false);
         return finish_step(out, take_complete_utf8("", true), 0, 1);
     }
     const std::string piece = eliza::token_piece(ctx_.vocab, token);
@@ -565,11 +580,15 @@ int LlamaStream::next(const StepBuffers & out, std::string & message) {
     if (context_full) {
         have_logits_ = false;  // the last token is not in the cache: a prefill must come next
     }
+    if (finished_) {
+        set_active(false);
+    }
     out.tokens_out[0] = token;
     return finish_step(out, take_complete_utf8(piece, finished_), 1, finished_ ? 1 : 0);
 }
 
 void LlamaStream::clear_state() {
+    set_active(false);
     llama_memory_clear(llama_get_memory(lctx_.get()), true);
     llama_sampler_reset(sampler_.get());
     accepted_.clear();
@@ -592,6 +611,7 @@ int LlamaStream::reset_keep(int32_t n_keep) {
     if (keep == 0 || !llama_memory_seq_rm(llama_get_memory(lctx_.get()), 0, static_cast<llama_pos>(keep), -1)) {
         return reset();
     }
+    set_active(false);
     history_.resize(keep);
     llama_sampler_reset(sampler_.get());
     accepted_.clear();
@@ -884,5 +904,6 @@ int LlamaStream::restore_slot(const char * filename, std::string & message) {
     have_logits_ = have_logits;
     finished_ = (h.flags & kFlagFinished) != 0;
     cancelled_.store(false);
+    set_active(have_logits_ && !finished_);
     return ELIZA_OK;
 }

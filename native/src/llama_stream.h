@@ -77,6 +77,7 @@ private:
     // Puts the cache back to its first keep tokens after a failed evaluation.
     void roll_back(size_t keep, std::string & message);
     void clear_state();  // reset() without touching the cancel flag
+    void set_active(bool active);  // counts the stream in the thread budget's fair share
     // Splits pending_ + piece into what can be emitted now and an incomplete UTF-8 tail.
     std::string take_complete_utf8(const std::string & piece, bool flush);
     int finish_step(const StepBuffers & out, const std::string & text, size_t n_tokens, int result);
@@ -91,6 +92,7 @@ private:
     int attached_threads_ = 0;           // threads the context was last set to use
     std::atomic<bool> cancelled_{false};
     bool poisoned_ = false;
+    bool active_ = false;
     std::vector<llama_token> history_;   // every token held in the KV cache, in order
     std::vector<float> restored_logits_; // logits restored from a slot file, used once
     std::vector<llama_token_data> candidates_;  // sampling scratch, reused across steps
