@@ -219,14 +219,16 @@ ELIZA_API int eliza_inference_llm_stream_next(EliLlmStream * stream,
  */
 ELIZA_API int eliza_inference_llm_stream_cancel(EliLlmStream * stream);
 
-/* Clears the context, the sampler and the cancel flag. ELIZA_OK, or ELIZA_ERR_INVALID_ARG for NULL. */
+/* Clears the context, the sampler and the cancel flag. ELIZA_OK, or ELIZA_ERR_INVALID_ARG for NULL
+ * (ELIZA_ERR_FFI_FAULT on a stream an earlier llama.cpp/ggml fatal error left unusable). */
 ELIZA_API int eliza_inference_llm_stream_reset(EliLlmStream * stream);
 
 /*
  * Keeps the first n_keep tokens of the context and drops the rest, clears the sampler and
  * the cancel flag. Returns the number of tokens kept (n_keep clamped to [0, tokens held]);
  * falls back to a full reset and returns 0 where the prefix cannot be kept. Never an error
- * except ELIZA_ERR_INVALID_ARG for a NULL stream.
+ * except ELIZA_ERR_INVALID_ARG for a NULL stream (and ELIZA_ERR_FFI_FAULT on a stream an
+ * earlier llama.cpp/ggml fatal error left unusable).
  */
 ELIZA_API int eliza_inference_llm_stream_reset_keep(EliLlmStream * stream, int32_t n_keep);
 

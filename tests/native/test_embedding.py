@@ -319,3 +319,26 @@ def test_backend_errors_are_prefixed_and_configs_checked_first(
                 )
     finally:
         kit.clear()
+
+
+def test_reference_runner_takes_any_bundle_path(
+    library_path: Path, tiny_bundle: Path, tmp_path: Path
+) -> None:
+    # Before: it listed the bundle through a shell command built from the path, so a quote
+    # in the path broke it (and anything after it ran as shell).
+    import shutil
+    import subprocess
+
+    odd = tmp_path / "it's a bundle; touch pwned"
+    shutil.copytree(tiny_bundle, odd)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Once upon a time\n")
+    out = tmp_path / "ref.jsonl"
+    proc = subprocess.run(
+        [str(library_path.parent / "reference_runner"), "--bundle", str(odd), "--prompts", str(prompts),
+         "--out", str(out), "--max-tokens", "4"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert '"type": "prompt"' in out.read_text()
+    assert not (tmp_path / "pwned").exists()
