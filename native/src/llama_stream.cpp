@@ -882,6 +882,7 @@ int LlamaStream::restore_slot(const char * filename, std::string & message) {
         clear_state();
         return reject(why + "; the stream's previous cache could not be put back, so it was reset");
     };
+    llama_memory_seq_rm(mem, 0, -1, -1);  // an empty saved state would otherwise leave the old cells
     if (llama_state_seq_set_data(lctx_.get(), state, static_cast<size_t>(h.n_state), 0) == 0) {
         return put_back("holds a cache state this context rejects" + eliza::with_llama_cause());
     }

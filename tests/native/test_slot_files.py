@@ -246,3 +246,20 @@ def test_rejected_restore_into_a_fresh_stream_keeps_it_fresh(
         assert "_prefill first" in err.value.message
     with _open_restored(ctx, saved[0]) as stream:
         assert stream.generate()[0] == saved[1]
+
+
+def test_an_empty_stream_round_trips(ctx: Context, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.bin"
+    with ctx.open_stream(greedy_config(4)) as stream:
+        stream.save_slot(empty)
+    with ctx.open_stream(greedy_config(4)) as fresh:
+        fresh.prefill(ctx.tokenize("hello"))
+        want = fresh.generate()
+    with ctx.open_stream(greedy_config(4)) as stream:
+        stream.prefill(ctx.tokenize("The quick brown fox"))
+        stream.restore_slot(empty)  # the stream is empty again
+        with pytest.raises(ElizaError) as err:
+            stream.next()
+        assert "_prefill first" in err.value.message
+        stream.prefill(ctx.tokenize("hello"))
+        assert stream.generate() == want
