@@ -12,8 +12,12 @@
  *     that names the function and the reason; free it with eliza_inference_free_string.
  *     On success *out_error is left NULL.
  *   - The library never prints to stdout/stderr and never returns a defaulted result on
- *     failure.
- *   - No C++ exception crosses this boundary.
+ *     failure. Messages of failures inside llama.cpp/ggml carry the error lines it logged
+ *     during the call (bounded), worker threads' lines included.
+ *   - No C++ exception crosses this boundary, and a llama.cpp/ggml assertion that fails on
+ *     the calling thread becomes ELIZA_ERR_FFI_FAULT instead of ending the process (the
+ *     stream it happened in is unusable afterwards: close it). docs/known-issues.md lists
+ *     what cannot be caught.
  */
 #ifndef ELIZA_INFERENCE_FFI_H
 #define ELIZA_INFERENCE_FFI_H
@@ -95,7 +99,8 @@ ELIZA_API void eliza_inference_free_tokens(int * tokens);
 ELIZA_API int eliza_inference_llm_stream_supported(void);
 
 /*
- * Generation settings, marshalled by offset: 64 bytes on LP64, 8-byte aligned.
+ * Generation settings, marshalled by offset: 64 bytes on LP64 (and every other data model
+ * with 64-bit pointers), 8-byte aligned.
  *   offset  0 max_tokens         tokens per generation (counted from the last prefill); <= 0: until EOS or context full
  *   offset  4 temperature        <= 0: greedy (deterministic)
  *   offset  8 top_p              (0, 1]; <= 0 or >= 1: off
@@ -103,11 +108,17 @@ ELIZA_API int eliza_inference_llm_stream_supported(void);
  *   offset 16 repeat_penalty     1.0 or <= 0: off
  *   offset 20 slot_id            seed of the sampler when sampling (temperature > 0)
  *   offset 24 prompt_cache_key   reserved; may be NULL
- *   offset 32 draft_min          speculative decoding: minimum draft length
- *   offset 36 draft_max          speculative decoding: maximum draft length
+ *   offset 32 draft_min          speculative decoding: minimum draft length (>= 0)
+ *   offset 36 draft_max          speculative decoding: maximum draft length (>= 0; when > 0, >= draft_min)
  *   offset 40 mtp_drafter_path   draft GGUF for speculative decoding; NULL: none
  *   offset 48 gbnf_grammar       NULL or empty: none (non-empty: ELIZA_ERR_NOT_IMPLEMENTED)
  *   offset 56 disable_thinking   reserved for chat templates; ignored on raw token streams
+ * With 32-bit pointers (ILP32: armeabi-v7a, x86) the same fields take 48 bytes, 4-byte
+ * aligned: ILP32 offsets max_tokens 0, temperature 4, top_p 8, top_k 12, repeat_penalty 16,
+ * slot_id 20, prompt_cache_key 24, draft_min 28, draft_max 32, mtp_drafter_path 36,
+ * gbnf_grammar 40, disable_thinking 44.
+ * _open refuses (ELIZA_ERR_INVALID_ARG, naming the field) a NaN or infinite temperature,
+ * top_p or repeat_penalty and a draft length out of the range above.
  */
 typedef struct eliza_llm_stream_config_t {
     int32_t      max_tokens;
@@ -124,6 +135,43 @@ typedef struct eliza_llm_stream_config_t {
     int32_t      disable_thinking;
 } eliza_llm_stream_config_t;
 
+/* The layout above, asserted for the data model being compiled. */
+#if defined(__cplusplus)
+#  define ELIZA_LAYOUT_ASSERT(cond, msg) static_assert(cond, msg)
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#  define ELIZA_LAYOUT_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
+#if defined(ELIZA_LAYOUT_ASSERT) && UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu
+ELIZA_LAYOUT_ASSERT(sizeof(eliza_llm_stream_config_t) == 64, "eliza_llm_stream_config_t is 64 bytes with 64-bit pointers");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, max_tokens) == 0, "LP64 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, temperature) == 4, "LP64 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, top_p) == 8, "LP64 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, top_k) == 12, "LP64 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, repeat_penalty) == 16, "LP64 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, slot_id) == 20, "LP64 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, prompt_cache_key) == 24, "LP64 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, draft_min) == 32, "LP64 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, draft_max) == 36, "LP64 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, mtp_drafter_path) == 40, "LP64 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, gbnf_grammar) == 48, "LP64 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, disable_thinking) == 56, "LP64 offset");
+#elif defined(ELIZA_LAYOUT_ASSERT) && UINTPTR_MAX == 0xFFFFFFFFu
+ELIZA_LAYOUT_ASSERT(sizeof(eliza_llm_stream_config_t) == 48, "eliza_llm_stream_config_t is 48 bytes with 32-bit pointers");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, max_tokens) == 0, "ILP32 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, temperature) == 4, "ILP32 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, top_p) == 8, "ILP32 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, top_k) == 12, "ILP32 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, repeat_penalty) == 16, "ILP32 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, slot_id) == 20, "ILP32 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, prompt_cache_key) == 24, "ILP32 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, draft_min) == 28, "ILP32 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, draft_max) == 32, "ILP32 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, mtp_drafter_path) == 36, "ILP32 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, gbnf_grammar) == 40, "ILP32 offset");
+ELIZA_LAYOUT_ASSERT(offsetof(eliza_llm_stream_config_t, disable_thinking) == 44, "ILP32 offset");
+#endif
+#undef ELIZA_LAYOUT_ASSERT
+
 /* Opens a generation stream on the context. NULL + *out_error on failure. */
 ELIZA_API EliLlmStream * eliza_inference_llm_stream_open(EliInferenceContext * ctx,
                                                          const eliza_llm_stream_config_t * cfg,
@@ -133,7 +181,8 @@ ELIZA_API EliLlmStream * eliza_inference_llm_stream_open(EliInferenceContext * c
  * Appends n (>= 1) tokens to the stream's context and evaluates them. Ids must be in the
  * vocabulary and the stream's context must have room; otherwise ELIZA_ERR_INVALID_ARG and
  * the stream is unchanged. If the evaluation itself fails (or is cancelled) the context
- * is rolled back and a _prefill must come before the next _next. Resets the max_tokens
+ * is rolled back to the tokens it held before (the sampler and the held tokens are
+ * unchanged) and a _prefill must come before the next _next. Resets the max_tokens
  * count.
  */
 ELIZA_API int eliza_inference_llm_stream_prefill(EliLlmStream * stream, const int32_t * token_ids,
@@ -150,6 +199,12 @@ ELIZA_API int eliza_inference_llm_stream_prefill(EliLlmStream * stream, const in
  * drafter_*_out (may be NULL) receive the step's speculative stats, 0 without a drafter.
  * Returns 0 when more may follow, 1 on the final step (EOS — not written to tokens_out —,
  * max_tokens reached, or context full), < 0 on error; ELIZA_ERR_CANCELLED after _cancel.
+ * A step that fails leaves the sampler (its repeat-penalty history) and the context as
+ * they were before it.
+ * Limitation (ABI 9): text_out is NUL-terminated and has no length, so a token that
+ * renders to a NUL byte (the byte token <0x00>) yields text that reads as ending at that
+ * byte: the step's text_out[0] is '\0' while the token is reported in tokens_out. A
+ * consumer that must see such bytes detokenizes the step's tokens.
  */
 ELIZA_API int eliza_inference_llm_stream_next(EliLlmStream * stream,
                                               int32_t * tokens_out, size_t tokens_cap, size_t * num_tokens_out,
@@ -164,27 +219,34 @@ ELIZA_API int eliza_inference_llm_stream_next(EliLlmStream * stream,
  */
 ELIZA_API int eliza_inference_llm_stream_cancel(EliLlmStream * stream);
 
-/* Clears the context, the sampler and the cancel flag. ELIZA_OK, or ELIZA_ERR_INVALID_ARG for NULL. */
+/* Clears the context, the sampler and the cancel flag. ELIZA_OK, or ELIZA_ERR_INVALID_ARG for NULL
+ * (ELIZA_ERR_FFI_FAULT on a stream an earlier llama.cpp/ggml fatal error left unusable). */
 ELIZA_API int eliza_inference_llm_stream_reset(EliLlmStream * stream);
 
 /*
  * Keeps the first n_keep tokens of the context and drops the rest, clears the sampler and
  * the cancel flag. Returns the number of tokens kept (n_keep clamped to [0, tokens held]);
  * falls back to a full reset and returns 0 where the prefix cannot be kept. Never an error
- * except ELIZA_ERR_INVALID_ARG for a NULL stream.
+ * except ELIZA_ERR_INVALID_ARG for a NULL stream (and ELIZA_ERR_FFI_FAULT on a stream an
+ * earlier llama.cpp/ggml fatal error left unusable).
  */
 ELIZA_API int eliza_inference_llm_stream_reset_keep(EliLlmStream * stream, int32_t n_keep);
 
 /* Writes the stream's state (context, last logits, sampler history, pending text) to
- * filename, atomically. ELIZA_ERR_CANCELLED on a cancelled stream. */
+ * filename, atomically (a private temporary file, flushed, renamed into place).
+ * ELIZA_ERR_CANCELLED on a cancelled stream. */
 ELIZA_API int eliza_inference_llm_stream_save_slot(EliLlmStream * stream, const char * filename,
                                                    char ** out_error);
 
 /*
- * Replaces the stream's state with one written by _save_slot on the same model; greedy
- * generation then continues exactly where the saved stream stood. A missing file, a file
- * of another model or context size, or a corrupt one is ELIZA_ERR_INVALID_ARG and leaves
- * the stream reset (as after _reset).
+ * Replaces the stream's state with one written by _save_slot on the same model (same file
+ * content) and the same context size; greedy generation then continues exactly where the
+ * saved stream stood, and the cancel flag is cleared. A missing or non-regular file (a
+ * FIFO, a device), a file of another model or context size, or a corrupt or inconsistent
+ * one is ELIZA_ERR_INVALID_ARG with a message naming what is wrong, and leaves the stream
+ * exactly as it was before the call (its cancel flag included). Only if llama.cpp cannot
+ * take back the stream's own cache after refusing the file's is the stream reset instead;
+ * the message then says so.
  */
 ELIZA_API int eliza_inference_llm_stream_restore_slot(EliLlmStream * stream, const char * filename,
                                                       char ** out_error);

@@ -1,16 +1,22 @@
 #include "context.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <system_error>
 #include <thread>
 #include <vector>
 
 #include "status.h"
+#include "xxh64.h"
 
 namespace fs = std::filesystem;
 
@@ -18,7 +24,8 @@ namespace eliza {
 namespace {
 
 constexpr uint32_t kMaxDefaultCtx = 4096;
-constexpr int32_t kMaxDefaultThreads = 8;
+constexpr int32_t kMaxPoolThreads = 8;     // default threads of one stream's decode
+constexpr long kMaxThreadOverride = 512;   // GGML_MAX_N_THREADS
 
 // Reads a positive integer override up to max; absent -> 0; malformed or too big -> false.
 bool positive_env(const char * name, long max, long & value, std::string & message) {
@@ -39,52 +46,130 @@ bool positive_env(const char * name, long max, long & value, std::string & messa
     return true;
 }
 
-// FNV-1a over the file size, the parameter count, llama.cpp's description and the first
-// and last 64 KiB of the file (header and tensor data): cheap, and different for another
-// model even when its vocabulary and shapes match.
-uint64_t model_identity(const fs::path & path, const llama_model * model) {
-    uint64_t h = 1469598103934665603ull;
-    auto mix = [&h](const void * data, size_t n) {
-        const auto * p = static_cast<const unsigned char *>(data);
-        for (size_t i = 0; i < n; ++i) {
-            h ^= p[i];
-            h *= 1099511628211ull;
+// XXH64 of the whole model file: metadata and every tensor's data, so a slot file of a
+// model that differs anywhere (same shapes, other weights) is refused. Read with plain
+// read(2) in 4 MiB blocks; llama.cpp maps the same file lazily, so this also brings it
+// into the page cache.
+bool model_identity(const fs::path & path, uint64_t & out, std::string & message) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        message = "cannot reopen '" + path.string() + "' to hash it: " + std::strerror(errno);
+        return false;
+    }
+    Xxh64 h;
+    std::vector<unsigned char> block(4u << 20);
+    for (;;) {
+        const ssize_t got = ::read(fd, block.data(), block.size());
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            message = "cannot read '" + path.string() + "' to hash it: " + std::strerror(errno);
+            ::close(fd);
+            return false;
         }
-    };
-    std::error_code ec;
-    const uint64_t size = fs::file_size(path, ec);
-    const uint64_t params = llama_model_n_params(model);
-    char desc[256] = {0};
-    llama_model_desc(model, desc, sizeof desc);
-    mix(&size, sizeof size);
-    mix(&params, sizeof params);
-    mix(desc, std::strlen(desc));
-    std::ifstream f(path, std::ios::binary);
-    std::vector<char> block(64 * 1024);
-    f.read(block.data(), static_cast<std::streamsize>(block.size()));
-    mix(block.data(), static_cast<size_t>(f.gcount()));
-    f.clear();
-    f.seekg(size > block.size() ? static_cast<std::streamoff>(size - block.size()) : 0);
-    f.read(block.data(), static_cast<std::streamsize>(block.size()));
-    mix(block.data(), static_cast<size_t>(f.gcount()));
-    return h;
+        if (got == 0) break;
+        h.update(block.data(), static_cast<size_t>(got));
+    }
+    ::close(fd);
+    out = h.digest();
+    return true;
 }
 
 }  // namespace
 
-bool resolve_runtime_limits(const llama_model * model, RuntimeLimits & out, std::string & message) {
-    long ctx_override = 0;
-    long threads_override = 0;
-    if (!positive_env("ELIZA_N_CTX", 1L << 24, ctx_override, message) ||
-        !positive_env("ELIZA_N_THREADS", 1024, threads_override, message)) {
-        return false;
+bool read_settings(Settings & out, std::string & message) {
+    return positive_env("ELIZA_N_CTX", 1L << 24, out.n_ctx, message) &&
+           positive_env("ELIZA_N_THREADS", kMaxThreadOverride, out.n_threads, message);
+}
+
+int available_cpus() {
+#if defined(__linux__)
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        const int n = CPU_COUNT(&set);
+        if (n > 0) return n;
     }
+#endif
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+ThreadBudget & ThreadBudget::instance() {
+    static ThreadBudget * budget = new ThreadBudget();  // never destroyed: streams may outlive statics
+    return *budget;
+}
+
+void ThreadBudget::set_capacity(int n) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        capacity_ = std::max(1, n);
+    }
+    cv_.notify_all();
+}
+
+int ThreadBudget::capacity() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return capacity_;
+}
+
+void ThreadBudget::enter() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++active_;
+}
+
+void ThreadBudget::leave() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --active_;
+}
+
+int ThreadBudget::acquire(int want, const std::atomic<bool> & cancelled) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+        if (cancelled.load()) {
+            return 0;
+        }
+        const int share = capacity_ / std::max(1, active_);
+        const int free = capacity_ - in_use_;
+        if (want >= 2 && share >= 2 && free >= 2) {
+            // Several threads, only within free cores: every thread of the decode runs.
+            const int granted = std::min({want, share, free});
+            in_use_ += granted;
+            ++multi_;
+            return granted;
+        }
+        if (multi_ == 0 || free >= 1) {
+            in_use_ += 1;
+            return 1;
+        }
+        cv_.wait(lock);
+    }
+}
+
+void ThreadBudget::release(int n) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        in_use_ -= n;
+        if (n >= 2) --multi_;
+    }
+    cv_.notify_all();
+}
+
+void ThreadBudget::wake() {
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    cv_.notify_all();
+}
+
+bool resolve_runtime_limits(const llama_model * model, const Settings & settings, RuntimeLimits & out,
+                            std::string & message) {
+    (void) message;
     const int32_t trained = llama_model_n_ctx_train(model);
-    out.n_ctx = ctx_override > 0 ? static_cast<uint32_t>(ctx_override)
-                                 : std::min<uint32_t>(trained > 0 ? static_cast<uint32_t>(trained) : kMaxDefaultCtx,
-                                                      kMaxDefaultCtx);
-    const int32_t hw = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-    out.n_threads = threads_override > 0 ? static_cast<int32_t>(threads_override) : std::min(hw, kMaxDefaultThreads);
+    out.n_ctx = settings.n_ctx > 0 ? static_cast<uint32_t>(settings.n_ctx)
+                                   : std::min<uint32_t>(trained > 0 ? static_cast<uint32_t>(trained) : kMaxDefaultCtx,
+                                                        kMaxDefaultCtx);
+    const int cpus = available_cpus();
+    const int budget = settings.n_threads > 0 ? static_cast<int>(settings.n_threads) : cpus;
+    out.n_threads = settings.n_threads > 0 ? static_cast<int32_t>(settings.n_threads)
+                                           : std::min<int32_t>(cpus, kMaxPoolThreads);
+    ThreadBudget::instance().set_capacity(budget);
     return true;
 }
 
@@ -101,6 +186,11 @@ std::string token_piece(const llama_vocab * vocab, llama_token token) {
 }
 
 std::unique_ptr<EliInferenceContext> load_context(const char * bundle_dir, int & code, std::string & message) {
+    code = ELIZA_ERR_INVALID_ARG;
+    Settings settings;
+    if (!read_settings(settings, message)) {
+        return nullptr;
+    }
     code = ELIZA_ERR_BUNDLE_INVALID;
     std::error_code ec;
     const fs::path root(bundle_dir);
@@ -130,19 +220,21 @@ std::unique_ptr<EliInferenceContext> load_context(const char * bundle_dir, int &
     }
 
     ensure_backend_initialised();
-    clear_llama_error();
     llama_model_params mparams = llama_model_default_params();
     LlamaModelPtr model(llama_model_load_from_file(ggufs[0].string().c_str(), mparams));
     if (!model) {
-        const std::string why = last_llama_error();
+        const std::string why = llama_error_chain();
         message = "cannot load text model '" + ggufs[0].string() + "'" +
                   (why.empty() ? std::string(": not a valid GGUF model") : ": " + why);
         return nullptr;
     }
 
     auto ctx = std::make_unique<EliInferenceContext>();
-    if (!resolve_runtime_limits(model.get(), ctx->limits, message)) {
+    if (!resolve_runtime_limits(model.get(), settings, ctx->limits, message)) {
         code = ELIZA_ERR_INVALID_ARG;
+        return nullptr;
+    }
+    if (!model_identity(ggufs[0], ctx->model_id, message)) {
         return nullptr;
     }
     ctx->bundle_dir = root.string();
@@ -152,10 +244,16 @@ std::unique_ptr<EliInferenceContext> load_context(const char * bundle_dir, int &
     for (llama_token t = 0; t < ctx->n_vocab; ++t) {
         ctx->max_piece_bytes = std::max(ctx->max_piece_bytes, token_piece(ctx->vocab, t).size());
     }
-    ctx->model_id = model_identity(ggufs[0], model.get());
     ctx->model = std::move(model);
     code = ELIZA_OK;
     return ctx;
+}
+
+void destroy_context(EliInferenceContext * ctx) {
+    if (ctx == nullptr) return;
+    llama_model * model = ctx->model.release();
+    delete ctx;
+    llama_model_free(model);
 }
 
 }  // namespace eliza

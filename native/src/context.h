@@ -2,9 +2,12 @@
 // every stream opened on the context; each stream owns its llama_context.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "llama.h"
@@ -14,12 +17,58 @@ struct LlamaModelDeleter {
 };
 using LlamaModelPtr = std::unique_ptr<llama_model, LlamaModelDeleter>;
 
-// How big a stream's context is and how many threads decode it. The stream config has no
-// such fields, so they come from the model (see resolve_runtime_limits), with the
-// environment variables ELIZA_N_CTX and ELIZA_N_THREADS as overrides for benchmarking.
+namespace eliza {
+
+// Everything the library takes from the environment, read in one place
+// (read_settings, at each eliza_inference_create) and never in a hot path:
+//   ELIZA_N_CTX      context size of each stream (1 .. 2^24)
+//   ELIZA_N_THREADS  the process's decode thread budget (1 .. 512)
+// (ELIZA_LLM_BACKEND is read by the backend selector at each _open.)
+struct Settings {
+    long n_ctx = 0;      // 0: not set
+    long n_threads = 0;  // 0: not set
+};
+bool read_settings(Settings & out, std::string & message);
+
+// CPUs this process may run on (its affinity mask where the platform has one), >= 1.
+int available_cpus();
+
+// The decode thread budget shared by every stream of the process, so concurrent streams
+// share the cores instead of spinning against each other. ggml synchronises the threads of
+// one decode with spinning barriers, which collapse when its threads do not all run; a
+// single-threaded decode never spins. So a decode gets several threads — a fair share,
+// capacity / active streams, up to its pool — only when that many cores are free;
+// otherwise it runs on its calling thread alone, at once, unless a multi-threaded decode
+// holds every core (then it waits for that decode to end). A stream is active from its
+// first prefill until its final step, a failed step, reset, restore or close.
+class ThreadBudget {
+public:
+    static ThreadBudget & instance();
+    void set_capacity(int n);
+    int capacity() const;
+    void enter();  // a stream became active
+    void leave();  // it is no longer
+    // Threads granted (>= 1), or 0 when cancelled was set (checked before and while waiting).
+    int acquire(int want, const std::atomic<bool> & cancelled);
+    void release(int n);
+    // Wakes waiters so a cancelled one can give up.
+    void wake();
+
+private:
+    mutable std::mutex mutex_;
+    std::condition_variable cv_;
+    int capacity_ = 1;
+    int in_use_ = 0;  // threads of running decodes (single-threaded ones may exceed capacity_)
+    int active_ = 0;  // active streams
+    int multi_ = 0;   // running decodes with several threads
+};
+
+}  // namespace eliza
+
+// How big a stream's context is and how many threads one stream's decode may use.
 struct RuntimeLimits {
     uint32_t n_ctx = 0;
-    int32_t n_threads = 0;
+    int32_t n_threads = 0;  // the size of each stream's thread pool
 };
 
 struct EliInferenceContext {
@@ -30,7 +79,7 @@ struct EliInferenceContext {
     int32_t n_vocab = 0;
     RuntimeLimits limits;
     size_t max_piece_bytes = 0;  // longest text one token renders to
-    uint64_t model_id = 0;       // identifies the model file in slot files (see model_identity)
+    uint64_t model_id = 0;       // XXH64 of the whole model file (slot files carry it)
 };
 
 namespace eliza {
@@ -38,12 +87,16 @@ namespace eliza {
 // Loads <bundle_dir>/text/<one>.gguf. On failure returns nullptr and sets code/message.
 std::unique_ptr<EliInferenceContext> load_context(const char * bundle_dir, int & code, std::string & message);
 
-// n_ctx = min(model's training context, 4096); n_threads = min(hardware threads, 8).
-// ELIZA_N_CTX / ELIZA_N_THREADS (positive integers) override either; a malformed value is
-// an error rather than a silent default.
-bool resolve_runtime_limits(const llama_model * model, RuntimeLimits & out, std::string & message);
+// n_ctx = min(model's training context, 4096), or ELIZA_N_CTX.
+// Thread budget = available CPUs, or ELIZA_N_THREADS; a stream's pool = min(budget, 8).
+// Sets the process's ThreadBudget.
+bool resolve_runtime_limits(const llama_model * model, const Settings & settings, RuntimeLimits & out,
+                            std::string & message);
 
 // Renders one token as llama.cpp does for generated text (special tokens render empty).
 std::string token_piece(const llama_vocab * vocab, llama_token token);
+
+// Frees the context inside the caller's guard (llama_model_free may reach a ggml assert).
+void destroy_context(EliInferenceContext * ctx);
 
 }  // namespace eliza

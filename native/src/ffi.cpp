@@ -1,6 +1,8 @@
 // The C ABI. Every entry point validates its handles, runs inside guarded() so no C++
 // exception crosses the boundary, and reports failures as a status plus *out_error.
+#include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -17,6 +19,7 @@
 
 struct EliLlmStream {
     std::unique_ptr<LlmBackendSession> backend;  // non-null: an alternate runtime owns this stream
+    std::string backend_name;                    // its factory's name, for messages
     std::unique_ptr<LlamaStream> llama;          // in-tree llama.cpp path
 };
 
@@ -24,40 +27,61 @@ const char * llm_backend_context_bundle_dir(const EliInferenceContext * ctx) {
     return ctx ? ctx->bundle_dir.c_str() : nullptr;
 }
 
-static_assert(sizeof(eliza_llm_stream_config_t) == 64, "eliza_llm_stream_config_t is 64 bytes on LP64");
-static_assert(offsetof(eliza_llm_stream_config_t, max_tokens) == 0, "ABI offset");
-static_assert(offsetof(eliza_llm_stream_config_t, temperature) == 4, "ABI offset");
-static_assert(offsetof(eliza_llm_stream_config_t, top_p) == 8, "ABI offset");
-static_assert(offsetof(eliza_llm_stream_config_t, top_k) == 12, "ABI offset");
-static_assert(offsetof(eliza_llm_stream_config_t, repeat_penalty) == 16, "ABI offset");
-static_assert(offsetof(eliza_llm_stream_config_t, slot_id) == 20, "ABI offset");
-static_assert(offsetof(eliza_llm_stream_config_t, prompt_cache_key) == 24, "ABI offset");
-static_assert(offsetof(eliza_llm_stream_config_t, draft_min) == 32, "ABI offset");
-static_assert(offsetof(eliza_llm_stream_config_t, draft_max) == 36, "ABI offset");
-static_assert(offsetof(eliza_llm_stream_config_t, mtp_drafter_path) == 40, "ABI offset");
-static_assert(offsetof(eliza_llm_stream_config_t, gbnf_grammar) == 48, "ABI offset");
-static_assert(offsetof(eliza_llm_stream_config_t, disable_thinking) == 56, "ABI offset");
-
 namespace {
 
 using eliza::fail;
 
-// Runs body and turns any escaping exception into a status: the C ABI never throws.
-template <typename Body> int guarded(const char * fn, char ** out_error, Body && body) noexcept {
+// "<fn>: <what><detail>" into *out_error without C++ allocation: for catch blocks, which
+// must not throw. A message that does not fit is cut; a failed malloc leaves NULL.
+int fail_fixed(char ** out_error, int code, const char * fn, const char * what, const char * detail) noexcept {
+    if (out_error) {
+        std::free(*out_error);
+        char buf[1024];
+        const int n = std::snprintf(buf, sizeof buf, "%s: %s%s", fn, what, detail ? detail : "");
+        *out_error = n < 0 ? nullptr : eliza::dup_c_string(buf, std::min(sizeof buf - 1, static_cast<size_t>(n)));
+    }
+    return code;
+}
+
+// Runs body inside a CallScope (which collects llama.cpp's error lines and lets the ggml
+// abort hook unwind to here) and turns any escaping exception into a status: the C ABI
+// never throws. A ggml fatal error inside a stream's call poisons that stream.
+template <typename Body>
+int guarded(const char * fn, char ** out_error, Body && body, LlamaStream * stream = nullptr) noexcept {
     try {
+        eliza::CallScope scope;
         return body();
+    } catch (const eliza::GgmlFatal & e) {
+        if (stream) stream->poison();
+        return fail_fixed(out_error, ELIZA_ERR_FFI_FAULT, fn, "llama.cpp/ggml fatal error: ", e.what());
     } catch (const std::bad_alloc &) {
-        return fail(out_error, ELIZA_ERR_OOM, std::string(fn) + ": out of memory");
+        return fail_fixed(out_error, ELIZA_ERR_OOM, fn, "out of memory", nullptr);
     } catch (const std::exception & e) {
-        return fail(out_error, ELIZA_ERR_FFI_FAULT, std::string(fn) + ": " + e.what());
+        return fail_fixed(out_error, ELIZA_ERR_FFI_FAULT, fn, "unexpected C++ exception: ", e.what());
     } catch (...) {
-        return fail(out_error, ELIZA_ERR_FFI_FAULT, std::string(fn) + ": unknown exception");
+        return fail_fixed(out_error, ELIZA_ERR_FFI_FAULT, fn, "unknown exception", nullptr);
     }
 }
 
 // Prefixes a component's message with the entry point's name.
 int report(const char * fn, char ** out_error, int rc, const std::string & message) {
     return rc < 0 ? fail(out_error, rc, std::string(fn) + ": " + message) : rc;
+}
+
+// An alternate backend's status, its message prefixed with the entry point and backend
+// name; a failure without a message gets one, a success never carries one.
+int from_backend(const char * fn, const EliLlmStream & stream, int rc, char * backend_error, char ** out_error) {
+    const std::string why = backend_error ? backend_error : "";
+    std::free(backend_error);
+    if (rc >= 0) return rc;
+    return fail(out_error, rc,
+                std::string(fn) + ": backend '" + stream.backend_name + "': " +
+                    (why.empty() ? "failed with status " + std::to_string(rc) + " and gave no reason" : why));
+}
+
+int poisoned(const char * fn, char ** out_error) {
+    return fail(out_error, ELIZA_ERR_FFI_FAULT,
+                std::string(fn) + ": an earlier llama.cpp/ggml fatal error left this stream unusable; close it");
 }
 
 }  // namespace
@@ -91,7 +115,13 @@ EliInferenceContext * eliza_inference_create(const char * bundle_dir, char ** ou
     return result;
 }
 
-void eliza_inference_destroy(EliInferenceContext * ctx) { delete ctx; }
+void eliza_inference_destroy(EliInferenceContext * ctx) {
+    if (ctx == nullptr) return;
+    guarded("eliza_inference_destroy", nullptr, [&] {
+        eliza::destroy_context(ctx);
+        return ELIZA_OK;
+    });
+}
 
 int eliza_inference_tokenize_supported(void) { return 1; }
 
@@ -189,6 +219,10 @@ EliLlmStream * eliza_inference_llm_stream_open(EliInferenceContext * ctx, const 
         if (ctx == nullptr || cfg == nullptr) {
             return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string(fn) + ": ctx and cfg must be non-NULL");
         }
+        std::string message;
+        if (!eliza::validate_config(*cfg, message)) {
+            return report(fn, out_error, ELIZA_ERR_INVALID_ARG, message);
+        }
         auto stream = std::make_unique<EliLlmStream>();
         llm_backend_register_builtins();
         char * select_error = nullptr;
@@ -200,19 +234,18 @@ EliLlmStream * eliza_inference_llm_stream_open(EliInferenceContext * ctx, const 
         }
         if (factory != nullptr) {
             char * open_error = nullptr;
+            stream->backend_name = factory->name();
             stream->backend.reset(factory->open(ctx, cfg, &open_error));
-            if (!stream->backend) {
-                const std::string why = open_error ? open_error : "it returned no session and no reason";
-                std::free(open_error);
-                return fail(out_error, ELIZA_ERR_NOT_IMPLEMENTED,
-                            std::string(fn) + ": backend '" + factory->name() + "' could not open: " + why);
-            }
+            const std::string why = open_error ? open_error : "it returned no session and no reason";
             std::free(open_error);
+            if (!stream->backend) {
+                return fail(out_error, ELIZA_ERR_NOT_IMPLEMENTED,
+                            std::string(fn) + ": backend '" + stream->backend_name + "' could not open: " + why);
+            }
             result = stream.release();
             return ELIZA_OK;
         }
         int code = ELIZA_OK;
-        std::string message;
         stream->llama = LlamaStream::open(*ctx, *cfg, code, message);
         if (!stream->llama) {
             return report(fn, out_error, code, message);
@@ -225,15 +258,20 @@ EliLlmStream * eliza_inference_llm_stream_open(EliInferenceContext * ctx, const 
 
 int eliza_inference_llm_stream_prefill(EliLlmStream * stream, const int32_t * token_ids, size_t n, char ** out_error) {
     if (out_error) *out_error = nullptr;
-    return guarded("eliza_inference_llm_stream_prefill", out_error, [&] {
-        const char * fn = "eliza_inference_llm_stream_prefill";
+    const char * fn = "eliza_inference_llm_stream_prefill";
+    return guarded(fn, out_error, [&] {
         if (stream == nullptr) {
             return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string(fn) + ": stream is NULL");
         }
-        if (stream->backend) return stream->backend->prefill(token_ids, n, out_error);
+        if (stream->backend) {
+            char * err = nullptr;
+            const int rc = stream->backend->prefill(token_ids, n, &err);
+            return from_backend(fn, *stream, rc, err, out_error);
+        }
+        if (stream->llama->poisoned()) return poisoned(fn, out_error);
         std::string message;
         return report(fn, out_error, stream->llama->prefill(token_ids, n, message), message);
-    });
+    }, stream ? stream->llama.get() : nullptr);
 }
 
 int eliza_inference_llm_stream_next(EliLlmStream * stream, int32_t * tokens_out, size_t tokens_cap,
@@ -242,8 +280,8 @@ int eliza_inference_llm_stream_next(EliLlmStream * stream, int32_t * tokens_out,
     if (out_error) *out_error = nullptr;
     if (drafter_drafted_out) *drafter_drafted_out = 0;
     if (drafter_accepted_out) *drafter_accepted_out = 0;
-    return guarded("eliza_inference_llm_stream_next", out_error, [&] {
-        const char * fn = "eliza_inference_llm_stream_next";
+    const char * fn = "eliza_inference_llm_stream_next";
+    return guarded(fn, out_error, [&] {
         if (stream == nullptr || tokens_out == nullptr || num_tokens_out == nullptr || text_out == nullptr) {
             return fail(out_error, ELIZA_ERR_INVALID_ARG,
                         std::string(fn) + ": stream, tokens_out, num_tokens_out and text_out must be non-NULL");
@@ -251,70 +289,88 @@ int eliza_inference_llm_stream_next(EliLlmStream * stream, int32_t * tokens_out,
         *num_tokens_out = 0;
         if (text_cap > 0) text_out[0] = '\0';
         if (stream->backend) {
-            return stream->backend->next(tokens_out, tokens_cap, num_tokens_out, text_out, text_cap,
-                                         drafter_drafted_out, drafter_accepted_out, out_error);
+            char * err = nullptr;
+            const int rc = stream->backend->next(tokens_out, tokens_cap, num_tokens_out, text_out, text_cap,
+                                                 drafter_drafted_out, drafter_accepted_out, &err);
+            return from_backend(fn, *stream, rc, err, out_error);
         }
+        if (stream->llama->poisoned()) return poisoned(fn, out_error);
         std::string message;
         const StepBuffers out{tokens_out, tokens_cap, num_tokens_out, text_out, text_cap};
         return report(fn, out_error, stream->llama->next(out, message), message);
-    });
+    }, stream ? stream->llama.get() : nullptr);
 }
 
 int eliza_inference_llm_stream_cancel(EliLlmStream * stream) {
     if (stream == nullptr) return ELIZA_ERR_INVALID_ARG;
-    if (stream->backend) {
-        try {
-            return stream->backend->cancel();
-        } catch (...) {
-            return ELIZA_ERR_FFI_FAULT;
-        }
-    }
-    stream->llama->cancel();
-    return ELIZA_OK;
+    return guarded("eliza_inference_llm_stream_cancel", nullptr, [&] {
+        if (stream->backend) return stream->backend->cancel();
+        stream->llama->cancel();
+        return ELIZA_OK;
+    });
 }
 
 int eliza_inference_llm_stream_reset(EliLlmStream * stream) {
     if (stream == nullptr) return ELIZA_ERR_INVALID_ARG;
     return guarded("eliza_inference_llm_stream_reset", nullptr, [&] {
         if (stream->backend) return stream->backend->reset();
+        if (stream->llama->poisoned()) return ELIZA_ERR_FFI_FAULT;
         return stream->llama->reset();
-    });
+    }, stream ? stream->llama.get() : nullptr);
 }
 
 int eliza_inference_llm_stream_reset_keep(EliLlmStream * stream, int32_t n_keep) {
     if (stream == nullptr) return ELIZA_ERR_INVALID_ARG;
     return guarded("eliza_inference_llm_stream_reset_keep", nullptr, [&] {
         if (stream->backend) return stream->backend->reset_keep(n_keep);
+        if (stream->llama->poisoned()) return ELIZA_ERR_FFI_FAULT;
         return stream->llama->reset_keep(n_keep);
-    });
+    }, stream ? stream->llama.get() : nullptr);
 }
 
 int eliza_inference_llm_stream_save_slot(EliLlmStream * stream, const char * filename, char ** out_error) {
     if (out_error) *out_error = nullptr;
-    return guarded("eliza_inference_llm_stream_save_slot", out_error, [&] {
-        const char * fn = "eliza_inference_llm_stream_save_slot";
+    const char * fn = "eliza_inference_llm_stream_save_slot";
+    return guarded(fn, out_error, [&] {
         if (stream == nullptr) {
             return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string(fn) + ": stream is NULL");
         }
-        if (stream->backend) return stream->backend->save_slot(filename, out_error);
+        if (stream->backend) {
+            char * err = nullptr;
+            const int rc = stream->backend->save_slot(filename, &err);
+            return from_backend(fn, *stream, rc, err, out_error);
+        }
+        if (stream->llama->poisoned()) return poisoned(fn, out_error);
         std::string message;
         return report(fn, out_error, stream->llama->save_slot(filename, message), message);
-    });
+    }, stream ? stream->llama.get() : nullptr);
 }
 
 int eliza_inference_llm_stream_restore_slot(EliLlmStream * stream, const char * filename, char ** out_error) {
     if (out_error) *out_error = nullptr;
-    return guarded("eliza_inference_llm_stream_restore_slot", out_error, [&] {
-        const char * fn = "eliza_inference_llm_stream_restore_slot";
+    const char * fn = "eliza_inference_llm_stream_restore_slot";
+    return guarded(fn, out_error, [&] {
         if (stream == nullptr) {
             return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string(fn) + ": stream is NULL");
         }
-        if (stream->backend) return stream->backend->restore_slot(filename, out_error);
+        if (stream->backend) {
+            char * err = nullptr;
+            const int rc = stream->backend->restore_slot(filename, &err);
+            return from_backend(fn, *stream, rc, err, out_error);
+        }
+        if (stream->llama->poisoned()) return poisoned(fn, out_error);
         std::string message;
         return report(fn, out_error, stream->llama->restore_slot(filename, message), message);
-    });
+    }, stream ? stream->llama.get() : nullptr);
 }
 
-void eliza_inference_llm_stream_close(EliLlmStream * stream) { delete stream; }
+void eliza_inference_llm_stream_close(EliLlmStream * stream) {
+    if (stream == nullptr) return;
+    guarded("eliza_inference_llm_stream_close", nullptr, [&] {
+        if (stream->llama) stream->llama->shutdown();
+        delete stream;
+        return ELIZA_OK;
+    });
+}
 
 }  // extern "C"

@@ -1,5 +1,6 @@
-// The in-tree llama.cpp generation path: one llama_context and sampler chain per stream.
-// The FFI functions delegate here; alternate runtimes (the seam) sit above, never inside.
+// The in-tree llama.cpp generation path: one llama_context, sampler chain and ggml thread
+// pool per stream. The FFI functions delegate here; alternate runtimes (the seam) sit
+// above, never inside.
 #pragma once
 
 #include <atomic>
@@ -11,6 +12,7 @@
 
 #include "context.h"
 #include "eliza-inference-ffi.h"
+#include "ggml-cpu.h"
 #include "llama.h"
 
 struct LlamaContextDeleter {
@@ -19,6 +21,10 @@ struct LlamaContextDeleter {
 struct LlamaSamplerDeleter {
     void operator()(llama_sampler * s) const { llama_sampler_free(s); }
 };
+struct ThreadpoolDeleter {
+    void operator()(ggml_threadpool * p) const { ggml_threadpool_free(p); }
+};
+using SamplerPtr = std::unique_ptr<llama_sampler, LlamaSamplerDeleter>;
 
 // Where one _next step writes its results (the caller's buffers).
 struct StepBuffers {
@@ -29,15 +35,22 @@ struct StepBuffers {
     size_t text_cap;
 };
 
+namespace eliza {
+// Refuses NaN/infinite floats and out-of-range values, naming the field. Both the
+// llama.cpp path and the alternate backends get only configs that pass.
+bool validate_config(const eliza_llm_stream_config_t & cfg, std::string & message);
+}  // namespace eliza
+
 class LlamaStream {
 public:
     // nullptr + code/message on failure.
     static std::unique_ptr<LlamaStream> open(const EliInferenceContext & ctx, const eliza_llm_stream_config_t & cfg,
                                              int & code, std::string & message);
+    ~LlamaStream();
 
     int prefill(const int32_t * token_ids, size_t n, std::string & message);
     int next(const StepBuffers & out, std::string & message);
-    void cancel() { cancelled_.store(true); }
+    void cancel();
     int reset();
     int reset_keep(int32_t n_keep);
     int save_slot(const char * filename, std::string & message);
@@ -46,24 +59,44 @@ public:
     // Bytes a text_out buffer needs for any one step (longest piece + held-back bytes + NUL).
     size_t text_bytes_needed() const;
 
+    // A ggml fatal error unwound out of one of this stream's llama.cpp calls: its context
+    // and thread pool may be in any state (workers stuck at a barrier), so every later call
+    // fails and closing the stream leaks them instead of touching them.
+    void poison() { poisoned_ = true; }
+    bool poisoned() const { return poisoned_; }
+    // Frees the llama.cpp objects now (inside the caller's guard); the destructor then has
+    // nothing left to free.
+    void shutdown();
+
 private:
     LlamaStream(const EliInferenceContext & ctx, const eliza_llm_stream_config_t & cfg);
-    bool build_sampler(std::string & message);
+    SamplerPtr make_sampler(std::string & message) const;
     int decode(const llama_token * tokens, size_t n, std::string & message);
-    llama_token sample(const float * logits);
+    llama_token choose(const float * logits);
+    void accept(llama_token token);
+    // Puts the cache back to its first keep tokens after a failed evaluation.
+    void roll_back(size_t keep, std::string & message);
+    void clear_state();  // reset() without touching the cancel flag
+    void set_active(bool active);  // counts the stream in the thread budget's fair share
     // Splits pending_ + piece into what can be emitted now and an incomplete UTF-8 tail.
     std::string take_complete_utf8(const std::string & piece, bool flush);
     int finish_step(const StepBuffers & out, const std::string & text, size_t n_tokens, int result);
+    uint64_t max_state_bytes() const;
 
     const EliInferenceContext & ctx_;
     eliza_llm_stream_config_t cfg_;
+    std::unique_ptr<ggml_threadpool, ThreadpoolDeleter> pool_;  // null when one thread decodes
     std::unique_ptr<llama_context, LlamaContextDeleter> lctx_;
-    std::unique_ptr<llama_sampler, LlamaSamplerDeleter> sampler_;
+    SamplerPtr sampler_;
+    int pool_threads_ = 1;               // threads of pool_ (1: no pool)
+    int attached_threads_ = 0;           // threads the context was last set to use
     std::atomic<bool> cancelled_{false};
+    bool poisoned_ = false;
+    bool active_ = false;
     std::vector<llama_token> history_;   // every token held in the KV cache, in order
     std::vector<float> restored_logits_; // logits restored from a slot file, used once
     std::vector<llama_token_data> candidates_;  // sampling scratch, reused across steps
-    std::vector<llama_token> accepted_;         // tokens the sampler has accepted since its last reset
+    std::vector<llama_token> accepted_;         // the sampler's last accepted tokens (<= its penalty window)
     std::string pending_;                // bytes of an incomplete UTF-8 character
     int32_t generated_ = 0;              // tokens generated since the last prefill
     bool have_logits_ = false;

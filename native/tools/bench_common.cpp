@@ -2,11 +2,13 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 namespace bench {
 
@@ -162,8 +164,9 @@ bool parse_options(int argc, char ** argv, const char * tool, bool needs_library
     auto usage = [&](const std::string & why) {
         std::fprintf(stderr, "%s: %s\nusage: %s --bundle DIR --prompts FILE [--out FILE|-]%s [--cell ID]\n"
                              "       [--max-tokens N] [--repeats N] [--temperature T] [--top-k K] [--top-p P]\n"
-                             "       [--repeat-penalty R] [--seed S]\n",
-                     tool, why.c_str(), tool, needs_library ? " --library PATH" : "");
+                             "       [--repeat-penalty R] [--seed S]%s\n",
+                     tool, why.c_str(), tool, needs_library ? " --library PATH" : "",
+                     needs_library ? " [--streams N,N,...]" : "");
         return false;
     };
     for (int i = 1; i < argc; ++i) {
@@ -183,6 +186,16 @@ bool parse_options(int argc, char ** argv, const char * tool, bool needs_library
             else if (flag == "--top-p") opt.top_p = std::stof(value);
             else if (flag == "--repeat-penalty") opt.repeat_penalty = std::stof(value);
             else if (flag == "--seed") opt.seed = std::stoi(value);
+            else if (flag == "--streams" && needs_library) {
+                opt.streams.clear();
+                for (size_t at = 0; at <= value.size();) {
+                    const size_t comma = std::min(value.find(',', at), value.size());
+                    const int n = std::stoi(value.substr(at, comma - at));
+                    if (n < 1 || n > 64) throw std::out_of_range("streams");
+                    opt.streams.push_back(n);
+                    at = comma + 1;
+                }
+            }
             else return usage("unknown option " + flag);
         } catch (const std::exception &) {
             return usage("bad value '" + value + "' for " + flag);

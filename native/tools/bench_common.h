@@ -34,6 +34,9 @@ struct Options {
     int top_k = 0;
     float repeat_penalty = 1.0f;
     int seed = 0;
+    // e2e_loop_bench only: "1,2,4" runs the concurrent-streams measurement instead (see
+    // e2e_loop_bench.cpp); repeats is then the number of interleaved rounds.
+    std::vector<int> streams;
 };
 
 // Parses --flag value pairs; on error prints usage to stderr and returns false.

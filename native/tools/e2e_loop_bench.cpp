@@ -2,12 +2,16 @@
 // close — over a prompt file, and writes one JSON record per prompt (see bench_common.h).
 // The library is loaded with dlopen from --library, so one bench binary measures any
 // build of libelizainference, including a baseline built from an older commit.
+// With --streams it measures concurrent streams instead (see run_concurrent).
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_common.h"
@@ -58,6 +62,201 @@ int report(const Api & api, const char * what, char * error) {
     return 1;
 }
 
+// --- concurrent streams ------------------------------------------------------------------
+// --streams 1,2,4: one context per stream (its own eliza_inference_create), prompts
+// assigned round-robin. Every stream first runs alone: its serial output. Then --repeats
+// rounds; each round runs every N of the list once, in an order rotated from round to round
+// so no N always runs first, with N streams started together on N threads. A run's
+// aggregate tok/s is the tokens all its streams generated over the wall time from the
+// common start to the last stream's end (prefill included; streams are opened before and
+// closed after). Each stream's tokens must equal its serial run.
+
+struct StreamRun {
+    std::vector<int32_t> tokens;
+    double t_end = 0;
+    std::string error;
+};
+
+void generate(const Api & api, EliLlmStream * stream, const std::vector<int32_t> & prompt, StreamRun & out) {
+    char * err = nullptr;
+    if (api.prefill(stream, prompt.data(), prompt.size(), &err) < 0) {
+        out.error = std::string("prefill: ") + (err ? err : "?");
+        api.free_string(err);
+        return;
+    }
+    std::vector<int32_t> step(16);
+    std::vector<char> text(1 << 16);
+    for (int status = 0; status == 0;) {
+        size_t n = 0;
+        status = api.next(stream, step.data(), step.size(), &n, text.data(), text.size(), nullptr, nullptr, &err);
+        if (status < 0) {
+            out.error = std::string("next: ") + (err ? err : "?");
+            api.free_string(err);
+            return;
+        }
+        out.tokens.insert(out.tokens.end(), step.begin(), step.begin() + static_cast<long>(n));
+    }
+}
+
+double percentile(std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    if (v.empty()) return 0;
+    const double pos = q * static_cast<double>(v.size() - 1);
+    const size_t lo = static_cast<size_t>(pos);
+    const size_t hi = std::min(lo + 1, v.size() - 1);
+    return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+int run_concurrent(const Api & api, const bench::Options & opt, const std::vector<std::string> & prompts,
+                   const std::string & identity, FILE * out) {
+    const int n_max = *std::max_element(opt.streams.begin(), opt.streams.end());
+    std::vector<EliInferenceContext *> contexts;
+    std::vector<std::vector<int32_t>> inputs;
+    char * err = nullptr;
+    int rc = 0;
+    for (int i = 0; i < n_max && rc == 0; ++i) {
+        EliInferenceContext * ctx = api.create(opt.bundle.c_str(), &err);
+        if (!ctx) {
+            rc = report(api, "eliza_inference_create", err);
+            break;
+        }
+        contexts.push_back(ctx);
+        const std::string & prompt = prompts[static_cast<size_t>(i) % prompts.size()];
+        int * raw = nullptr;
+        size_t n_raw = 0;
+        if (api.tokenize(ctx, prompt.data(), prompt.size(), 1, 0, &raw, &n_raw, &err) < 0) {
+            rc = report(api, "eliza_inference_tokenize", err);
+            break;
+        }
+        inputs.emplace_back(raw, raw + n_raw);
+        api.free_tokens(raw);
+    }
+    eliza_llm_stream_config_t cfg{};
+    cfg.max_tokens = opt.max_tokens;
+    cfg.temperature = 0.0f;  // greedy: outputs comparable with the serial runs
+    cfg.top_p = 1.0f;
+    cfg.repeat_penalty = opt.repeat_penalty;
+
+    // Runs n streams at once; false on an error (reported).
+    auto run = [&](int n, std::vector<StreamRun> & results, double & seconds) {
+        std::vector<EliLlmStream *> streams;
+        for (int i = 0; i < n; ++i) {
+            EliLlmStream * s = api.open(contexts[static_cast<size_t>(i)], &cfg, &err);
+            if (!s) {
+                report(api, "eliza_inference_llm_stream_open", err);
+                for (EliLlmStream * o : streams) api.close(o);
+                return false;
+            }
+            streams.push_back(s);
+        }
+        results.assign(static_cast<size_t>(n), StreamRun{});
+        std::promise<void> go;
+        std::shared_future<void> start = go.get_future().share();
+        std::vector<std::thread> threads;
+        for (int i = 0; i < n; ++i) {
+            threads.emplace_back([&, i] {
+                start.wait();
+                generate(api, streams[static_cast<size_t>(i)], inputs[static_cast<size_t>(i)],
+                         results[static_cast<size_t>(i)]);
+                results[static_cast<size_t>(i)].t_end = bench::now_ms();
+            });
+        }
+        const double t0 = bench::now_ms();
+        go.set_value();
+        for (std::thread & t : threads) t.join();
+        double t_end = t0;
+        bool ok = true;
+        for (const StreamRun & r : results) {
+            t_end = std::max(t_end, r.t_end);
+            if (!r.error.empty()) {
+                std::fprintf(stderr, "e2e_loop_bench: a concurrent stream failed: %s\n", r.error.c_str());
+                ok = false;
+            }
+        }
+        for (EliLlmStream * s : streams) api.close(s);
+        seconds = (t_end - t0) / 1000.0;
+        return ok;
+    };
+
+    std::vector<std::vector<int32_t>> serial(static_cast<size_t>(n_max));
+    if (rc == 0) {
+        std::fprintf(out,
+                     "{\"type\": \"concurrent-header\", \"format\": \"eliza-concurrent/1\", \"cell\": %s, "
+                     "\"bundle\": %s, \"max_tokens\": %d, \"rounds\": %d, \"streams\": [",
+                     bench::json_string(opt.cell).c_str(), bench::json_string(opt.bundle).c_str(), opt.max_tokens,
+                     opt.repeats);
+        for (size_t i = 0; i < opt.streams.size(); ++i) std::fprintf(out, "%s%d", i ? ", " : "", opt.streams[i]);
+        const char * budget = std::getenv("ELIZA_N_THREADS");
+        std::fprintf(out, "], \"eliza_n_threads\": %s, \"build\": %s}\n",
+                     budget ? bench::json_string(budget).c_str() : "null", identity.c_str());
+    }
+    for (int i = 0; i < n_max && rc == 0; ++i) {
+        // Serial reference: stream i alone, on its own context.
+        std::vector<StreamRun> one;
+        double seconds = 0;
+        std::swap(contexts[0], contexts[static_cast<size_t>(i)]);
+        std::swap(inputs[0], inputs[static_cast<size_t>(i)]);
+        const bool ok = run(1, one, seconds);
+        std::swap(contexts[0], contexts[static_cast<size_t>(i)]);
+        std::swap(inputs[0], inputs[static_cast<size_t>(i)]);
+        if (!ok) {
+            rc = 1;
+            break;
+        }
+        serial[static_cast<size_t>(i)] = one[0].tokens;
+        std::string toks;
+        for (size_t k = 0; k < one[0].tokens.size(); ++k) toks += (k ? ", " : "") + std::to_string(one[0].tokens[k]);
+        std::fprintf(out, "{\"type\": \"serial\", \"stream\": %d, \"tokens\": [%s], \"seconds\": %.6f}\n", i,
+                     toks.c_str(), seconds);
+    }
+    std::vector<std::vector<double>> tok_s(opt.streams.size());
+    std::vector<bool> identical(opt.streams.size(), true);
+    for (int round = 0; round < opt.repeats && rc == 0; ++round) {
+        for (size_t k = 0; k < opt.streams.size() && rc == 0; ++k) {
+            const size_t which = (k + static_cast<size_t>(round)) % opt.streams.size();
+            const int n = opt.streams[which];
+            std::vector<StreamRun> results;
+            double seconds = 0;
+            if (!run(n, results, seconds)) {
+                rc = 1;
+                break;
+            }
+            size_t total = 0;
+            bool same = true;
+            for (int i = 0; i < n; ++i) {
+                total += results[static_cast<size_t>(i)].tokens.size();
+                same = same && results[static_cast<size_t>(i)].tokens == serial[static_cast<size_t>(i)];
+            }
+            identical[which] = identical[which] && same;
+            const double rate = seconds > 0 ? static_cast<double>(total) / seconds : 0.0;
+            tok_s[which].push_back(rate);
+            std::fprintf(out,
+                         "{\"type\": \"run\", \"round\": %d, \"streams\": %d, \"tokens\": %zu, "
+                         "\"seconds\": %.6f, \"tok_s\": %.3f, \"identical\": %s}\n",
+                         round, n, total, seconds, rate, same ? "true" : "false");
+        }
+    }
+    if (rc == 0) {
+        double single = 0;
+        for (size_t k = 0; k < opt.streams.size(); ++k) {
+            if (opt.streams[k] == 1) single = percentile(tok_s[k], 0.5);
+        }
+        for (size_t k = 0; k < opt.streams.size(); ++k) {
+            const double median = percentile(tok_s[k], 0.5);
+            std::fprintf(out,
+                         "{\"type\": \"summary\", \"streams\": %d, \"median_tok_s\": %.3f, \"min_tok_s\": %.3f, "
+                         "\"q1_tok_s\": %.3f, \"q3_tok_s\": %.3f, \"max_tok_s\": %.3f, \"ratio_to_one\": %s, "
+                         "\"identical_to_serial\": %s}\n",
+                         opt.streams[k], median, percentile(tok_s[k], 0.0), percentile(tok_s[k], 0.25),
+                         percentile(tok_s[k], 0.75), percentile(tok_s[k], 1.0),
+                         single > 0 ? std::to_string(median / single).c_str() : "null",
+                         identical[k] ? "true" : "false");
+        }
+    }
+    for (EliInferenceContext * ctx : contexts) api.destroy(ctx);
+    return rc;
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -77,10 +276,6 @@ int main(int argc, char ** argv) {
         return 1;
     }
 
-    char * err = nullptr;
-    EliInferenceContext * ctx = api.create(opt.bundle.c_str(), &err);
-    if (!ctx) return report(api, "eliza_inference_create", err);
-
     const std::string dir = opt.library.substr(0, opt.library.find_last_of('/') + 1);
     const std::string info = bench::read_file(dir + "build-info.json");
     const std::string identity = "{\"library\": " + bench::json_string(opt.library) + ", \"library_sha256\": " +
@@ -90,8 +285,19 @@ int main(int argc, char ** argv) {
     FILE * out = opt.out == "-" ? stdout : std::fopen(opt.out.c_str(), "w");
     if (!out) {
         std::fprintf(stderr, "e2e_loop_bench: cannot write '%s'\n", opt.out.c_str());
-        api.destroy(ctx);
         return 2;
+    }
+    if (!opt.streams.empty()) {
+        const int rc = run_concurrent(api, opt, prompts, identity, out);
+        if (out != stdout) std::fclose(out);
+        return rc;
+    }
+
+    char * err = nullptr;
+    EliInferenceContext * ctx = api.create(opt.bundle.c_str(), &err);
+    if (!ctx) {
+        if (out != stdout) std::fclose(out);
+        return report(api, "eliza_inference_create", err);
     }
     bench::write_header(out, "e2e_loop_bench", opt, identity);
 

@@ -2,10 +2,14 @@
 // no C ABI, no seam — with the same context rule and sampler chain as the library, writing
 // the same records as e2e_loop_bench so the diff engine can compare them byte for byte.
 #include <unistd.h>
+#if defined(__linux__)
+#include <sched.h>
+#endif
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,7 +27,7 @@ int fail(const std::string & message) {
 }
 
 // The library's rule (native/src/context.cpp): min(training context, 4096) and
-// min(hardware threads, 8), with ELIZA_N_CTX / ELIZA_N_THREADS overrides.
+// min(available CPUs, 8) threads for one stream, with ELIZA_N_CTX / ELIZA_N_THREADS overrides.
 uint32_t context_size(const llama_model * model) {
     if (const char * v = std::getenv("ELIZA_N_CTX"); v && *v) return static_cast<uint32_t>(std::atol(v));
     const int32_t trained = llama_model_n_ctx_train(model);
@@ -32,7 +36,13 @@ uint32_t context_size(const llama_model * model) {
 
 int32_t thread_count() {
     if (const char * v = std::getenv("ELIZA_N_THREADS"); v && *v) return std::atoi(v);
-    return std::min<int32_t>(static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())), 8);
+    int32_t cpus = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+#if defined(__linux__)
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) cpus = CPU_COUNT(&set);
+#endif
+    return std::min<int32_t>(cpus, 8);
 }
 
 llama_sampler * make_sampler(const bench::Options & opt, int32_t n_vocab) {
@@ -65,16 +75,15 @@ bool decode_all(llama_context * lctx, const std::vector<llama_token> & tokens) {
 }
 
 std::string model_path(const std::string & bundle) {
-    // The bundle layout of the library: exactly one text/*.gguf; the runner takes the first.
-    const std::string cmd = "ls -1 '" + bundle + "'/text/*.gguf 2>/dev/null";
-    std::string out;
-    if (FILE * p = popen(cmd.c_str(), "r")) {
-        char buf[4096];
-        if (std::fgets(buf, sizeof buf, p)) out = buf;
-        pclose(p);
+    // The bundle layout of the library: exactly one text/*.gguf; the runner takes the first
+    // by name. Listed directly: no shell ever sees the bundle path.
+    std::error_code ec;
+    std::vector<std::string> found;
+    for (const auto & entry : std::filesystem::directory_iterator(std::filesystem::path(bundle) / "text", ec)) {
+        if (entry.path().extension() == ".gguf" && entry.is_regular_file(ec)) found.push_back(entry.path().string());
     }
-    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-    return out;
+    std::sort(found.begin(), found.end());
+    return found.empty() ? std::string() : found.front();
 }
 
 }  // namespace

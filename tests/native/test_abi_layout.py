@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import ctypes
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from eliza.adapters.abi_tools import exported_symbols
 from eliza.adapters.ffi import StreamConfig
+from eliza.core.c_abi import header_functions
 from eliza.core.layout import REPO_ROOT
 
 HEADER = REPO_ROOT / "native" / "include" / "eliza-inference-ffi.h"
@@ -27,19 +32,58 @@ def test_config_layout_matches_the_header() -> None:
         assert getattr(StreamConfig, name).offset == offset, name
 
 
-def test_config_layout_static_asserts_match_the_header() -> None:
-    source = (REPO_ROOT / "native" / "src" / "ffi.cpp").read_text()
-    asserted = dict(re.findall(r"offsetof\(eliza_llm_stream_config_t, (\w+)\) == (\d+)", source))
-    assert {k: int(v) for k, v in asserted.items()} == documented_offsets()
+def asserted_layouts() -> dict[str, dict[str, int]]:
+    """The header's ELIZA_LAYOUT_ASSERT offsets, per data model ("LP64", "ILP32")."""
+    found: dict[str, dict[str, int]] = {}
+    for field, offset, model in re.findall(
+        r"ELIZA_LAYOUT_ASSERT\(offsetof\(eliza_llm_stream_config_t, (\w+)\) == (\d+), \"(\w+) offset\"\)",
+        HEADER.read_text(),
+    ):
+        found.setdefault(model, {})[field] = int(offset)
+    return found
+
+
+def documented_ilp32_offsets() -> dict[str, int]:
+    text = " ".join(HEADER.read_text().split())
+    table = re.search(r"ILP32 offsets ([^.]*)\.", text)
+    assert table, "the header documents no ILP32 offsets"
+    return {name: int(offset) for name, offset in re.findall(r"(\w+) (\d+)", table.group(1))}
+
+
+def test_config_layout_asserts_match_the_header() -> None:
+    asserted = asserted_layouts()
+    assert asserted["LP64"] == documented_offsets()
+    assert asserted["ILP32"] == documented_ilp32_offsets()
+    assert list(asserted["ILP32"]) == [name for name, _ in StreamConfig._fields_]
+    source = HEADER.read_text()
     assert "sizeof(eliza_llm_stream_config_t) == 64" in source
+    assert "sizeof(eliza_llm_stream_config_t) == 48" in source
+
+
+@pytest.mark.parametrize("bits", [32, 64])
+@pytest.mark.parametrize("lang", ["c", "c++"])
+def test_header_layout_asserts_hold_per_data_model(bits: int, lang: str, tmp_path: Path) -> None:
+    """The header alone compiles for 32- and 64-bit pointers (a 32-bit Android build
+    included): the layout assertion is per data model, not LP64's everywhere."""
+    compiler = shutil.which("gcc" if lang == "c" else "g++")
+    if compiler is None:
+        pytest.skip(f"no {lang} compiler")
+    std = "-std=c11" if lang == "c" else "-std=c++17"
+    src = tmp_path / ("t.c" if lang == "c" else "t.cpp")
+    src.write_text(f'#include "{HEADER}"\nint probe[sizeof(void *) == {bits // 8} ? 1 : -1];\n')
+    result = subprocess.run(
+        [compiler, f"-m{bits}", "-ffreestanding", std, "-fsyntax-only", str(src)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0 and "assert" not in result.stderr and "probe" not in result.stderr:
+        pytest.skip(f"{compiler} -m{bits} cannot compile here: {result.stderr.strip()[:200]}")
+    assert result.returncode == 0, result.stderr
 
 
 def test_only_the_c_abi_is_exported(library_path: Path) -> None:
-    out = subprocess.run(
-        ["nm", "-D", "--defined-only", str(library_path)], check=True, capture_output=True, text=True
-    ).stdout
-    symbols = [line.split()[-1] for line in out.splitlines() if line.strip()]
+    symbols = exported_symbols(library_path)
     assert symbols, "nm listed nothing"
     assert [s for s in symbols if not s.startswith("eliza_inference_")] == []
-    header_functions = set(re.findall(r"ELIZA_API [^;]*?\b(eliza_inference_\w+)\(", HEADER.read_text()))
-    assert set(symbols) == header_functions
+    assert set(symbols) == header_functions(HEADER.read_text())

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from eliza.adapters.ffi import ERR_CANCELLED, Context, ElizaError, Library, greedy_config
+from eliza.adapters.ffi import (
+    ERR_CANCELLED,
+    Context,
+    ElizaError,
+    Library,
+    expected_abi_version,
+    greedy_config,
+)
 from eliza.formats.tiny_gguf import PLANTED_CHAIN
 
 PROMPTS = ["Hello world, this is", "Once upon a time there was", "naïve café — 東京 and", "The price"]
@@ -23,7 +30,7 @@ def generate(ctx: Context, prompt: str, max_tokens: int = 24) -> tuple[list[int]
 
 
 def test_abi_version_and_support_flags(lib: Library) -> None:
-    assert lib.lib.eliza_inference_abi_version() == b"9"
+    assert lib.lib.eliza_inference_abi_version() == expected_abi_version().encode()
     assert lib.lib.eliza_inference_tokenize_supported() == 1
     assert lib.lib.eliza_inference_llm_stream_supported() == 1
 
