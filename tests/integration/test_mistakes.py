@@ -126,6 +126,29 @@ def corpus(scratch: Path) -> list[Mistake]:
             ("--bundle /nonexistent/b",),
         ),
         Mistake(
+            "generate: a context size that is not a number",
+            [*NOX, "-s", "generate", "--", "hi"],
+            ("ELIZA_N_CTX='abc'",),
+            env=(("ELIZA_N_CTX", "abc"),),
+        ),
+        Mistake(
+            "generate: too many threads",
+            [*NOX, "-s", "generate", "--", "hi"],
+            ("ELIZA_N_THREADS='2000'",),
+            env=(("ELIZA_N_THREADS", "2000"),),
+        ),
+        Mistake(
+            "generate: a backend this build lacks",
+            [*NOX, "-s", "generate", "--", "hi"],
+            (f"ELIZA_LLM_BACKEND={MATRIX.gates[0].factory!r}", "not registered in this build"),
+            env=(("ELIZA_LLM_BACKEND", MATRIX.gates[0].factory),),
+        ),
+        Mistake(
+            "generate: a prompt longer than the context",
+            [*NOX, "-s", "generate", "--", " ".join(["word"] * 900)],
+            ("exceeds the context size",),
+        ),
+        Mistake(
             "nox: missing matrix file",
             [*NOX, "-l"],
             ("/nonexistent/m.yaml", "cannot read"),
