@@ -160,17 +160,29 @@ double now_ms() {
     return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
 }
 
-bool parse_options(int argc, char ** argv, const char * tool, bool needs_library, Options & opt) {
+Parsed parse_options(int argc, char ** argv, const char * tool, bool needs_library, Options & opt) {
+    auto print_usage = [&](FILE * to) {
+        std::fprintf(to,
+                     "usage: %s --bundle DIR --prompts FILE [--out FILE|-]%s [--cell ID]\n"
+                     "       [--max-tokens N] [--repeats N] [--temperature T] [--top-k K] [--top-p P]\n"
+                     "       [--repeat-penalty R] [--seed S]%s\n",
+                     tool, needs_library ? " --library PATH" : "", needs_library ? " [--streams N,N,...]" : "");
+    };
     auto usage = [&](const std::string & why) {
-        std::fprintf(stderr, "%s: %s\nusage: %s --bundle DIR --prompts FILE [--out FILE|-]%s [--cell ID]\n"
-                             "       [--max-tokens N] [--repeats N] [--temperature T] [--top-k K] [--top-p P]\n"
-                             "       [--repeat-penalty R] [--seed S]%s\n",
-                     tool, why.c_str(), tool, needs_library ? " --library PATH" : "",
-                     needs_library ? " [--streams N,N,...]" : "");
-        return false;
+        std::fprintf(stderr, "%s: %s\n", tool, why.c_str());
+        print_usage(stderr);
+        return Parsed::error;
     };
     for (int i = 1; i < argc; ++i) {
         const std::string flag = argv[i];
+        if (flag == "--help" || flag == "-h") {
+            print_usage(stdout);
+            std::printf("defaults: --out - (stdout), --cell \"\", --max-tokens %d, --repeats %d, --temperature %g "
+                        "(greedy), --top-k %d, --top-p %g, --repeat-penalty %g, --seed %d\n",
+                        opt.max_tokens, opt.repeats, opt.temperature, opt.top_k, opt.top_p, opt.repeat_penalty,
+                        opt.seed);
+            return Parsed::help;
+        }
         if (i + 1 >= argc) return usage("missing value for " + flag);
         const std::string value = argv[++i];
         try {
@@ -205,7 +217,7 @@ bool parse_options(int argc, char ** argv, const char * tool, bool needs_library
     if (needs_library && opt.library.empty()) return usage("--library is required");
     if (opt.repeats < 1 || opt.max_tokens < 1) return usage("--repeats and --max-tokens must be >= 1");
     if (opt.out.empty()) opt.out = "-";
-    return true;
+    return Parsed::ok;
 }
 
 void add_repeat(PromptRun & run, bool first, Repeat r) {

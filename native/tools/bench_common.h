@@ -39,8 +39,12 @@ struct Options {
     std::vector<int> streams;
 };
 
-// Parses --flag value pairs; on error prints usage to stderr and returns false.
-bool parse_options(int argc, char ** argv, const char * tool, bool needs_library, Options & opt);
+enum class Parsed { ok, help, error };
+
+// Parses --flag value pairs. --help/-h prints the usage with the defaults to stdout
+// (Parsed::help: exit 0); a bad argument prints the reason and the usage to stderr
+// (Parsed::error: exit 2).
+Parsed parse_options(int argc, char ** argv, const char * tool, bool needs_library, Options & opt);
 
 // One prompt's result over all repeats; tokens/text from the first repeat.
 struct PromptRun {

@@ -261,7 +261,8 @@ int run_concurrent(const Api & api, const bench::Options & opt, const std::vecto
 
 int main(int argc, char ** argv) {
     bench::Options opt;
-    if (!bench::parse_options(argc, argv, "e2e_loop_bench", true, opt)) return 2;
+    const bench::Parsed parsed = bench::parse_options(argc, argv, "e2e_loop_bench", true, opt);
+    if (parsed != bench::Parsed::ok) return parsed == bench::Parsed::help ? 0 : 2;
     std::vector<std::string> prompts;
     std::string error;
     if (!bench::read_prompts(opt.prompts, prompts, error)) {

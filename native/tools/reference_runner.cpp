@@ -90,7 +90,8 @@ std::string model_path(const std::string & bundle) {
 
 int main(int argc, char ** argv) {
     bench::Options opt;
-    if (!bench::parse_options(argc, argv, "reference_runner", false, opt)) return 2;
+    const bench::Parsed parsed = bench::parse_options(argc, argv, "reference_runner", false, opt);
+    if (parsed != bench::Parsed::ok) return parsed == bench::Parsed::help ? 0 : 2;
     std::vector<std::string> prompts;
     std::string error;
     if (!bench::read_prompts(opt.prompts, prompts, error)) return fail(error) + 1;

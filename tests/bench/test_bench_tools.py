@@ -97,3 +97,11 @@ def test_bad_arguments_exit_2(library_path: Path) -> None:
         [str(library_path.parent / "e2e_loop_bench"), "--bundle", "x"], capture_output=True, text=True
     )
     assert result.returncode == 2 and "--bundle and --prompts are required" in result.stderr
+
+
+@pytest.mark.parametrize("tool", ["e2e_loop_bench", "reference_runner"])
+def test_help_shows_usage_and_defaults(library_path: Path, tool: str) -> None:
+    result = subprocess.run([str(library_path.parent / tool), "--help"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: {tool} --bundle DIR --prompts FILE")
+    assert "--max-tokens 64" in result.stdout and result.stderr == ""
