@@ -52,3 +52,14 @@ def test_a_broken_matrix_stops_nox_l_with_file_line_and_key(tmp_path: Path) -> N
     line = next(i for i, t in enumerate(text.splitlines(), start=1) if "cpuu" in t)
     assert f"{matrix}:{line}: platforms[0].llama_backend" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_no_op_build_prints_a_few_lines() -> None:
+    platform = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())["platforms"][0]["id"]
+    command = [sys.executable, "-m", "nox", "-s", f"build-{platform}"]
+    subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800, check=True)
+    again = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=True)
+    lines = (again.stdout + again.stderr).splitlines()
+    assert len(lines) < 15, "\n".join(lines)
+    assert any("llama.cpp built 0 time(s)" in line for line in lines)
+    assert not any("uv binary" in line for line in lines)
