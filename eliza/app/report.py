@@ -121,7 +121,9 @@ def report(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
     )
     args = parser.parse_args(list(argv))
     dirs = args.evidence or [project.evidence_dir]
-    missing = [d for d in dirs if not d.is_dir()]
+    # A directory the user named must exist (a typo must not replace a good report); the
+    # default one may not exist yet on a fresh checkout, which renders as "nothing run".
+    missing = [d for d in args.evidence if not d.is_dir()]
     if missing and not args.allow_missing:
         # Checked before rendering, so a typo never overwrites a good report.
         raise UsageError(
