@@ -16,7 +16,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eliza.app import build, ci_files, ci_pipeline, project
+from eliza.app import build, ci_files, ci_pipeline, ci_rehearsal, project
 from eliza.app.bench import bench
 from eliza.app.errors import NotHere, UsageError
 from eliza.app.generate import generate as generate_text
@@ -157,6 +157,12 @@ def ci_check(session: nox.Session) -> None:
 def ci_report(session: nox.Session) -> None:
     """CI report job: every job's evidence into one report (`-- --evidence DIR --artifacts DIR`)."""
     _guarded(session, lambda: ci_pipeline.ci_report(MATRIX, session.posargs, session.log))
+
+
+@nox.session(name="ci-rehearse", python=False)
+def ci_rehearse(session: nox.Session) -> None:
+    """The generated workflow's jobs this host can run, each in a fresh clone (`-- --help`)."""
+    _guarded(session, lambda: ci_rehearsal.rehearse(MATRIX, session.posargs, session.log))
 
 
 @nox.session(python=False)

@@ -25,7 +25,7 @@ from eliza.app.build import BUILD_ERRORS, BuildFailed, BuiltCell, build_cells, d
 from eliza.app.bundle import ensure_tiny_bundle
 from eliza.app.checks.common import now
 from eliza.app.ci_files import templates_dir
-from eliza.app.errors import UsageError
+from eliza.app.errors import NotHere, UsageError
 from eliza.app.options import Parser
 from eliza.app.project import capability, current, host_facts
 from eliza.app.report import report as render_report
@@ -136,6 +136,13 @@ def ci_build(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
     parser = Parser("nox -s ci-build --")
     parser.add_argument("--platform", required=True, help="the platform whose cells this job builds")
     parser.add_argument("--out", type=Path, default=Path("out/ci"), help="where cells-<platform>.tar.gz goes")
+    parser.add_argument(
+        "--cell",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="only these cells of the platform (repeatable)",
+    )
     args = parser.parse_args(list(argv))
     ids = [p.id for p in matrix.platforms]
     if args.platform not in ids:
@@ -148,10 +155,15 @@ def ci_build(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
     remote = build.binary_remote()
     log(f"Conan remote: {remote.describe() if remote else 'none (ELIZA_CONAN_REMOTE_URL unset)'}")
     cells = matrix.cells_of(platform.id)
+    if args.cell:
+        unknown = [c for c in args.cell if c not in {x.id for x in cells}]
+        if unknown:
+            parser.error(
+                f"--cell {unknown[0]!r}: not a cell of {platform.id} ({', '.join(c.id for c in cells)})"
+            )
+        cells = tuple(c for c in cells if c.id in args.cell)
     try:
-        built = build_cells(
-            cells, matrix, on_built=lambda b: log(describe_build(b)), on_progress=log
-        )
+        built = build_cells(cells, matrix, on_built=lambda b: log(describe_build(b)), on_progress=log)
         llama = conan_remote.built_llama(built[0].log.parent)
         for cell, done in zip(cells, built, strict=True):
             write_manifest(done, cell, project.repo, llama)
@@ -176,8 +188,11 @@ def ci_check(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
         parser.error(unknown_cell(matrix, args.cell, "--cell"))
     project = current()
     unpack_cells(project.repo / args.artifacts, project.repo, log)
-    with build.using_prebuilt(load_prebuilt):
-        html = verify(matrix, ["--cell", args.cell, "--strict"], log)
+    try:
+        with build.using_prebuilt(load_prebuilt):
+            html = verify(matrix, ["--cell", args.cell, "--strict"], log)
+    except NotHere as exc:  # strict here whatever the session's own options say
+        raise CiFailed(f"{args.cell}: {exc}") from None
     line = llama_builds_line(0, "in this job (its cells came from the build job; nothing was compiled)")
     log(line)
     _step_summary(f"**{args.cell}**: {line}")
