@@ -1,0 +1,83 @@
+"""No false greens: a CI job whose platform its runner cannot build or run fails, with
+the reason, whatever its options say; `verify` under ELIZA_STRICT does too."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from eliza.app.project import capability, load_project_matrix
+from eliza.core.layout import REPO_ROOT
+from tests.ci.helpers import env_for, nox
+
+PLATFORM = "macos-arm64"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _not_buildable_here() -> None:
+    can = capability(load_project_matrix().platform(PLATFORM))
+    if can.can_build and can.can_run:
+        pytest.skip(f"{PLATFORM} can be built and run here: nothing to refuse")
+
+
+def test_a_build_job_for_a_platform_its_runner_cannot_build_fails(tmp_path: Path) -> None:
+    done = nox(
+        REPO_ROOT,
+        "-s",
+        "ci-build",
+        "--",
+        "--platform",
+        PLATFORM,
+        "--out",
+        str(tmp_path),
+        env=env_for(REPO_ROOT),
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{PLATFORM} cannot be built on this runner: needs Xcode" in done.stderr
+    assert not list(tmp_path.iterdir()), "nothing was packed"
+
+
+def test_a_check_job_for_a_cell_its_runner_cannot_run_fails(tmp_path: Path) -> None:
+    with tarfile.open(tmp_path / f"cells-{PLATFORM}.tar.gz", "w:gz"):
+        pass  # an (empty) artifact: the job gets as far as its checks
+    done = nox(
+        REPO_ROOT,
+        "-s",
+        "ci-check",
+        "--",
+        "--cell",
+        f"{PLATFORM}.none",
+        "--artifacts",
+        str(tmp_path),
+        env=env_for(REPO_ROOT),
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{PLATFORM}.none: {PLATFORM}: needs Xcode" in done.stderr
+    assert "Session ci-check aborted" in done.stderr
+
+
+def test_a_check_job_without_its_artifact_is_a_one_line_mistake(tmp_path: Path) -> None:
+    done = nox(
+        REPO_ROOT,
+        "-s",
+        "ci-check",
+        "--",
+        "--cell",
+        "linux-cpu.none",
+        "--artifacts",
+        str(tmp_path),
+        env=env_for(REPO_ROOT),
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"--artifacts {tmp_path}: no cells-*.tar.gz there" in done.stderr
+
+
+def test_verify_under_eliza_strict_fails_where_it_used_to_pass() -> None:
+    # What the old per-cell CI jobs ran: without ELIZA_STRICT this logs "not buildable
+    # here" and exits 0; the workflow now sets ELIZA_STRICT for every job.
+    argv = ("-s", "verify", "--", "--cell", f"{PLATFORM}.none")
+    strict = nox(REPO_ROOT, *argv, env=env_for(REPO_ROOT, ELIZA_STRICT="1"))
+    assert strict.returncode == 1, strict.stderr[-2000:]
+    assert "needs Xcode" in strict.stderr
