@@ -53,8 +53,9 @@ def llama_binary(plan: CellBuildPlan, source: LlamaSource, cache: Path) -> Llama
     own arguments (recipes from the local index)."""
     argv = list(plan.argv)
     assert argv[:2] == ["conan", "build"], argv
-    out = argv.index("--output-folder")
-    del argv[out : out + 2]
+    for flag in ("--output-folder", "--build"):  # no build: the status says Missing, not Build
+        at = argv.index(flag)
+        del argv[at : at + 2]
     info = ["conan", "graph", "info", *argv[2:]]
     done = proc.run(info, env=conan_env(cache, {**source.env, **plan.env}))
     if not done.ok:
@@ -72,7 +73,7 @@ def fetch_llama(plan: CellBuildPlan, source: LlamaSource, cache: Path, remote: B
     """Downloads the llama.cpp binary the cell needs when the Conan cache lacks it and the
     remote has it; says what happened, in a few words."""
     wanted = llama_binary(plan, source, cache)
-    if wanted.binary != "Missing":
+    if wanted.binary not in ("Missing", "Build"):
         return f"llama.cpp {wanted.package_id[:12]} already in the Conan cache"
     with _remote_added(cache, remote):
         done = _conan(cache, remote, "download", wanted.pattern, "--remote", REMOTE_NAME, "--format", "json")
