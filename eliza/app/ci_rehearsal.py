@@ -61,6 +61,8 @@ class JobResult:
     reason: str = ""
     seconds: float = 0.0
     llama_builds: int = 0
+    cells_built: int = 0
+    said_built: int = 0  # what its "llama.cpp built N time(s)" lines add up to
     log: Path | None = None
     steps: list[str] = field(default_factory=list)
 
@@ -215,7 +217,7 @@ def run_job(
                     text=True,
                 )
                 out.write(done.stdout)
-                result.llama_builds += sum(int(n) for n in _BUILT.findall(done.stdout))
+                result.said_built += sum(int(n) for n in _BUILT.findall(done.stdout))
                 said = command
                 if done.returncode != 0:
                     tail = done.stdout.strip().splitlines()[-1:] or [""]
@@ -229,8 +231,14 @@ def run_job(
                 result.status, result.reason = "failed", problem
                 out.write(f"# FAILED: {problem}\n")
     result.seconds = time.monotonic() - started
+    # Counted from what is on disk, not from what the job says: each llama.cpp build folder
+    # in its Conan home is one compilation, each CMake cache in its build/ one cell built.
+    result.llama_builds = len(list((cache / "conan2" / "p" / "b").glob("llama*")))
+    result.cells_built = len(list((clone / "build").glob("*/*/build/CMakeCache.txt")))
     log(
-        f"{job_id}: {result.status} in {result.seconds:.0f}s, llama.cpp built {result.llama_builds} time(s)"
+        f"{job_id}: {result.status} in {result.seconds:.0f}s; "
+        f"llama.cpp compiled {result.llama_builds} time(s), "
+        f"cells compiled {result.cells_built} (the job said: llama.cpp built {result.said_built} time(s))"
         + (f" ({result.reason})" if result.reason else "")
     )
     return result
@@ -369,10 +377,12 @@ def _workflow_env(workflow: Mapping[str, Any], server: LocalServer) -> dict[str,
 
 def _summary(results: Mapping[str, JobResult], log: Log) -> None:
     ran = [r for r in results.values() if r.status != "skipped"]
-    log("job                          status    wall s  llama.cpp compiled")
+    log("job                          status    wall s  llama.cpp compiled  cells compiled")
     for r in results.values():
-        wall = f"{r.seconds:6.0f}" if r.status != "skipped" else "     -"
-        log(f"{r.job:<28} {r.status:<8} {wall}  {r.llama_builds if r.status != 'skipped' else '-'}")
+        if r.status == "skipped":
+            log(f"{r.job:<28} skipped        -                   -               -")
+            continue
+        log(f"{r.job:<28} {r.status:<8} {r.seconds:6.0f}  {r.llama_builds:>18}  {r.cells_built:>14}")
     total = sum(r.llama_builds for r in ran)
     log(
         f"{len(ran)} job(s) ran, {len(results) - len(ran)} skipped; "
