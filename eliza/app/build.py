@@ -49,6 +49,7 @@ class BuiltCell:
     llama_package_id: str
     seconds: float
     log: Path
+    prebuilt: bool = False  # taken from a CI build job's artifact, not built here
 
 
 def platform_env(platform: Platform) -> dict[str, str]:
@@ -178,6 +179,8 @@ def ensure_cell_built(cell_id: str) -> BuiltCell:
 
 
 def describe_build(cell: BuiltCell) -> str:
+    if cell.prebuilt:
+        return f"{cell.cell_id}: {cell.library} (from the build job's artifact; nothing compiled here)"
     how = "built now" if cell.llama_built_now else "reused from the Conan cache"
     package = cell.llama_package_id[:12]
     return f"{cell.cell_id}: {cell.library} ({cell.seconds:.1f}s; llama.cpp {how}: package {package})"

@@ -99,6 +99,7 @@ def load_prebuilt(cell: Cell) -> BuiltCell:
         llama_package_id=str(manifest["llama_package_id"]),
         seconds=float(manifest["seconds"]),
         log=path,
+        prebuilt=True,
     )
 
 
