@@ -20,7 +20,7 @@ from eliza.core.matrix import Matrix, Platform, Requirement
 REPORT_JOB = "report"
 # What the generated steps call; the rehearsal recognises them by these words.
 SETUP_COMMAND = "bash ci/setup.sh"
-ARTIFACTS_DIR = "out/ci"  # where build jobs leave, and check/report jobs receive, the cells
+ARTIFACTS_DIR = "build/ci"  # where build jobs leave, and check/report jobs receive, the cells
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -68,14 +68,14 @@ def test_one_build_job_per_platform_one_check_job_per_cell_one_report() -> None:
     assert {j for j in jobs if not j.startswith("build-")} == {job_id(c.id) for c in cells} | {"report"}
     for platform in built:
         job = jobs[build_job_id(platform)]
-        assert f"nox -s ci-build -- --platform {platform} --out out/ci" in runs(job)
+        assert f"nox -s ci-build -- --platform {platform} --out build/ci" in runs(job)
         upload = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
         assert upload["with"]["name"] == f"cells-{platform}"
     for cell in cells:
         job = jobs[job_id(cell.id)]
         assert job["runs-on"] == list(cell.platform.ci_runner)
         assert build_job_id(cell.platform.id) in job["needs"]
-        assert f"nox -s ci-check -- --cell {cell.id} --artifacts out/ci" in runs(job)
+        assert f"nox -s ci-check -- --cell {cell.id} --artifacts build/ci" in runs(job)
         assert not any("ci-build" in r or "nox -s build" in r for r in runs(job)), (
             "check jobs compile nothing"
         )
@@ -84,7 +84,7 @@ def test_one_build_job_per_platform_one_check_job_per_cell_one_report() -> None:
     assert jobs["linux-cuda_none"]["needs"] == ["build-linux-cuda", "build-linux-cpu"]
     assert set(jobs["report"]["needs"]) == set(jobs) - {"report"}
     assert jobs["report"]["if"] == "always()"
-    assert "nox -s ci-report -- --evidence evidence --artifacts out/ci" in runs(jobs["report"])
+    assert "nox -s ci-report -- --evidence evidence --artifacts build/ci" in runs(jobs["report"])
 
 
 def test_every_job_is_strict_and_the_remote_comes_from_secrets() -> None:
