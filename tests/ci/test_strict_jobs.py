@@ -3,6 +3,7 @@ the reason, whatever its options say; `verify` under ELIZA_STRICT does too."""
 
 from __future__ import annotations
 
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -81,3 +82,35 @@ def test_verify_under_eliza_strict_fails_where_it_used_to_pass() -> None:
     strict = nox(REPO_ROOT, *argv, env=env_for(REPO_ROOT, ELIZA_STRICT="1"))
     assert strict.returncode == 1, strict.stderr[-2000:]
     assert "needs Xcode" in strict.stderr
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    errors = [line for line in done.stderr.splitlines() if line.startswith("nox > error:")]
+    assert done.returncode == 2 and len(errors) == 1, done.stderr[-3000:]
+    return errors[0]
+
+
+def test_a_malformed_remote_url_is_one_line_before_any_build(tmp_path: Path) -> None:
+    done = nox(
+        REPO_ROOT,
+        "-s",
+        "ci-build",
+        "--",
+        "--platform",
+        "linux-cpu",
+        "--out",
+        str(tmp_path),
+        env=env_for(REPO_ROOT, ELIZA_CONAN_REMOTE_URL="127.0.0.1:9300"),
+    )
+    said = one_line_error(done)
+    assert "ELIZA_CONAN_REMOTE_URL='127.0.0.1:9300' is not an http(s) URL" in said
+    assert "conan" not in done.stderr.replace(said, "").lower(), "nothing was built"
+
+
+def test_a_rehearsal_without_conan_server_is_one_line_naming_the_fix() -> None:
+    done = nox(
+        REPO_ROOT, "-s", "ci-rehearse", env=env_for(REPO_ROOT, ELIZA_CONAN_SERVER="/nowhere/conan_server")
+    )
+    said = one_line_error(done)
+    assert "ELIZA_CONAN_SERVER='/nowhere/conan_server' names no conan_server" in said
+    assert "bash ci/setup.sh" in said
