@@ -3,6 +3,7 @@ the reason, whatever its options say; `verify` under ELIZA_STRICT does too."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tarfile
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from eliza.app.project import capability, load_project_matrix
 from eliza.core.layout import REPO_ROOT
-from tests.ci.helpers import env_for, nox
+from tests.ci.helpers import copy_tree, env_for, nox
 
 PLATFORM = "macos-arm64"
 
@@ -114,3 +115,30 @@ def test_a_rehearsal_without_conan_server_is_one_line_naming_the_fix() -> None:
     said = one_line_error(done)
     assert "ELIZA_CONAN_SERVER='/nowhere/conan_server' names no conan_server" in said
     assert "bash ci/setup.sh" in said
+
+
+def test_the_report_says_which_platforms_the_pipeline_leaves_out(tmp_path: Path) -> None:
+    repo = copy_tree(tmp_path / "repo")
+    (tmp_path / "cells").mkdir()
+    done = nox(
+        repo,
+        "-s",
+        "ci-report",
+        "--",
+        "--evidence",
+        str(tmp_path / "evidence"),
+        "--artifacts",
+        str(tmp_path / "cells"),
+        env=env_for(repo),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads((repo / "build" / "report" / "report.json").read_text())["rows"]
+    entries = {(r["cell"], e["check"]): e for r in rows for e in r["entries"]}
+    android = entries[("android-arm64.none", "build")]
+    assert android["state"] == "not-run", android
+    assert (
+        "not in the CI pipeline: android-arm64: no jobs in CI: no declared runner can build it"
+        in android["reason"]
+    )
+    ios = entries[("ios-arm64.none", "selector")]
+    assert "ios-arm64: no check jobs in CI: its runner macos-14 cannot run it" in ios["reason"], ios
