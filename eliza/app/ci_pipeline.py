@@ -137,7 +137,9 @@ def _step_summary(text: str) -> None:
 def ci_build(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
     parser = Parser("nox -s ci-build --")
     parser.add_argument("--platform", required=True, help="the platform whose cells this job builds")
-    parser.add_argument("--out", type=Path, default=Path("build/ci"), help="where cells-<platform>.tar.gz goes")
+    parser.add_argument(
+        "--out", type=Path, default=Path("build/ci"), help="where cells-<platform>.tar.gz goes"
+    )
     parser.add_argument(
         "--cell",
         action="append",

@@ -174,7 +174,9 @@ def run_job(
     log: Log,
 ) -> JobResult:
     root = work / "jobs" / job_id
-    clone = fresh_clone(repo, root / "repo")
+    root.mkdir(parents=True)
+    clone = root / "repo"
+    shutil.copytree(repo, clone, symlinks=True)  # a fresh clone of the rehearsal's snapshot
     cache = root / "cache"  # empty: its own Conan home and compiler cache
     cache.mkdir(parents=True)
     job_env = {
@@ -305,7 +307,9 @@ def rehearse(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
         raise UsageError(f"--workdir {work} is not empty: every rehearsal starts from nothing")
     store = work / "artifacts"
     store.mkdir(parents=True)
-    log(f"rehearsing {WORKFLOW} in {work}")
+    # One state of the tree for every job, whatever happens to the checkout meanwhile.
+    source = fresh_clone(project.repo, work / "source")
+    log(f"rehearsing {WORKFLOW} of a snapshot of {project.repo} in {work}")
     results: dict[str, JobResult] = {}
     with local_server(work / "remote", python) as server:
         log(f"Conan remote: conan_server at {server.url} (storage {server.storage})")
@@ -329,9 +333,7 @@ def rehearse(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
                 log(f"{job_id}: skipped ({why})")
                 continue
             log(f"{job_id}: running")
-            results[job_id] = run_job(
-                job_id, job, repo=project.repo, work=work, store=store, env=env, log=log
-            )
+            results[job_id] = run_job(job_id, job, repo=source, work=work, store=store, env=env, log=log)
     _summary(results, log)
     report = store / "report" / "report.json"
     if args.compare is not None and report.is_file():
