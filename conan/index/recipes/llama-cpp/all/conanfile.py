@@ -141,6 +141,12 @@ class LlamaCppConan(ConanFile):
 
     def _reproducible(self, tc):
         """No absolute path of this Conan home in the objects, and ccache when configured."""
+        # llama.cpp asks git for a build number and commit, which finds the enclosing work
+        # tree of a Conan home kept inside a checkout: fixed here, from what the recipe knows.
+        tc.cache_variables["LLAMA_BUILD_NUMBER"] = 0
+        tc.cache_variables["LLAMA_BUILD_COMMIT"] = (
+            str(self.version) if self._is_fork()
+            else self.conan_data["sources"][str(self.version)]["upstream_commit"][:7])
         relative_source = os.path.relpath(self.source_folder, self.build_folder).replace("\\", "/")
         prefix_map = f"-ffile-prefix-map={self.source_folder}={relative_source}"
         tc.extra_cflags.append(prefix_map)
