@@ -54,13 +54,11 @@ def _conan(
 def _profile_text(os_family: str, ccache: str | None = None, ccache_dir: Path | None = None) -> str:
     """The eliza-<os> profile; with ccache (a path) the recipes launch the compilers through
     it, keeping its files in ccache_dir. user.* settings do not change package ids."""
-    compiler_cache = (
-        [f"user.eliza:ccache={ccache}", f"user.eliza:ccache_dir={ccache_dir}"]
-        if ccache and ccache_dir
-        else [f"user.eliza:ccache={ccache}"]
-        if ccache
-        else []
-    )
+    compiler_cache = []
+    if ccache:
+        compiler_cache.append(f"user.eliza:ccache={ccache}")
+        if ccache_dir:
+            compiler_cache.append(f"user.eliza:ccache_dir={ccache_dir}")
     return (
         "\n".join(
             [
