@@ -261,7 +261,7 @@ def compare_states(ours: Path, theirs: Path, cells: set[str]) -> list[str]:
     return [
         f"{cell}/{check}: rehearsal {a[(cell, check)]}, other {b[(cell, check)]}"
         for cell, check in sorted(set(a) & set(b))
-        if a[(cell, check)] != b[(cell, check)]
+        if cell in cells and a[(cell, check)] != b[(cell, check)]
     ]
 
 
