@@ -108,6 +108,18 @@ class ElizaInferenceConan(ConanFile):
             llama.package_folder, "res", "eliza-llama-build.json"
         ).replace("\\", "/")
         tc.cache_variables["ELIZA_WITH_CUDA"] = bool(llama.options.with_cuda)
+        # Reproducible whatever the Conan home: llama.cpp's headers are named by a fixed
+        # prefix in the debug info (native/CMakeLists.txt maps the checkout's own folders).
+        tc.cache_variables["ELIZA_PREFIX_MAPS"] = f"{llama.package_folder}=/llama-cpp".replace("\\", "/")
+        ccache = self.conf.get("user.eliza:ccache")
+        if ccache:  # the profile names ccache where it is installed (see eliza.adapters.conan)
+            launcher = ["env"]
+            ccache_dir = self.conf.get("user.eliza:ccache_dir")
+            if ccache_dir:
+                launcher.append(f"CCACHE_DIR={ccache_dir}")
+            launcher.append(str(ccache))
+            tc.cache_variables["CMAKE_C_COMPILER_LAUNCHER"] = ";".join(launcher)
+            tc.cache_variables["CMAKE_CXX_COMPILER_LAUNCHER"] = ";".join(launcher)
         tc.generate()
 
     def build(self):

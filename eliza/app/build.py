@@ -3,17 +3,20 @@ Conan build of libelizainference per cell."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from eliza.adapters import conan
+from eliza.adapters import conan, conan_remote
 from eliza.adapters.conan import BuildError
 from eliza.adapters.cuda import CudaError
 from eliza.adapters.llama_source import SourceError
-from eliza.app.errors import NotHere
+from eliza.app.errors import NotHere, UsageError
 from eliza.app.options import Parser
 from eliza.app.project import capability, current, load_project_matrix
+from eliza.core.binary_remote import BinaryRemote, RemoteSettingError, remote_from_env
 from eliza.core.build_plan import CellBuildPlan, plan_cell_build
 from eliza.core.matrix import Cell, Matrix, Platform
 
@@ -46,6 +49,7 @@ class BuiltCell:
     llama_package_id: str
     seconds: float
     log: Path
+    prebuilt: bool = False  # taken from a CI build job's artifact, not built here
 
 
 def platform_env(platform: Platform) -> dict[str, str]:
@@ -58,6 +62,31 @@ def platform_env(platform: Platform) -> dict[str, str]:
     return {}
 
 
+# A CI check job's cells come from its build job's artifact: then "building" a cell is
+# loading it (see eliza.app.ci_pipeline), and nothing is compiled.
+PrebuiltLoader = Callable[[Cell], "BuiltCell"]
+_prebuilt: ContextVar[PrebuiltLoader | None] = ContextVar("prebuilt", default=None)
+# The same for the processes such a job starts (the pytest suites verify runs).
+PREBUILT_VARIABLE = "ELIZA_PREBUILT_CELLS"
+
+
+@contextmanager
+def using_prebuilt(loader: PrebuiltLoader) -> Iterator[None]:
+    token = _prebuilt.set(loader)
+    try:
+        yield
+    finally:
+        _prebuilt.reset(token)
+
+
+def binary_remote() -> BinaryRemote | None:
+    """The Conan remote of ELIZA_CONAN_REMOTE_URL (None when unset)."""
+    try:
+        return remote_from_env(current().env)
+    except RemoteSettingError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def build_cells(
     cells: tuple[Cell, ...],
     matrix: Matrix,
@@ -67,7 +96,20 @@ def build_cells(
     on_progress: Callable[[str], None] | None = None,
 ) -> list[BuiltCell]:
     """Builds cells in order. Cells of one platform share one llama.cpp package: the first
-    builds it if the Conan cache lacks it, the others reuse it."""
+    builds it if the Conan cache lacks it (and the Conan remote, when one is set, lacks it
+    too), the others reuse it."""
+    loader = _prebuilt.get()
+    if loader is None and current().env.get(PREBUILT_VARIABLE) == "1":  # a suite a CI check job runs
+        from eliza.app.ci_pipeline import load_prebuilt
+
+        loader = load_prebuilt
+    if loader is not None:
+        loaded = [loader(c) for c in cells]
+        for done in loaded:
+            if on_built:
+                on_built(done)
+        return loaded
+    remote = binary_remote()
     for platform in {c.platform.id: c.platform for c in cells}.values():
         can = capability(platform)
         if not can.can_build:
@@ -78,8 +120,13 @@ def build_cells(
     built: list[BuiltCell] = []
     envs: dict[str, dict[str, str]] = {}
     for cell in cells:
+        fetch = remote is not None and cell.platform.id not in envs
         env = envs.setdefault(cell.platform.id, platform_env(cell.platform))
         plan = plan_for(cell, matrix, source.version, env)
+        if remote is not None and fetch:
+            said = conan_remote.fetch_llama(plan, source, project.cache, remote)
+            if on_progress is not None:
+                on_progress(f"{cell.id}: {said}")
         result = conan.run_build(plan, source, project.cache, echo=echo, on_progress=on_progress)
         done = BuiltCell(
             cell_id=cell.id,
@@ -132,6 +179,8 @@ def ensure_cell_built(cell_id: str) -> BuiltCell:
 
 
 def describe_build(cell: BuiltCell) -> str:
+    if cell.prebuilt:
+        return f"{cell.cell_id}: {cell.library} (from the build job's artifact; nothing compiled here)"
     how = "built now" if cell.llama_built_now else "reused from the Conan cache"
     package = cell.llama_package_id[:12]
     return f"{cell.cell_id}: {cell.library} ({cell.seconds:.1f}s; llama.cpp {how}: package {package})"

@@ -16,6 +16,7 @@ RECIPE_INPUTS = (
     "conan/index",
     "eliza/core/build_plan.py",
     "eliza/adapters/conan.py",
+    "eliza/adapters/conan_remote.py",
     "eliza/adapters/cuda.py",
 )
 # What a pytest-driven check runs besides its own folder: fixtures and the ctypes binding.

@@ -1,39 +1,259 @@
-"""The CI pipeline as data: one job per matrix cell (pure, from the matrix)."""
+"""The CI pipeline as data (pure, from the matrix and the declared runners).
+
+Build once, check many: per platform one build job on a runner that can build it and is
+not a device runner (it builds llama.cpp once and every cell, and hands the cells on as
+an artifact); per cell one check job on the platform's own runner (its ci_runner), which
+compiles nothing; one report job that merges every check job's evidence. Whether a
+runner can build or run a platform is decided by the same rules as on a real host
+(eliza.core.host.decide), from what the runner is declared to offer.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from eliza.core.matrix import Matrix, Platform
+from eliza.core.host import _X86_64_LEVELS, HostFacts, Tool, decide
+from eliza.core.matrix import Matrix, Platform, Requirement
+
+REPORT_JOB = "report"
+# What the generated steps call; the rehearsal recognises them by these words.
+SETUP_COMMAND = "bash ci/setup.sh"
+ARTIFACTS_DIR = "build/ci"  # where build jobs leave, and check/report jobs receive, the cells
 
 
 @dataclass(frozen=True, kw_only=True)
-class Job:
+class Runner:
+    """A CI runner as declared in templates/ci/runners.yaml."""
+
+    labels: tuple[str, ...]
+    description: str
+    os: str
+    arch: str
+    x86_64_level: int = 0
+    provides: frozenset[Requirement] = frozenset()
+    device: bool = False  # runs checks only; never compiles
+    self_hosted: bool = False
+
+    @property
+    def name(self) -> str:
+        return "+".join(self.labels)
+
+    def facts(self) -> HostFacts:
+        """The runner as a host, as far as decide() asks: a declared tool or device stands
+        for one the host probe would find there."""
+
+        def tool(req: Requirement, name: str) -> Tool | None:
+            return (
+                Tool(name=name, path=f"(declared for runner {self.name})") if req in self.provides else None
+            )
+
+        def device(req: Requirement) -> str | None:
+            return f"declared for runner {self.name}" if req in self.provides else None
+
+        missing = f"not declared for runner {self.name} in templates/ci/runners.yaml"
+        flags = frozenset(f for level, needed in _X86_64_LEVELS if level <= self.x86_64_level for f in needed)
+        return HostFacts(
+            os=self.os,
+            arch=self.arch,
+            cpu_flags=flags,
+            cpu_model=f"runner {self.name}",
+            compiler=tool(Requirement.CXX_COMPILER, "c++"),
+            conan=tool(Requirement.CONAN, "conan"),
+            cmake=tool(Requirement.CMAKE, "cmake"),
+            ninja=tool(Requirement.NINJA, "ninja"),
+            nvcc=tool(Requirement.NVCC, "nvcc"),
+            cublas_path=device(Requirement.CUBLAS),
+            android_ndk=device(Requirement.ANDROID_NDK),
+            xcode=tool(Requirement.XCODE, "Xcode"),
+            nvidia_gpu=device(Requirement.NVIDIA_GPU),
+            nvidia_gpu_reason=missing,
+            android_device=device(Requirement.ANDROID_DEVICE),
+            android_device_reason=missing,
+            ios_device=device(Requirement.IOS_DEVICE),
+            ios_device_reason=missing,
+        )
+
+
+class PipelineError(ValueError):
+    """The matrix and the declared runners do not fit together (one line, naming both)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildJob:
+    id: str  # build-<platform>
+    platform: str
+    runs_on: tuple[str, ...]
+    slow: bool
+
+    @property
+    def artifact(self) -> str:
+        return f"cells-{self.platform}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckJob:
     id: str
     cell: str
     platform: str
-    runs_on: list[str]
+    runs_on: tuple[str, ...]
     slow: bool
+    needs: tuple[str, ...]  # build jobs whose cells it checks (its platform's, a CPU reference's)
+    artifacts: tuple[str, ...]  # their artifacts
+
+    @property
+    def evidence_artifact(self) -> str:
+        return f"evidence-{self.id}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Omitted:
+    """A platform, or its checks, left out of the pipeline, and why."""
+
+    platform: str
+    what: str  # "all jobs" | "check jobs"
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.platform}: no {self.what} in CI: {self.reason}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pipeline:
+    builds: tuple[BuildJob, ...]
+    checks: tuple[CheckJob, ...]
+    omitted: tuple[Omitted, ...]
+    report_runs_on: tuple[str, ...]
+
+    @property
+    def report_needs(self) -> tuple[str, ...]:
+        return tuple(j.id for j in self.builds) + tuple(j.id for j in self.checks)
+
+    @property
+    def slow_platforms(self) -> tuple[str, ...]:
+        return tuple(sorted({j.platform for j in self.builds if j.slow}))
+
+    def job_order(self) -> tuple[str, ...]:
+        """Every job id in an order that respects `needs`: builds, checks, the report."""
+        return (*self.report_needs, REPORT_JOB)
+
+    def needs_of(self, job: str) -> tuple[str, ...]:
+        if job == REPORT_JOB:
+            return self.report_needs
+        check = next((c for c in self.checks if c.id == job), None)
+        return check.needs if check is not None else ()
 
 
 def job_id(cell_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", cell_id.replace("+", "-"))
 
 
-def jobs_of(matrix: Matrix) -> list[Job]:
-    return [
-        Job(
-            id=job_id(c.id),
-            cell=c.id,
-            platform=c.platform.id,
-            runs_on=list(c.platform.ci_runner),
-            slow=c.platform.slow_build,
+def build_job_id(platform_id: str) -> str:
+    return f"build-{job_id(platform_id)}"
+
+
+def runner_for_labels(runners: Sequence[Runner], labels: Sequence[str]) -> Runner | None:
+    return next((r for r in runners if set(r.labels) == set(labels)), None)
+
+
+def build_runner(platform: Platform, runners: Sequence[Runner]) -> tuple[Runner | None, str]:
+    """The first non-device runner that can build the platform, or None and why not."""
+    reasons = []
+    for runner in runners:
+        if runner.device:
+            continue
+        can = decide(runner.facts(), platform)
+        if can.can_build:
+            return runner, can.build_reason
+        reasons.append(f"{runner.name} {can.build_reason.split('; this host is')[0]}")
+    return None, "no declared runner can build it (" + "; ".join(reasons) + ")"
+
+
+def cpu_reference(matrix: Matrix, platform: Platform) -> Platform | None:
+    """The CPU platform of the same OS and arch whose no-gate cell a CUDA cell's fallback
+    check compares with (see eliza.app.verify.cpu_reference_for)."""
+    if platform.llama_backend != "cuda":
+        return None
+    return next(
+        (
+            p
+            for p in matrix.platforms
+            if p.llama_backend == "cpu" and (p.os, p.arch) == (platform.os, platform.arch)
+        ),
+        None,
+    )
+
+
+def plan_pipeline(matrix: Matrix, runners: Sequence[Runner]) -> Pipeline:
+    """The jobs of the matrix on these runners; PipelineError when a platform names a
+    ci_runner that is not declared."""
+    builds: dict[str, BuildJob] = {}
+    omitted: list[Omitted] = []
+    for platform in matrix.platforms:
+        if runner_for_labels(runners, platform.ci_runner) is None:
+            raise PipelineError(
+                f"{matrix.source}: platform {platform.id}: ci_runner {list(platform.ci_runner)} is not "
+                "declared in templates/ci/runners.yaml (declare it there with what it offers)"
+            )
+        runner, reason = build_runner(platform, runners)
+        if runner is None:
+            omitted.append(Omitted(platform=platform.id, what="jobs", reason=reason))
+            continue
+        builds[platform.id] = BuildJob(
+            id=build_job_id(platform.id),
+            platform=platform.id,
+            runs_on=runner.labels,
+            slow=platform.slow_build,
         )
-        for c in matrix.cells
-    ]
+    checks: list[CheckJob] = []
+    for platform in matrix.platforms:
+        build = builds.get(platform.id)
+        if build is None:
+            continue
+        runner = runner_for_labels(runners, platform.ci_runner)
+        assert runner is not None  # checked above
+        can = decide(runner.facts(), platform)
+        if not can.can_run:
+            reason = f"its runner {runner.name} cannot run it: {can.run_reason.split('; this host is')[0]}"
+            omitted.append(Omitted(platform=platform.id, what="check jobs", reason=reason))
+            continue
+        needed = [build]
+        reference = cpu_reference(matrix, platform)
+        if reference is not None and reference.id in builds:
+            needed.append(builds[reference.id])
+        for cell in matrix.cells_of(platform.id):
+            checks.append(
+                CheckJob(
+                    id=job_id(cell.id),
+                    cell=cell.id,
+                    platform=platform.id,
+                    runs_on=tuple(platform.ci_runner),
+                    slow=platform.slow_build or any(b.slow for b in needed),
+                    needs=tuple(b.id for b in needed),
+                    artifacts=tuple(b.artifact for b in needed),
+                )
+            )
+    report = next((p for p in matrix.platforms if not p.slow_build and p.id in builds), None)
+    report_runs_on = builds[report.id].runs_on if report is not None else runners[0].labels
+    return Pipeline(
+        builds=tuple(builds.values()),
+        checks=tuple(checks),
+        omitted=tuple(omitted),
+        report_runs_on=report_runs_on,
+    )
 
 
-def report_platform(matrix: Matrix) -> Platform:
-    """Where the report job runs: the first Linux platform that builds quickly."""
-    return next((p for p in matrix.platforms if not p.slow_build and p.os == "linux"), matrix.platforms[0])
+def custom_labels(runners: Sequence[Runner]) -> tuple[str, ...]:
+    """Labels only self-hosted runners carry: actionlint must be told about them."""
+    hosted = {label for r in runners if not r.self_hosted for label in r.labels}
+    return tuple(sorted({label for r in runners if r.self_hosted for label in r.labels} - hosted))
+
+
+_UNKNOWN_LABEL = re.compile(r'^label "([^"]+)" is unknown')
+
+
+def unknown_label(message: str) -> str | None:
+    """The label an actionlint "unknown label" finding is about, or None for other findings."""
+    found = _UNKNOWN_LABEL.match(message)
+    return found.group(1) if found else None

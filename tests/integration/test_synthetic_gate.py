@@ -164,7 +164,7 @@ def test_a_gate_is_one_matrix_entry_and_one_factory_file(tmp_path: Path) -> None
 
     ci = run(repo, "-m", "eliza.cli", "ci-files", env=env)
     assert ci.returncode == 0, ci.stderr
-    workflow = "\n".join(p.read_text() for p in sorted((repo / "ci" / "workflows").glob("*.yml")))
+    workflow = "\n".join(p.read_text() for p in sorted((repo / ".github" / "workflows").glob("*.yml")))
     assert f'name: "{CELL}"' in workflow
     assert f"--cell {CELL}" in workflow
 

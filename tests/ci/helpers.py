@@ -1,0 +1,70 @@
+"""Running the project's commands in the checkout, or in a fresh copy of it with its own
+cache, the way a CI job runs them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from eliza.core.layout import REPO_ROOT
+
+# What would tie a copy to the caller's setup rather than to its own cache and tree.
+_DROPPED = ("ELIZA_MATRIX", "ELIZA_TEST_CELL", "ELIZA_TEST_CELLS", "ELIZA_TEST_PLATFORM", "ELIZA_STRICT")
+
+
+def copy_tree(dest: Path) -> Path:
+    """The working tree as git sees it (tracked and untracked-but-not-ignored files)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        src = REPO_ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
+def env_for(repo: Path, cache: Path | None = None, **extra: str) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if k not in _DROPPED and not k.startswith("ELIZA_CONAN_REMOTE")
+    }
+    env["PYTHONPATH"] = str(repo)
+    if cache is not None:
+        env["ELIZA_CACHE_DIR"] = str(cache)
+    env.update(extra)
+    return env
+
+
+def nox(
+    repo: Path, *argv: str, env: Mapping[str, str], timeout: float = 1800
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nox", *argv],
+        cwd=repo,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def git_copy(dest: Path) -> Path:
+    """copy_tree as a git repository of one commit (a rehearsal clones from it)."""
+    copy_tree(dest)
+    who = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "copy"]):
+        subprocess.run(["git", *argv], cwd=dest, check=True, env={**os.environ, **who}, capture_output=True)
+    return dest
