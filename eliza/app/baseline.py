@@ -23,7 +23,10 @@ def resolve_commit(ref: str) -> str:
     try:
         return git.resolve_commit(current().repo, ref)
     except git.GitError as exc:
-        raise BaselineError(f"--baseline {ref!r} is not a commit of this repository ({exc})") from exc
+        raise BaselineError(
+            f"baseline {ref!r} is not a commit of this repository ({exc}); "
+            "a shallow clone lacks it: fetch the history (git fetch --unshallow)"
+        ) from exc
 
 
 def baseline_root(sha: str) -> Path:

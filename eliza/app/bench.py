@@ -22,7 +22,12 @@ Log = Callable[[str], None]
 def bench(matrix: Matrix, platform_id: str, argv: Sequence[str], log: Log) -> None:
     project = current()
     # Options first: a typo ends here, before anything is built or any evidence is touched.
-    opts = parse_bench_args(argv, default_bundle=tiny_bundle_default(), repo=project.repo)
+    opts = parse_bench_args(
+        argv,
+        default_bundle=tiny_bundle_default(),
+        repo=project.repo,
+        default_baseline=matrix.baseline.ref if matrix.baseline else None,
+    )
     platform = matrix.platform(platform_id)
     can = capability(platform)
     if not can.can_build or not can.can_run:

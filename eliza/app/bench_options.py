@@ -25,11 +25,18 @@ class BenchOptions:
     verbose: bool = False
 
 
-def parse_bench_args(argv: Sequence[str], *, default_bundle: Path, repo: Path) -> BenchOptions:
+def parse_bench_args(
+    argv: Sequence[str], *, default_bundle: Path, repo: Path, default_baseline: str | None = None
+) -> BenchOptions:
     """The options, every one checked before anything is built or run: UsageError names the
-    option and the value that is wrong."""
+    option and the value that is wrong. default_baseline is the matrix's declared baseline."""
     parser = Parser("nox -s bench-<platform> --", "bench options", skippable=True)
-    parser.add_argument("--baseline", metavar="REF", help="also diff against a build of this git ref")
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        default=default_baseline,
+        help="diff against a build of this git ref instead of the matrix's baseline",
+    )
     parser.add_argument(
         "--bundle", type=Path, default=default_bundle, help="bundle dir (default: the tiny bundle)"
     )

@@ -74,6 +74,8 @@ def render(
             build_reason=can.build_reason,
             can_run=can.can_run,
             run_reason=can.run_reason,
+            can_run_fallback=can.can_run_fallback,
+            fallback_reason=can.fallback_reason,
         )
     state = git.git_state(project.repo)
     cpu = host.cpu_model or host.arch
@@ -99,7 +101,7 @@ def describe_paths(paths: ReportPaths, png: Path | None) -> str:
 
 
 def summary_line(report: Report) -> str:
-    """"V of N checks verified (a breakdown of the N)": the breakdown adds up to N; entries
+    """ "V of N checks verified (a breakdown of the N)": the breakdown adds up to N; entries
     where a check does not apply are not checks, and are counted apart."""
     header = report.header
     counted = [s for s in header.by_state if s.count and s.state is not GridState.NOT_APPLICABLE]

@@ -4,7 +4,7 @@ start), where evidence goes, and the record of what it wrote."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from eliza.adapters import git
@@ -45,6 +45,7 @@ class Run:
     only: frozenset[str] | None = None  # cell ids whose evidence this run records (None: all)
     cpu_reference: Path | None = None  # a CPU no-gate library, for the CUDA cells' fallback check
     verbose: bool = False  # tool output shown as it runs (else: in each cell's log, with progress)
+    ran_on: dict[str, str] = field(default_factory=dict)  # platform id -> how its checks ran, if not natively
     written: list[CheckOutcome] = field(default_factory=list)
 
     def check_of(self, cell: Cell, kind: CheckKind) -> Check | None:
@@ -57,6 +58,9 @@ class Run:
             cell = self.matrix.cell(o.cell)
             check = self.matrix.check(o.check)
             baseline = str(o.details.get("baseline_commit", "")) if o.details else ""
+            if check.needs_run and o.status is not Status.SKIPPED:
+                # How the library ran: evidence of a fallback run must say so.
+                o = replace(o, details={**o.details, "ran_on": self.ran_on.get(cell.platform.id, "native")})
             recording.save(
                 o,
                 fingerprint_for(cell, check, self.hashes, baseline),

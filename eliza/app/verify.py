@@ -97,7 +97,7 @@ def run_platform_checks(
             outcomes.append(abi_outcome(cell, check.id, by_id[cell.id].library, ref_lib, repo))
     run.record(outcomes)
 
-    if not can.can_run:
+    if not (can.can_run or can.can_run_fallback):
         run.log(f"{platform.id}: run-time checks not run here ({can.run_reason})")
         return built
     if len(built) < len(cells):
@@ -105,9 +105,18 @@ def run_platform_checks(
         errored(run, cells, RUNTIME_KINDS, "not run: a cell of the platform failed to build")
         return built
     existing = {} if rerun else existing_records(run.evidence_dir)
-    run_selector(run, cells, existing)
-    run_gate_fallthrough(run, platform, cells, existing)
-    if bench:
+    runnable = {k.kind for c in cells for k in c.checks if can.can_run_check(k.device_free)}
+    if not can.can_run:
+        how = can.how_it_runs(device_free=True)
+        run.log(
+            f"{platform.id}: {can.run_reason}; device-free checks run on the {how} ({can.fallback_reason})"
+        )
+        run.ran_on[platform.id] = how
+    if CheckKind.SELECTOR in runnable:
+        run_selector(run, cells, existing)
+    if CheckKind.GATE_FALLTHROUGH in runnable:
+        run_gate_fallthrough(run, platform, cells, existing)
+    if bench and runnable & IDENTITY_KINDS:
         opts = parse_bench_args(
             ["--baseline", baseline] if baseline else [], default_bundle=run.bundle, repo=repo
         )
@@ -131,7 +140,11 @@ def skip_platform(run: Run, platform: Platform, reason: str) -> None:
 def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
     parser = Parser("nox -s verify --", skippable=True)
     parser.add_argument("--rerun", action="store_true", help="re-run checks that have fresh passing evidence")
-    parser.add_argument("--baseline", metavar="REF", help="also diff every cell against a build of REF")
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="diff every cell against a build of REF instead of the matrix's declared baseline",
+    )
     parser.add_argument("--no-bench", action="store_true", help="skip the byte-identity bench")
     parser.add_argument(
         "--cell",
@@ -153,6 +166,7 @@ def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
             resolve_commit(args.baseline)
         except BaselineError as exc:
             raise UsageError(str(exc)) from None
+    baseline = args.baseline or (matrix.baseline.ref if matrix.baseline else None)
     if strict_requested(argv, project.env):
         for pid in sorted(wanted_platforms):
             can = capability(matrix.platform(pid))
@@ -178,7 +192,7 @@ def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
             continue
         log(f"{platform.id}: building and running its checks")
         built = run_platform_checks(
-            run, platform, rerun=args.rerun, bench=not args.no_bench, baseline=args.baseline
+            run, platform, rerun=args.rerun, bench=not args.no_bench, baseline=baseline
         )
         reference = reference or next((b.library for b in built if b.cell_id.endswith(".none")), None)
 

@@ -139,6 +139,20 @@ class Capability:
     run_reason: str
     missing_build: tuple[Requirement, ...] = ()
     missing_run: tuple[Requirement, ...] = ()
+    # The platform's CPU fallback (fallback_run_requires): device_free checks run when this
+    # holds even where can_run does not. Equal to can_run for a platform without a fallback.
+    can_run_fallback: bool = False
+    fallback_reason: str = ""
+
+    def can_run_check(self, device_free: bool) -> bool:
+        """Whether a check that runs the library can run here."""
+        return self.can_run or (device_free and self.can_run_fallback)
+
+    def how_it_runs(self, device_free: bool) -> str:
+        """ "native" when the whole platform runs here, else the fallback in words."""
+        if self.can_run or not (device_free and self.can_run_fallback):
+            return "native"
+        return f"CPU fallback, without {', '.join(r.value for r in self.missing_run)}"
 
 
 def _tool(t: Tool | None, missing: str) -> tuple[bool, str]:
@@ -251,6 +265,15 @@ def decide(host: HostFacts, platform: Platform) -> Capability:
             run_missing.append(words)
             missing_run.append(req)
     can_run, run_reason = _verdict(run_found, run_missing, host, "needs no special hardware")
+    can_fallback, fallback_reason = can_run, run_reason
+    if not can_run and platform.fallback_run_requires is not None:
+        results = [_requirement(host, r) for r in platform.fallback_run_requires]
+        can_fallback, fallback_reason = _verdict(
+            [w for ok, w in results if ok],
+            [w for ok, w in results if not ok],
+            host,
+            "needs no special hardware",
+        )
     return Capability(
         can_build=can_build,
         build_reason=build_reason,
@@ -258,4 +281,6 @@ def decide(host: HostFacts, platform: Platform) -> Capability:
         run_reason=run_reason,
         missing_build=tuple(missing_build),
         missing_run=tuple(missing_run),
+        can_run_fallback=can_fallback,
+        fallback_reason=fallback_reason,
     )

@@ -51,6 +51,9 @@ class Platform:
     llama_options: Mapping[str, str] = field(default_factory=dict)  # llama-cpp Conan options
     build_requires: tuple[Requirement, ...] = ()
     run_requires: tuple[Requirement, ...] = ()
+    # What running needs without the platform's accelerator (its CPU fallback); None: no
+    # fallback, so device_free checks need run_requires like the others.
+    fallback_run_requires: tuple[Requirement, ...] | None = None
     allowed_gates: tuple[str, ...] = ()  # gate ids this platform may enable
     ci_runner: tuple[str, ...] = ()  # CI runner labels
     slow_build: bool = False  # kept out of CI's default path (e.g. CUDA)
@@ -76,6 +79,7 @@ class Check:
     pass_rule: str  # in words, shown in the report
     needs_run: bool  # runs the built artefact (so run_requires apply)
     gated_cells_only: bool = False  # only for cells with at least one gate
+    device_free: bool = False  # runs the library without its accelerator (the CPU fallback suffices)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +135,8 @@ class DeviceGatedItem:
     milestone: str  # owning milestone, e.g. "M4"
     evidence: str  # what would count as evidence
     platforms: tuple[str, ...] = ()
+    checks: tuple[str, ...] = ()  # check ids whose VERIFIED evidence on its platforms claims it
+    metrics: tuple[str, ...] = ()  # metric names each such record must carry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,6 +176,24 @@ class ExitChecklist:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Baseline:
+    """The commit byte-identity-baseline compares with by default."""
+
+    ref: str  # full commit id
+    label: str  # what it is, in words
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifiableItem:
+    """A row of the seam doc's "verifiable here" table, with the evidence that shows it."""
+
+    item: str
+    how: str
+    checks: tuple[str, ...]
+    scope: ChecklistScope
+
+
+@dataclass(frozen=True, kw_only=True)
 class Matrix:
     source: str  # path of matrix.yaml as given
     sha256: str  # content hash of the file
@@ -179,6 +203,8 @@ class Matrix:
     cells: tuple[Cell, ...]
     device_gated: tuple[DeviceGatedItem, ...] = ()
     exit_checklist: ExitChecklist | None = None
+    baseline: Baseline | None = None
+    verifiable_here: tuple[VerifiableItem, ...] = ()
     warnings: tuple[Problem, ...] = ()  # not fatal, e.g. an exclude that matches nothing
 
     def platform(self, platform_id: str) -> Platform:

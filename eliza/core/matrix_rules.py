@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eliza.core.matrix import (
+    Baseline,
     Cell,
     Check,
     CheckKind,
@@ -26,6 +27,7 @@ from eliza.core.matrix import (
     Platform,
     Problem,
     Requirement,
+    VerifiableItem,
 )
 
 KeyPath = tuple[str | int, ...]
@@ -119,8 +121,12 @@ class MatrixRules:
         for i, item in enumerate(d.get("device_gated", [])):
             for j, pid in enumerate(item.get("platforms", [])):
                 self.ref(pid, platform_ids, "platform", ("device_gated", i, "platforms", j))
+        for i, item in enumerate(d.get("device_gated", [])):
+            self.check_refs(item.get("checks"), check_ids, ("device_gated", i, "checks"))
         for i, box in enumerate(d.get("exit_checklist", {}).get("boxes", [])):
             self.check_refs(box["checks"], check_ids, ("exit_checklist", "boxes", i, "checks"))
+        for i, row in enumerate(d.get("verifiable_here", [])):
+            self.check_refs(row["checks"], check_ids, ("verifiable_here", i, "checks"))
         specs = self.cell_specs(platform_ids, gate_ids, check_ids)
         if self.errors:
             raise MatrixError(self.errors)
@@ -159,6 +165,15 @@ class MatrixRules:
             cells=tuple(cells),
             device_gated=tuple(_device_gated(x) for x in d.get("device_gated", [])),
             exit_checklist=_exit_checklist(d["exit_checklist"]) if "exit_checklist" in d else None,
+            baseline=Baseline(ref=d["baseline"]["ref"], label=d["baseline"]["label"])
+            if "baseline" in d
+            else None,
+            verifiable_here=tuple(
+                VerifiableItem(
+                    item=r["item"], how=r["how"], checks=tuple(r["checks"]), scope=_scope(r["scope"])
+                )
+                for r in d.get("verifiable_here", [])
+            ),
             warnings=tuple(self.warnings),
         )
 
@@ -237,6 +252,14 @@ class MatrixRules:
                     "cuda_architectures applies to llama_backend cuda only; "
                     f"this one is {plat['llama_backend']}",
                     "remove it, or set llama_backend: cuda",
+                )
+            extra = [r for r in plat.get("fallback_run_requires", []) if r not in plat["run_requires"]]
+            if extra:
+                self.error(
+                    ("platforms", i, "fallback_run_requires"),
+                    f"{', '.join(extra)} not in run_requires: "
+                    "the fallback needs a subset of what a full run needs",
+                    "list only requirements that are also in run_requires",
                 )
             if plat["llama_backend"] == "cuda":
                 missing = [r for r in ("nvcc", "cublas") if r not in plat["build_requires"]]
@@ -373,6 +396,11 @@ def _platform(p: Mapping[str, Any]) -> Platform:
         llama_options={str(k): str(v) for k, v in p.get("llama_options", {}).items()},
         build_requires=tuple(Requirement(r) for r in p["build_requires"]),
         run_requires=tuple(Requirement(r) for r in p["run_requires"]),
+        fallback_run_requires=(
+            tuple(Requirement(r) for r in p["fallback_run_requires"])
+            if "fallback_run_requires" in p
+            else None
+        ),
         allowed_gates=tuple(p.get("allowed_gates", [])),
         ci_runner=tuple(p["ci_runner"]),
         slow_build=bool(p.get("slow_build", False)),
@@ -400,6 +428,7 @@ def _check(c: Mapping[str, Any]) -> Check:
         pass_rule=c["pass_rule"],
         needs_run=c["needs_run"],
         gated_cells_only=c.get("gated_cells_only", False),
+        device_free=c.get("device_free", False),
     )
 
 
@@ -411,6 +440,8 @@ def _device_gated(x: Mapping[str, Any]) -> DeviceGatedItem:
         milestone=x["milestone"],
         evidence=x["evidence"],
         platforms=tuple(x.get("platforms", [])),
+        checks=tuple(x.get("checks", [])),
+        metrics=tuple(x.get("metrics", [])),
     )
 
 
@@ -421,10 +452,12 @@ def _exit_checklist(x: Mapping[str, Any]) -> ExitChecklist:
             ExitBox(
                 text=b["text"],
                 checks=tuple(b["checks"]),
-                scope=ChecklistScope(
-                    os=b["scope"].get("os"), arch=b["scope"].get("arch"), gates=b["scope"]["gates"]
-                ),
+                scope=_scope(b["scope"]),
             )
             for b in x["boxes"]
         ),
     )
+
+
+def _scope(x: Mapping[str, Any]) -> ChecklistScope:
+    return ChecklistScope(os=x.get("os"), arch=x.get("arch"), gates=x["gates"])

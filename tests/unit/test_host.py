@@ -186,7 +186,36 @@ def test_missing_requirements_are_listed_for_callers() -> None:
         run_reason=cap.run_reason,
         missing_build=(R.NVCC, R.CUBLAS),
         missing_run=(R.NVIDIA_GPU,),
+        # No fallback declared: device-free checks need what every run needs.
+        can_run_fallback=False,
+        fallback_reason=cap.run_reason,
     )
+
+
+CUDA_WITH_FALLBACK = replace(LINUX_CUDA, fallback_run_requires=(R.X86_64_V3_CPU,))
+
+
+def test_a_gpu_less_host_runs_the_cpu_fallback_of_a_cuda_platform() -> None:
+    cap = decide(LINUX, CUDA_WITH_FALLBACK)
+    assert not cap.can_run and "NVIDIA GPU" in cap.run_reason
+    assert cap.can_run_fallback and "x86-64-v3" in cap.fallback_reason
+    assert cap.can_run_check(device_free=True) and not cap.can_run_check(device_free=False)
+    assert cap.how_it_runs(device_free=True) == "CPU fallback, without nvidia-gpu"
+    assert cap.how_it_runs(device_free=False) == "native"
+
+
+def test_the_fallback_has_requirements_of_its_own() -> None:
+    old_cpu = replace(LINUX, cpu_flags=frozenset({"sse4_2"}), cpu_model="an old Xeon")
+    cap = decide(old_cpu, CUDA_WITH_FALLBACK)
+    assert not cap.can_run_fallback
+    assert "an old Xeon is x86-64-v1" in cap.fallback_reason
+    assert not cap.can_run_check(device_free=True)
+
+
+def test_a_gpu_host_runs_everything_natively() -> None:
+    cap = decide(replace(LINUX, nvidia_gpu="NVIDIA H200, driver 550"), CUDA_WITH_FALLBACK)
+    assert cap.can_run and cap.can_run_check(device_free=False)
+    assert cap.how_it_runs(device_free=True) == "native"
 
 
 def test_xcode_on_linux_is_said_once() -> None:

@@ -9,13 +9,13 @@ from eliza.core.evidence import (
     LoadedRecord,
 )
 from eliza.core.matrix import Matrix
-from eliza.core.report.checklist import checklist_box
+from eliza.core.report.checklist import checklist_box, device_row, verifiable_row
 from eliza.core.report.judge import applies, evaluate
 from eliza.core.report.model import (
     UNPROBED,
     ArtifactVerifier,
-    DeviceGatedRow,
     Entry,
+    Figure,
     FingerprintSource,
     HeaderFacts,
     LoadProblem,
@@ -28,6 +28,18 @@ from eliza.core.report.model import (
     entry_anchor,
 )
 from eliza.core.report.states import GridState
+
+# Measured figures the report lists with the time they were measured (counts such as
+# tokens_compared are not figures).
+FIGURE_METRICS = (
+    "seam_overhead_ratio",
+    "seam_overhead_ratio_q1",
+    "seam_overhead_ratio_q3",
+    "tok_s",
+    "first_token_ms",
+    "peak_rss_kb",
+    "drafter_acceptance",
+)
 
 # --------------------------------------------------------------------------- assembly
 
@@ -138,21 +150,21 @@ def build_report(
             StateCount(state=s, count=sum(1 for e in all_entries if e.state is s)) for s in GridState
         ),
     )
-    device_rows = tuple(
-        DeviceGatedRow(
-            id=item.id,
-            title=item.title,
-            needs=item.needs,
-            milestone=item.milestone,
-            evidence=item.evidence,
-            platforms=item.platforms,
-            cells=tuple(
-                f"{e.cell} · {e.check}"
-                for e in all_entries
-                if e.state is GridState.DEVICE_GATED and any(g.id == item.id for g in e.gated_by)
-            ),
+    device_rows = tuple(device_row(item, rows, all_entries) for item in matrix.device_gated)
+    figures = tuple(
+        Figure(
+            cell=e.cell,
+            check=e.check,
+            name=m.name,
+            value=m.value,
+            measured_at=e.evidence.finished_at,
+            fresh=e.evidence.fresh,
+            anchor=e.anchor,
         )
-        for item in matrix.device_gated
+        for e in all_entries
+        if e.evidence is not None
+        for m in e.evidence.metrics
+        if m.name in FIGURE_METRICS
     )
     return Report(
         header=header,
@@ -165,5 +177,7 @@ def build_report(
             for i, spec in enumerate(matrix.exit_checklist.boxes if matrix.exit_checklist else (), start=1)
         ),
         device_gated=device_rows,
+        verifiable_here=tuple(verifiable_row(v, matrix, rows) for v in matrix.verifiable_here),
+        figures=figures,
         problems=tuple(problems),
     )

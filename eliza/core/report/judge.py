@@ -183,8 +183,11 @@ def _no_evidence(
 ) -> tuple[GridState, str, tuple[DeviceGatedItem, ...], tuple[str, ...]]:
     # Device-gated wins over "not buildable here" for checks that run the artefact: even
     # with the toolchain, the run needs hardware owned by a later milestone.
-    gated_by = tuple(item for item in device_items if cell.platform.id in item.platforms)
-    if check.needs_run and not capability.can_run and _is_device_only(cell.platform) and gated_by:
+    # Items that name the checks claiming them are judged by those checks' own entries,
+    # which say where they wait (NOT RUNNABLE HERE and the hardware), so they gate nothing.
+    gated_by = tuple(item for item in device_items if cell.platform.id in item.platforms and not item.checks)
+    runnable = capability.can_run_check(check)
+    if check.needs_run and not runnable and _is_device_only(cell.platform) and gated_by:
         reason = "; ".join(f"{item.milestone}: needs {item.needs} ({item.title})" for item in gated_by)
         notes: tuple[str, ...] = ()
         if not capability.can_build:
@@ -192,8 +195,10 @@ def _no_evidence(
         return GridState.DEVICE_GATED, reason, gated_by, notes
     if not capability.can_build:
         return GridState.NOT_BUILDABLE_HERE, capability.build_reason, (), ()
-    if check.needs_run and not capability.can_run:
-        return GridState.NOT_RUNNABLE_HERE, capability.run_reason, (), ()
+    if check.needs_run and not runnable:
+        claims = [i.id for i in device_items if check.id in i.checks and cell.platform.id in i.platforms]
+        closes = f"; its evidence from such a host claims {', '.join(claims)}" if claims else ""
+        return GridState.NOT_RUNNABLE_HERE, capability.run_reason + closes, (), ()
     return GridState.NOT_RUN, "no evidence found", (), ()
 
 

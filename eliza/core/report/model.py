@@ -32,6 +32,12 @@ class PlatformCapability:
     build_reason: str
     can_run: bool
     run_reason: str
+    # The CPU fallback (device_free checks); as can_run for a platform without one.
+    can_run_fallback: bool = False
+    fallback_reason: str = ""
+
+    def can_run_check(self, check: Check) -> bool:
+        return self.can_run or (check.device_free and self.can_run_fallback)
 
 
 UNPROBED = PlatformCapability(
@@ -154,9 +160,29 @@ class ChecklistBox:
     number: int
     text: str  # the box as the seam doc words it (backticks mark code)
     needs: str  # which evidence ticks it, in words
-    ticked: bool
+    ticked: bool  # every check VERIFIED on every cell of the scope
+    ticked_here: bool  # not ticked, and nothing is missing but what waits for a device
     evidence: tuple[EntryRef, ...]
-    missing: tuple[str, ...]  # empty exactly when ticked
+    missing: tuple[str, ...]  # short of VERIFIED for reasons a run here could change
+    waits: tuple[str, ...] = ()  # short of VERIFIED for want of hardware: which part, which device
+    notes: tuple[str, ...] = ()  # e.g. the baseline commit the identity was checked against
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifiableRow:
+    """A row of the "verifiable here" table, judged from the grid like a checklist box."""
+
+    item: str
+    how: str
+    checks: tuple[str, ...]
+    scope: str  # the cells, in words
+    verified: bool
+    verified_here: bool  # everything but what waits for a device is VERIFIED
+    counts: str  # "7 of 8 entries VERIFIED"
+    evidence: tuple[EntryRef, ...]
+    missing: tuple[str, ...]
+    waits: tuple[str, ...]
+    notes: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,7 +194,24 @@ class DeviceGatedRow:
     evidence: str  # what would count as evidence
     platforms: tuple[str, ...]
     cells: tuple[str, ...]  # grid entries ("cell · check") shown as DEVICE-GATED by it
-    claimed: bool = False  # never claimed from this report; kept explicit for readers of the JSON
+    checks: tuple[str, ...] = ()  # checks whose evidence claims it
+    metrics: tuple[str, ...] = ()  # metrics that evidence must carry
+    claimed: bool = False  # VERIFIED evidence of its checks on all its platforms' cells, with the metrics
+    claim_evidence: tuple[EntryRef, ...] = ()
+    missing: tuple[str, ...] = ()  # why it is not claimed
+
+
+@dataclass(frozen=True, kw_only=True)
+class Figure:
+    """A measured number of the evidence, with when it was measured."""
+
+    cell: str
+    check: str
+    name: str
+    value: str
+    measured_at: str  # finished_at of the record
+    fresh: bool  # the record's inputs are the current ones
+    anchor: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,6 +248,8 @@ class Report:
     checklist_milestone: str  # "" when the matrix declares no exit checklist
     checklist: tuple[ChecklistBox, ...]
     device_gated: tuple[DeviceGatedRow, ...]
+    verifiable_here: tuple[VerifiableRow, ...]
+    figures: tuple[Figure, ...]
     problems: tuple[LoadProblem, ...]
 
     def entry(self, cell: str, check: str) -> Entry:
