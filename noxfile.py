@@ -17,12 +17,13 @@ import nox
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eliza.app import build, ci_files, ci_pipeline, ci_rehearsal, project
+from eliza.app.abi_baseline import abi_baseline_session
 from eliza.app.bench import bench
 from eliza.app.errors import NotHere, UsageError
 from eliza.app.generate import generate as generate_text
 from eliza.app.options import strict_requested
 from eliza.app.report import report as render_report
-from eliza.app.verify import ChecksFailed
+from eliza.app.verify import ChecksFailed, build_with_evidence
 from eliza.app.verify import verify as verify_all
 from eliza.core.sessions import SessionKind, SessionSpec, matrix_sessions
 from eliza.formats.matrix_yaml import MatrixError
@@ -71,7 +72,7 @@ def _register(spec: SessionSpec) -> None:
 
         def run(session: nox.Session) -> None:
             def work() -> None:
-                for built in build.build_session(MATRIX, cell_ids, session.posargs, session.log):
+                for built in build_with_evidence(MATRIX, cell_ids, session.posargs, session.log):
                     print(built.library)
 
             _guarded(session, work)
@@ -112,6 +113,12 @@ def generate(session: nox.Session) -> None:
 def verify(session: nox.Session) -> None:
     """The main job: build every cell this host can build, generate text, run the checks, write the report."""
     _guarded(session, lambda: verify_all(MATRIX, session.posargs, session.log))
+
+
+@nox.session(name="abi-baseline", python=False)
+def abi_baseline(session: nox.Session) -> None:
+    """Regenerate native/abi, the released ABI baseline, from the no-gate build (after a deliberate bump)."""
+    _guarded(session, lambda: abi_baseline_session(MATRIX, session.posargs, session.log))
 
 
 @nox.session(python=False)

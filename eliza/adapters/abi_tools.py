@@ -7,9 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters import proc
-from eliza.core.layout import REPO_ROOT, public_headers_dir
-
-EXPORT_PREFIX = "eliza_inference_"
+from eliza.core.layout import EXPORT_PREFIX, REPO_ROOT, public_headers_dir
 
 # abidiff's exit status is a bit field (libabigail's abidiff_status).
 ABIDIFF_ERROR = 1
@@ -54,6 +52,19 @@ class AbiDiff:
     @property
     def incompatible(self) -> bool:
         return bool(self.exit_code & ABIDIFF_ABI_INCOMPATIBLE_CHANGE)
+
+
+def abidw(library: Path) -> str:
+    """abidw's abixml of a library, without the build paths abidw would otherwise record."""
+    tool = shutil.which("abidw")
+    if tool is None:
+        raise AbiToolMissing(
+            "abidw not found: install Debian's abigail-tools (apt-get install abigail-tools)"
+        )
+    done = proc.run([tool, "--no-corpus-path", "--no-comp-dir-path", "--type-id-style", "hash", library])
+    if not done.ok:
+        raise SymbolListError(f"abidw {library} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    return done.stdout
 
 
 def abidiff_version() -> str:

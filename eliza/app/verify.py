@@ -3,13 +3,14 @@ them (one runner per check kind), write evidence, render the report."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from eliza.adapters.browser import screenshot
 from eliza.app.baseline import BaselineError, resolve_commit
 from eliza.app.bench_options import parse_bench_args
-from eliza.app.build import BuiltCell, build_cells, describe_build, llama_package_cached
+from eliza.app.build import BuiltCell, build_cells, build_session, describe_build, llama_package_cached
 from eliza.app.bundle import ensure_tiny_bundle, generate_text
 from eliza.app.checks.abi import abi_outcome
 from eliza.app.checks.build import build_outcome
@@ -23,7 +24,7 @@ from eliza.app.project import capability, current, host_facts
 from eliza.app.report import describe_paths, render, summary_line
 from eliza.app.run import RUN_ERRORS, Run, errored, existing_records, start_run
 from eliza.core.evidence import Status
-from eliza.core.matrix import CheckKind, Matrix, Platform
+from eliza.core.matrix import Cell, CheckKind, Matrix, Platform
 from eliza.core.matrix_rules import unknown_cell
 from eliza.core.outcome import CheckOutcome, skipped
 
@@ -72,30 +73,7 @@ def run_platform_checks(
         except RUN_ERRORS as exc:
             run.log(f"{cell.id}: build failed: {str(exc)[-2000:]}")
             errored(run, (cell,), {CheckKind.BUILD, CheckKind.ABI}, f"build failed: {str(exc)[-1500:]}")
-    by_id = {b.cell_id: b for b in built}
-    none = next((c for c in cells if not c.gates and c.id in by_id), None)
-    reference = None
-    if platform.llama_backend == "cuda":
-        try:
-            reference = cpu_reference_for(run, platform)
-        except RUN_ERRORS as exc:
-            run.log(f"{platform.id}: no CPU reference for the fallback check: {exc}")
-
-    repo = run.project.repo
-    outcomes: list[CheckOutcome] = []
-    for cell in (c for c in cells if c.id in by_id):
-        if (check := run.check_of(cell, CheckKind.BUILD)) is not None:
-            outcomes.append(
-                build_outcome(
-                    cell, check.id, by_id[cell.id], repo=repo, cpu_reference=reference, bundle=run.bundle
-                )
-            )
-            if platform.llama_backend == "cpu" and not cell.gates and run.cpu_reference is None:
-                run.cpu_reference = by_id[cell.id].library
-        if (check := run.check_of(cell, CheckKind.ABI)) is not None:
-            ref_lib = by_id[none.id].library if none is not None else None
-            outcomes.append(abi_outcome(cell, check.id, by_id[cell.id].library, ref_lib, repo))
-    run.record(outcomes)
+    record_builds(run, platform, cells, built)
 
     if not (can.can_run or can.can_run_fallback):
         run.log(f"{platform.id}: run-time checks not run here ({can.run_reason})")
@@ -118,9 +96,68 @@ def run_platform_checks(
         run_gate_fallthrough(run, platform, cells, existing)
     if bench and runnable & IDENTITY_KINDS:
         opts = parse_bench_args(
-            ["--baseline", baseline] if baseline else [], default_bundle=run.bundle, repo=repo
+            ["--baseline", baseline] if baseline else [], default_bundle=run.bundle, repo=run.project.repo
         )
         run_bench(run, platform, {b.cell_id: b.library for b in built}, opts)
+    return built
+
+
+def record_builds(run: Run, platform: Platform, cells: Sequence[Cell], built: Sequence[BuiltCell]) -> None:
+    """Build and abi evidence of the cells that were built (they inspect, run nothing)."""
+    by_id = {b.cell_id: b for b in built}
+    none = next((b for b in built if b.cell_id.endswith(".none")), None)
+    reference = None
+    if platform.llama_backend == "cuda":
+        try:
+            reference = cpu_reference_for(run, platform)
+        except RUN_ERRORS as exc:
+            run.log(f"{platform.id}: no CPU reference for the fallback check: {exc}")
+    repo = run.project.repo
+    outcomes: list[CheckOutcome] = []
+    for cell in (c for c in cells if c.id in by_id):
+        if (check := run.check_of(cell, CheckKind.BUILD)) is not None:
+            outcomes.append(
+                build_outcome(
+                    cell, check.id, by_id[cell.id], repo=repo, cpu_reference=reference, bundle=run.bundle
+                )
+            )
+            if platform.llama_backend == "cpu" and not cell.gates and run.cpu_reference is None:
+                run.cpu_reference = by_id[cell.id].library
+        if (check := run.check_of(cell, CheckKind.ABI)) is not None:
+            ref_lib = none.library if none is not None else None
+            try:
+                outcomes.append(abi_outcome(cell, check.id, by_id[cell.id].library, ref_lib, repo))
+            except RUN_ERRORS as exc:
+                errored(run, (cell,), {CheckKind.ABI}, f"abi check could not run: {str(exc)[-1500:]}")
+    run.record(outcomes)
+
+
+def build_with_evidence(
+    matrix: Matrix, cell_ids: Sequence[str], argv: Sequence[str], log: Log
+) -> list[BuiltCell]:
+    """`nox -s build-<platform>[.<gates>]`: builds the cells and records their build and abi
+    evidence, so the report shows them built without a verify. One line sums up the
+    evidence; the checks' own lines are in the evidence files."""
+    built = build_session(matrix, cell_ids, argv, log)
+    if not built:
+        return built
+    quiet: list[str] = []
+    run = start_run(current(), matrix, host_facts(), quiet.append, bundle=ensure_tiny_bundle())
+    by_platform: dict[str, list[BuiltCell]] = {}
+    for b in built:
+        by_platform.setdefault(matrix.cell(b.cell_id).platform.id, []).append(b)
+    for pid, cells_built in by_platform.items():
+        cells = tuple(matrix.cell(b.cell_id) for b in cells_built)
+        record_builds(run, matrix.platform(pid), cells, cells_built)
+    states = Counter(o.status.value for o in run.written)
+    said = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+    log(f"evidence: {len(run.written)} build/abi record(s) in {run.evidence_dir} ({said})")
+    failed = [o for o in run.written if o.status in (Status.FAILED, Status.ERROR)]
+    if failed:
+        raise ChecksFailed(
+            f"{len(failed)} check(s) failed: "
+            + "; ".join(f"{o.cell}/{o.check}: {o.reason[:300]}" for o in failed)
+        )
     return built
 
 

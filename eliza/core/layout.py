@@ -16,6 +16,7 @@ REPO_ROOT = Path(__file__).parents[2]
 LIBRARY_NAME = "libelizainference.so"
 TEST_KIT_NAME = "libelizainference_testkit.so"
 PUBLIC_HEADER = "eliza-inference-ffi.h"
+EXPORT_PREFIX = "eliza_inference_"  # every exported symbol of the C ABI starts with it
 
 
 def cache_dir(env: Mapping[str, str], home: PurePath) -> Path:

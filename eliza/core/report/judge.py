@@ -80,7 +80,7 @@ _HIGHLIGHT_KEYS: dict[CheckKind, tuple[str, ...]] = {
     CheckKind.BYTE_IDENTITY_REFERENCE: ("first_divergence",),
     CheckKind.BYTE_IDENTITY_GATES: ("first_divergence",),
     CheckKind.BYTE_IDENTITY_BASELINE: ("first_divergence",),
-    CheckKind.ABI: ("abi_diff", "exports"),
+    CheckKind.ABI: ("released_abi_diff", "abi_diff", "exports"),
 }
 
 
