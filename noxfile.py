@@ -21,6 +21,7 @@ from eliza.app.abi_baseline import abi_baseline_session
 from eliza.app.bench import bench
 from eliza.app.errors import NotHere, UsageError
 from eliza.app.generate import generate as generate_text
+from eliza.app.import_evidence import import_evidence
 from eliza.app.options import strict_requested
 from eliza.app.report import report as render_report
 from eliza.app.verify import ChecksFailed, build_with_evidence
@@ -113,6 +114,12 @@ def generate(session: nox.Session) -> None:
 def verify(session: nox.Session) -> None:
     """The main job: build every cell this host can build, generate text, run the checks, write the report."""
     _guarded(session, lambda: verify_all(MATRIX, session.posargs, session.log))
+
+
+@nox.session(name="import-evidence", python=False)
+def import_evidence_session(session: nox.Session) -> None:
+    """Bring in evidence made elsewhere (a device run): `-- DIR...`; the report judges it like any record."""
+    _guarded(session, lambda: import_evidence(MATRIX, session.posargs, session.log))
 
 
 @nox.session(name="abi-baseline", python=False)

@@ -76,17 +76,37 @@ def abidiff_version() -> str:
     return out.split()[-1] if out else ""
 
 
-def abidiff(reference: Path, candidate: Path, headers: Path | None = None) -> AbiDiff:
-    """Compares the ABI of two builds, restricted to the types of the public headers in
-    `headers` (default: this repository's). The SONAME is ignored so that differently
-    named artefacts can be compared."""
-    headers = headers or public_headers_dir(REPO_ROOT)
+def _abidiff_tool() -> str:
     tool = shutil.which("abidiff")
     if tool is None:
         raise AbiToolMissing(
             "abidiff not found: install Debian's abigail-tools (apt-get install abigail-tools)"
         )
+    return tool
+
+
+def abidiff_surfaces(reference: Path, candidate: Path) -> AbiDiff:
+    """Compares two public-surface abixml files (eliza.formats.abi_xml). They carry no
+    source locations, so no --headers-dir: it would count every type as private."""
+    done = proc.run([_abidiff_tool(), "--no-show-locs", reference, candidate])
+    return AbiDiff(exit_code=done.returncode, report=done.output.strip())
+
+
+def abidiff(reference: Path, candidate: Path, headers: Path | None = None) -> AbiDiff:
+    """Compares the ABI of two builds, restricted to the types of the public headers in
+    `headers` (default: this repository's). The SONAME is ignored so that differently
+    named artefacts can be compared."""
+    headers = headers or public_headers_dir(REPO_ROOT)
     done = proc.run(
-        [tool, "--no-show-locs", "--headers-dir1", headers, "--headers-dir2", headers, reference, candidate]
+        [
+            _abidiff_tool(),
+            "--no-show-locs",
+            "--headers-dir1",
+            headers,
+            "--headers-dir2",
+            headers,
+            reference,
+            candidate,
+        ]
     )
     return AbiDiff(exit_code=done.returncode, report=done.output.strip())

@@ -99,8 +99,10 @@ def prepare_conan_home(cache: Path, repo: Path) -> Path:
     index = str(repo / "conan" / "index")
     if [(r["name"], r["url"]) for r in remotes] != [(INDEX_REMOTE, index)]:
         for r in remotes:
-            _conan(cache, "remote", "remove", r["name"])
-        _conan(cache, "remote", "add", INDEX_REMOTE, index, "--type", "local-recipes-index")
+            if r["name"] != INDEX_REMOTE:
+                _conan(cache, "remote", "remove", r["name"])
+        # --force replaces it: another checkout sharing this Conan home may have just set it.
+        _conan(cache, "remote", "add", INDEX_REMOTE, index, "--type", "local-recipes-index", "--force")
     if not (home / "profiles" / "default").is_file():
         _conan(cache, "profile", "detect", "--name", "default")
     profile = home / "profiles" / "eliza-linux"

@@ -48,6 +48,16 @@ class Project:
     def report_dir(self) -> Path:
         return layout.report_dir(self.repo)
 
+    @property
+    def imported_evidence_dir(self) -> Path:
+        return layout.imported_evidence_dir(self.repo)
+
+    def default_evidence_dirs(self) -> list[Path]:
+        """What a report reads unless told otherwise: this checkout's evidence, and the
+        imported evidence when there is any."""
+        imported = self.imported_evidence_dir
+        return [self.evidence_dir, *([imported] if imported.is_dir() else [])]
+
 
 def _matrix_path(env: Mapping[str, str], repo: Path) -> Path:
     """ELIZA_MATRIX, relative to where the command was typed (nox changes into the

@@ -113,7 +113,11 @@ def report(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
     project = current()
     parser = Parser("nox -s report --")
     parser.add_argument(
-        "evidence", nargs="*", type=Path, help=f"evidence directories (default: {project.evidence_dir})"
+        "evidence",
+        nargs="*",
+        type=Path,
+        help=f"evidence directories (default: {project.evidence_dir}, "
+        f"and {project.imported_evidence_dir} if present)",
     )
     parser.add_argument("--out", type=Path, default=project.report_dir, help="where the report is written")
     parser.add_argument(
@@ -122,7 +126,7 @@ def report(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
         help="render even when an evidence directory does not exist (it is listed as a load problem)",
     )
     args = parser.parse_args(list(argv))
-    dirs = args.evidence or [project.evidence_dir]
+    dirs = args.evidence or project.default_evidence_dirs()
     # A directory the user named must exist (a typo must not replace a good report); the
     # default one may not exist yet on a fresh checkout, which renders as "nothing run".
     missing = [d for d in args.evidence if not d.is_dir()]

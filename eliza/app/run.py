@@ -74,10 +74,17 @@ class Run:
             said = o.reason or str(o.details.get("summary", "")) if o.details or o.reason else ""
             self.log(f"  {o.cell:<24} {o.check:<24} {mark}" + (f" ({said[:200]})" if said else ""))
 
-    def fresh_pass(self, cell: Cell, check: Check, existing: dict[tuple[str, str], LoadedRecord]) -> bool:
+    def fresh_pass(
+        self,
+        cell: Cell,
+        check: Check,
+        existing: dict[tuple[str, str], LoadedRecord],
+        baseline_commit: str = "",
+    ) -> bool:
         item = existing.get((cell.id, check.id))
         record = item.record if item else None
-        return record is not None and is_fresh_pass(record, fingerprint_for(cell, check, self.hashes))
+        current = fingerprint_for(cell, check, self.hashes, baseline_commit)
+        return record is not None and is_fresh_pass(record, current)
 
 
 def start_run(

@@ -35,6 +35,11 @@ def evidence_dir(repo: Path) -> Path:
     return build_root(repo) / "evidence"
 
 
+def imported_evidence_dir(repo: Path) -> Path:
+    """Evidence made elsewhere (a device run) and brought in by `nox -s import-evidence`."""
+    return build_root(repo) / "imported-evidence"
+
+
 def report_dir(repo: Path) -> Path:
     return build_root(repo) / "report"
 

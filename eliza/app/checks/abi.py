@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eliza.adapters.abi_tools import AbiToolMissing, abidiff, exported_symbols
+from eliza.adapters.abi_tools import AbiToolMissing, abidiff, abidiff_surfaces, exported_symbols
 from eliza.app.abi_baseline import baseline_of, surface_of, versions_present
 from eliza.app.checks.common import Stopwatch
 from eliza.core.c_abi import abi_version, header_functions
@@ -37,7 +37,7 @@ def _released(
     released = baseline.exports.read_text(encoding="utf-8").split()
     added = sorted(set(symbols) - set(released))
     removed = sorted(set(released) - set(symbols))
-    diff = abidiff(baseline.surface, surface)
+    diff = abidiff_surfaces(baseline.surface, surface)
     changed = bool(added or removed) or diff.exit_code != 0
     subs = [
         SubCheck(

@@ -1,0 +1,58 @@
+"""`nox -s import-evidence -- DIR...`: evidence made elsewhere (a device run, a CI job of
+another host) brought into build/imported-evidence, where the report reads it. Nothing is
+trusted for being imported: the report judges each record like its own (fingerprint
+against the current inputs, artifacts where they are present, the metrics a device-gated
+item names). Records that cannot be read, or that name a cell or check the matrix does not
+declare, are not imported, and each is named with the reason."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from eliza.app.errors import UsageError
+from eliza.app.options import Parser
+from eliza.app.project import current
+from eliza.core.matrix import Matrix
+from eliza.formats.evidence_json import read_records, write_record
+
+Log = Callable[[str], None]
+
+
+def import_evidence(matrix: Matrix, argv: Sequence[str], log: Log) -> int:
+    project = current()
+    parser = Parser("nox -s import-evidence --")
+    parser.add_argument("evidence", nargs="+", type=Path, help="evidence directories made elsewhere")
+    args = parser.parse_args(list(argv))
+    for directory in args.evidence:
+        if not directory.is_dir():
+            raise UsageError(f"evidence directory {directory} does not exist; nothing was imported")
+    cells = {c.id for c in matrix.cells}
+    checks = {c.id for c in matrix.checks}
+    accepted = []
+    for item in read_records(args.evidence):
+        record = item.record
+        if record is None:
+            log(f"not imported: {item.path}: {item.problem}")
+        elif record.cell not in cells or record.check not in checks:
+            unknown = f"cell {record.cell!r}" if record.cell not in cells else f"check {record.check!r}"
+            log(f"not imported: {item.path}: {matrix.source} declares no {unknown}")
+        else:
+            accepted.append(item)
+    if not accepted:
+        raise UsageError(
+            f"no usable evidence record in {', '.join(map(str, args.evidence))}; nothing was imported"
+        )
+    # One subdirectory per source directory, so a later import of another device's run
+    # keeps this one; the report resolves duplicates (fresh first, then latest).
+    for item in accepted:
+        assert item.record is not None
+        source = next(d for d in args.evidence if item.path.is_relative_to(d))
+        label = re.sub(r"[^A-Za-z0-9._-]", "_", source.resolve().name) or "evidence"
+        write_record(project.imported_evidence_dir / label, item.record)
+    log(
+        f"imported {len(accepted)} record(s) into {project.imported_evidence_dir}; "
+        "`nox -s report` judges them"
+    )
+    return len(accepted)
