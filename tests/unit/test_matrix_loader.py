@@ -262,8 +262,7 @@ def test_repeated_list_entry() -> None:
 def test_unknown_gate_in_allowed_gates() -> None:
     p = only_problem(edit("allowed_gates: [npu]", "allowed_gates: [nup]"))
     assert str(p) == (
-        "m.yaml:19: platforms[1].allowed_gates[0]: unknown gate 'nup'; did you mean 'npu'? "
-        "(valid: npu, xla)"
+        "m.yaml:19: platforms[1].allowed_gates[0]: unknown gate 'nup'; did you mean 'npu'? (valid: npu, xla)"
     )
 
 
@@ -369,6 +368,51 @@ def test_llama_options_that_do_not_apply() -> None:
         (16, "platforms[1].llama_options.cuda_architectures"),
     ]
     assert found[0].message == "cpu_isa applies to x86_64 platforms only; this one is arm64"
+
+
+def test_a_fallback_needs_a_subset_of_the_run_requirements() -> None:
+    text = edit("    run_requires: [android-device]\n", "    run_requires: [android-device]\n"
+                "    fallback_run_requires: [x86-64-v3-cpu]\n")  # fmt: skip
+    problem = only_problem(text)
+    assert problem.key_path == "platforms[1].fallback_run_requires"
+    assert problem.message.startswith("x86-64-v3-cpu not in run_requires")
+    ok = parse_matrix(edit("    run_requires: [android-device]\n", "    run_requires: [android-device]\n"
+                           "    fallback_run_requires: []\n"), SOURCE)  # fmt: skip
+    assert ok.platform("android-arm64").fallback_run_requires == ()
+    assert ok.platform("linux-cpu").fallback_run_requires is None
+
+
+def test_baseline_verifiable_rows_and_device_item_checks_are_read_and_checked() -> None:
+    extra = """baseline:
+  ref: 0123456789abcdef0123456789abcdef01234567
+  label: before the seam
+verifiable_here:
+  - item: It builds
+    how: by building
+    checks: [build, nope]
+    scope: {gates: any}
+device_gated:
+  - id: pixel
+    title: On a Pixel
+    needs: a Pixel
+    milestone: M4
+    evidence: a run
+    platforms: [android-arm64]
+    checks: [buld]
+    metrics: [tok_s]
+"""
+    found = problems(BASE + extra)
+    assert [(p.key_path, p.message.split(" (")[0]) for p in found] == [
+        ("verifiable_here[0].checks[1]", "unknown check 'nope'"),
+        ("device_gated[0].checks[0]", "unknown check 'buld'; did you mean 'build'?"),
+    ]
+    fixed = (BASE + extra).replace("build, nope", "build").replace("[buld]", "[build]")
+    matrix = parse_matrix(fixed, SOURCE)
+    assert matrix.baseline is not None and matrix.baseline.label == "before the seam"
+    assert matrix.verifiable_here[0].checks == ("build",)
+    assert matrix.device_gated[0].checks == ("build",) and matrix.device_gated[0].metrics == ("tok_s",)
+    short = fixed.replace("0123456789abcdef0123456789abcdef01234567", "main")
+    assert only_problem(short).key_path == "baseline.ref"
 
 
 # --- the cell set -------------------------------------------------------------------------

@@ -165,7 +165,9 @@ def test_a_box_ticks_here_when_only_device_runs_are_missing() -> None:
     assert box1.ticked and not box1.ticked_here and box1.waits == ()
     assert not box2.ticked and box2.ticked_here and box2.missing == ()
     [wait] = box2.waits
-    assert wait.startswith("linux-cuda.none · byte-identity-baseline: waits for needs an NVIDIA GPU")
+    assert wait.startswith(
+        "linux-cuda.none · byte-identity-baseline: NOT RUNNABLE HERE — needs an NVIDIA GPU"
+    )
     assert box2.notes == (f"checked against the declared baseline {DECLARED[:12]} (pre-M3)",)
     # One not-run entry that this host could run makes the box plainly open.
     report = report_of(*selectors, *identity, builds[0])
@@ -211,10 +213,23 @@ def test_figures_say_when_they_were_measured() -> None:
     report = report_of(
         rec("linux-cpu.none", "byte-identity-reference", metrics={"seam_overhead_ratio": 0.991, "tokens": 3}),
     )
-    [figure] = report.figures
+    [figure] = report.figures  # tokens is a count, not a figure
     assert (figure.name, figure.value, figure.measured_at) == (
         "seam_overhead_ratio",
         "0.991",
         "2026-01-31T12:00:10Z",
     )
     assert figure.fresh
+
+
+def test_a_figure_shared_by_checks_of_one_run_is_listed_once() -> None:
+    # The FFI run's tok/s is in the reference and the baseline evidence of a cell alike.
+    report = report_of(
+        rec("linux-cpu.none", "byte-identity-reference", metrics={"tok_s": 99.5}),
+        rec("linux-cpu.none", "byte-identity-baseline", metrics={"tok_s": 99.5}),
+        rec("linux-cpu.npu", "byte-identity-reference", metrics={"tok_s": 99.5}),
+    )
+    assert [(f.cell, f.check) for f in report.figures] == [
+        ("linux-cpu.none", "byte-identity-reference"),
+        ("linux-cpu.npu", "byte-identity-reference"),
+    ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from eliza.core.evidence import (
@@ -48,6 +48,17 @@ def _problem(path: Path | str, message: str) -> LoadProblem:
     # Loader messages start with the path for standalone use; the report shows it apart.
     prefix = f"{path}: "
     return LoadProblem(path=str(path), message=message.removeprefix(prefix))
+
+
+def _distinct(figures: Iterable[Figure]) -> tuple[Figure, ...]:
+    """One line per (cell, figure, value): checks of one bench run share its numbers."""
+    seen: set[tuple[str, str, str]] = set()
+    kept = []
+    for f in figures:
+        if (f.cell, f.name, f.value) not in seen:
+            seen.add((f.cell, f.name, f.value))
+            kept.append(f)
+    return tuple(kept)
 
 
 def build_report(
@@ -151,7 +162,7 @@ def build_report(
         ),
     )
     device_rows = tuple(device_row(item, rows, all_entries) for item in matrix.device_gated)
-    figures = tuple(
+    figures = _distinct(
         Figure(
             cell=e.cell,
             check=e.check,

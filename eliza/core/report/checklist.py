@@ -102,7 +102,7 @@ def judge_scope(
                 elif note is not None and note not in notes:
                     notes.append(note)
             elif e.state in _WAITING:
-                waits.append(f"{e.cell} · {e.check}: waits for {e.reason}")
+                waits.append(f"{e.cell} · {e.check}: {e.state.label} — {e.reason}")
             elif e.state is not GridState.VERIFIED:
                 missing.append(f"{e.cell} · {e.check}: {e.state.label} — {e.reason}")
     return ScopeVerdict(evidence=tuple(used), missing=tuple(missing), waits=tuple(waits), notes=tuple(notes))
