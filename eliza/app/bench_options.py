@@ -18,6 +18,7 @@ class BenchOptions:
     settings: BenchSettings
     out_dir: Path
     baseline: str | None = None
+    no_baseline_reason: str = "no baseline: matrix.yaml declares none and no --baseline REF was given"
     overhead_pairs: int = 9
     overhead_max_tokens: int = 256
     overhead_repeats: int = 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from eliza.adapters.browser import screenshot
@@ -52,7 +53,13 @@ def cpu_reference_for(run: Run, platform: Platform) -> Path | None:
 
 
 def run_platform_checks(
-    run: Run, platform: Platform, *, rerun: bool = False, bench: bool = True, baseline: str | None = None
+    run: Run,
+    platform: Platform,
+    *,
+    rerun: bool = False,
+    bench: bool = True,
+    baseline: str | None = None,
+    no_baseline: str = "",
 ) -> list[BuiltCell]:
     """Builds the platform's cells and runs every check this host can run on them."""
     matrix = run.matrix
@@ -105,6 +112,8 @@ def run_platform_checks(
         opts = parse_bench_args(
             ["--baseline", baseline] if baseline else [], default_bundle=run.bundle, repo=run.project.repo
         )
+        if no_baseline:
+            opts = replace(opts, no_baseline_reason=no_baseline)
         run_bench(run, platform, {b.cell_id: b.library for b in built}, opts)
     return built
 
@@ -251,6 +260,19 @@ def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
         except BaselineError as exc:
             raise UsageError(str(exc)) from None
     baseline = args.baseline or (matrix.baseline.ref if matrix.baseline else None)
+    no_baseline = ""
+    if args.baseline is None and baseline is not None:
+        try:
+            resolve_commit(baseline)
+        except BaselineError:
+            # A clone without the history (a shallow CI checkout) cannot build it: not run,
+            # and said, rather than a failure of the code under test.
+            no_baseline = (
+                f"the declared baseline {baseline[:12]} is not in this clone (a shallow clone?): "
+                "fetch the history (git fetch --unshallow) and verify again"
+            )
+            log(f"byte-identity-baseline not run: {no_baseline}")
+            baseline = None
     if strict_requested(argv, project.env):
         for pid in sorted(wanted_platforms):
             can = capability(matrix.platform(pid))
@@ -276,7 +298,12 @@ def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
             continue
         log(f"{platform.id}: building and running its checks")
         built = run_platform_checks(
-            run, platform, rerun=args.rerun, bench=not args.no_bench, baseline=baseline
+            run,
+            platform,
+            rerun=args.rerun,
+            bench=not args.no_bench,
+            baseline=baseline,
+            no_baseline=no_baseline,
         )
         reference = reference or next((b.library for b in built if b.cell_id.endswith(".none")), None)
 

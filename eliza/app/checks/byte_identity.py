@@ -243,9 +243,7 @@ def baseline_outcome(
     baseline_library: Callable[[str, Cell], tuple[Path, bool]] | None,
 ) -> CheckOutcome:
     if opts.baseline is None or baseline_library is None:
-        return skipped(
-            cell.id, check_id, "no baseline: matrix.yaml declares none and no --baseline REF was given", now()
-        )
+        return skipped(cell.id, check_id, opts.no_baseline_reason, now())
     from eliza.app.baseline import BaselineError, resolve_commit
 
     watch = Stopwatch()
