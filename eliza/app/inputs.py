@@ -29,6 +29,17 @@ BENCH_INPUTS = (
     "eliza/app/checks/byte_identity.py",
 )
 
+# The code that judges a build (exports, the CPU-fallback run) and an ABI (the public
+# surface cut, the released baseline, abidiff): a fix to it must re-run those checks.
+BUILD_CHECK_INPUTS = ("eliza/app/checks/build.py", "eliza/adapters/abi_tools.py", "eliza/core/c_abi.py")
+ABI_CHECK_INPUTS = (
+    "eliza/app/checks/abi.py",
+    "eliza/app/abi_baseline.py",
+    "eliza/formats/abi_xml.py",
+    "eliza/adapters/abi_tools.py",
+    "eliza/core/c_abi.py",
+)
+
 
 def input_hashes(
     repo: Path,
@@ -66,4 +77,6 @@ def input_hashes(
         bench=hashlib.sha256(tree_hash(repo, BENCH_INPUTS).encode() + bench_settings.encode()).hexdigest(),
         llama_source=llama_source,
         tools=tools,
+        build_check=tree_hash(repo, BUILD_CHECK_INPUTS),
+        abi_check=tree_hash(repo, ABI_CHECK_INPUTS),
     )

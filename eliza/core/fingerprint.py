@@ -26,6 +26,8 @@ class InputHashes:
     bench: str  # the diff engine, the bench driver and the bench settings: they decide byte identity
     llama_source: str  # "0.3.36" (the pinned sdist) or "fork.<content hash>" (ELIZA_LLAMA_CPP_DIR)
     tools: Mapping[str, str]  # tool name -> version
+    build_check: str = ""  # the code that judges a build
+    abi_check: str = ""  # the code that judges an ABI (surface cut, baseline, abidiff)
 
 
 def _matrix_entries(cell: Cell, check: Check) -> str:
@@ -55,6 +57,10 @@ def fingerprint_for(
         "matrix": _matrix_entries(cell, check),
     }
     kind = check.kind
+    if kind is CheckKind.BUILD:
+        parts["check_code"] = hashes.build_check
+        if cell.platform.llama_backend == "cuda":
+            parts["bundle"] = hashes.bundle  # the CPU-fallback run generates from it
     if kind is CheckKind.SELECTOR:
         parts["tests"] = hashes.selector_tests
     if kind is CheckKind.GATE_FALLTHROUGH:
@@ -71,6 +77,7 @@ def fingerprint_for(
     if kind is CheckKind.BYTE_IDENTITY_BASELINE:
         parts["baseline"] = baseline_commit or "none"
     if kind is CheckKind.ABI:
+        parts["check_code"] = hashes.abi_check
         build_tools.append("abidiff")
     parts["tools"] = _tools(hashes, build_tools)
     return InputFingerprint.of(parts)

@@ -233,3 +233,46 @@ def test_a_figure_shared_by_checks_of_one_run_is_listed_once() -> None:
         ("linux-cpu.none", "byte-identity-reference"),
         ("linux-cpu.npu", "byte-identity-reference"),
     ]
+
+
+def test_a_scope_where_everything_waits_for_a_device_is_not_ticked_here() -> None:
+    nothing_runs = dict(GPU_LESS)
+    nothing_runs["linux-cpu"] = PlatformCapability(
+        can_build=True, build_reason="ok", can_run=False, run_reason="needs an x86-64-v3 CPU"
+    )
+    report = build_report(
+        make_matrix(),
+        records=[rec(c, "build") for c in ("linux-cpu.none", "linux-cuda.none")],
+        current_fingerprint=lambda cell, check: InputFingerprint.of(PARTS),
+        capabilities=nothing_runs,
+        artifact_matches=lambda a: None,
+        facts=HeaderFacts(commit="c0ffee", dirty=False, generated_at="2026-02-01T00:00:00Z", host="h"),
+    )
+    box = report.checklist[1]  # build is VERIFIED, but byte-identity-baseline nowhere
+    assert box.waits and not box.missing
+    assert not box.ticked and not box.ticked_here
+
+
+def test_baseline_evidence_that_names_no_commit_does_not_count_for_the_declared_baseline() -> None:
+    report = report_of(
+        rec("linux-cpu.none", "byte-identity-baseline"),
+        *[rec(c, "build") for c in ("linux-cpu.none", "linux-cuda.none")],
+    )
+    box = report.checklist[1]
+    assert not box.ticked_here
+    assert "linux-cpu.none · byte-identity-baseline: the evidence names no baseline commit" in box.missing
+
+
+def test_a_cpu_fallback_run_shows_in_the_grid_and_claims_no_device_item() -> None:
+    fallback = {"ran_on": "CPU fallback, without nvidia-gpu"}
+    records = [rec(c, "byte-identity-reference", metrics={"tok_s": 9.0}, details=fallback) for c in CELLS[2:]]
+    report = report_of(*records, rec("linux-cpu.none", "selector"))
+    entry = report.entry("linux-cuda.none", "byte-identity-reference")
+    assert entry.state is GridState.VERIFIED and entry.qualifier == "CPU fallback"
+    assert report.entry("linux-cpu.none", "selector").qualifier == ""
+    row = report.device_gated[0]
+    assert not row.claimed
+    assert (
+        "linux-cuda.none · byte-identity-reference: ran on the CPU fallback, without nvidia-gpu, "
+        "not on the device" in row.missing
+    )

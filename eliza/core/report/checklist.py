@@ -44,9 +44,13 @@ class ScopeVerdict:
     def ticked(self) -> bool:
         return not self.missing and not self.waits
 
+    verified_per_check: tuple[int, ...] = ()
+
     @property
     def ticked_here(self) -> bool:
-        return not self.missing and bool(self.waits)
+        """Nothing missing but device runs, and every check VERIFIED somewhere here: a scope
+        whose entries all wait for a device shows nothing verified, so nothing is ticked."""
+        return not self.missing and bool(self.waits) and all(self.verified_per_check)
 
 
 def _fact(entry: Entry, name: str) -> str | None:
@@ -61,7 +65,9 @@ def _baseline_notes(entry: Entry, declared: Baseline | None) -> tuple[str | None
     and whether that is the matrix's declared baseline."""
     commit = _fact(entry, "baseline_commit")
     if commit is None:
-        return None, None
+        if declared is None:
+            return None, None
+        return None, f"{entry.cell} · {entry.check}: the evidence names no baseline commit"
     if declared is None:
         return f"{entry.cell}: checked against {commit[:12]}", None
     if commit != declared.ref:
@@ -81,6 +87,7 @@ def judge_scope(
     waits: list[str] = []
     notes: list[str] = []
     used: list[EntryRef] = []
+    verified_per_check: list[int] = []
     if not in_scope:
         missing.append(f"no {cells_word.removesuffix('s')} is declared in the matrix")
     for check in checks:
@@ -93,6 +100,7 @@ def judge_scope(
         ]
         if in_scope and not entries:
             missing.append(f"no {check} check applies to the {cells_word}")
+        verified_per_check.append(sum(1 for e in entries if e.state is GridState.VERIFIED))
         for e in entries:
             used.append(EntryRef(cell=e.cell, check=e.check, state=e.state, anchor=e.anchor))
             if e.state is GridState.VERIFIED and e.kind is CheckKind.BYTE_IDENTITY_BASELINE:
@@ -105,7 +113,13 @@ def judge_scope(
                 waits.append(f"{e.cell} · {e.check}: {e.state.label} — {e.reason}")
             elif e.state is not GridState.VERIFIED:
                 missing.append(f"{e.cell} · {e.check}: {e.state.label} — {e.reason}")
-    return ScopeVerdict(evidence=tuple(used), missing=tuple(missing), waits=tuple(waits), notes=tuple(notes))
+    return ScopeVerdict(
+        evidence=tuple(used),
+        missing=tuple(missing),
+        waits=tuple(waits),
+        notes=tuple(notes),
+        verified_per_check=tuple(verified_per_check),
+    )
 
 
 def checklist_box(number: int, spec: ExitBox, matrix: Matrix, report_rows: Sequence[Row]) -> ChecklistBox:
@@ -167,6 +181,9 @@ def device_row(item: DeviceGatedItem, report_rows: Sequence[Row], gated: Iterabl
             lacking = [m for m in item.metrics if m not in have]
             if lacking:
                 missing.append(f"{e.cell} · {e.check}: the evidence has no {', '.join(lacking)}")
+            if e.ran_on != "native":
+                # A device item is about the device: a run on the CPU fallback does not claim it.
+                missing.append(f"{e.cell} · {e.check}: ran on the {e.ran_on}, not on the device")
     return DeviceGatedRow(
         id=item.id,
         title=item.title,

@@ -136,6 +136,19 @@ class Entry:
     gated_by: tuple[DeviceGatedItem, ...] = ()
     notes: tuple[str, ...] = ()
 
+    @property
+    def ran_on(self) -> str:
+        """How the evidence's run went: "native", or the fallback it used (details.ran_on)."""
+        if self.evidence is None:
+            return "native"
+        fact = next((f for f in self.evidence.details if f.name == "ran_on"), None)
+        return fact.value if fact is not None else "native"
+
+    @property
+    def qualifier(self) -> str:
+        """Words the grid adds to the state: "CPU fallback" for a run without the accelerator."""
+        return "CPU fallback" if self.ran_on.startswith("CPU fallback") else ""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Row:
