@@ -17,7 +17,7 @@ import nox
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eliza.app import build, ci_files, ci_pipeline, ci_rehearsal, project
-from eliza.app.abi_baseline import abi_baseline_session
+from eliza.app.abi_baseline import BaselineRefused, abi_baseline_session
 from eliza.app.bench import bench
 from eliza.app.errors import NotHere, UsageError
 from eliza.app.generate import generate as generate_text
@@ -56,7 +56,13 @@ def _guarded(session: nox.Session, work: Callable[[], object]) -> None:
         if strict_requested(session.posargs, project.current().env):
             session.error(str(exc))
         session.skip(str(exc))
-    except (ChecksFailed, build.BuildFailed, ci_pipeline.CiFailed, ci_files.CiFilesFailed) as exc:
+    except (
+        ChecksFailed,
+        build.BuildFailed,
+        ci_pipeline.CiFailed,
+        ci_files.CiFilesFailed,
+        BaselineRefused,
+    ) as exc:
         session.error(str(exc))
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from eliza.adapters.abi_tools import abidw, exported_symbols
 from eliza.app.options import Parser
 from eliza.app.project import current
-from eliza.core.c_abi import abi_version
+from eliza.core.c_abi import abi_version, header_constants
 from eliza.core.layout import EXPORT_PREFIX, PUBLIC_HEADER, public_header
 from eliza.core.matrix import Matrix
 from eliza.formats.abi_xml import exports_text, public_surface
@@ -26,10 +26,15 @@ class AbiBaseline:
     version: str
     surface: Path  # abixml of the public surface
     exports: Path  # one exported symbol per line
+    constants: Path  # the header's numeric ELIZA_* constants, "NAME VALUE" per line
 
     @property
     def present(self) -> bool:
-        return self.surface.is_file() and self.exports.is_file()
+        return self.surface.is_file() and self.exports.is_file() and self.constants.is_file()
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return (self.surface, self.exports, self.constants)
 
 
 def abi_dir(repo: Path) -> Path:
@@ -39,8 +44,15 @@ def abi_dir(repo: Path) -> Path:
 def baseline_of(repo: Path, version: str) -> AbiBaseline:
     root = abi_dir(repo)
     return AbiBaseline(
-        version=version, surface=root / f"abi-{version}.xml", exports=root / f"abi-{version}.exports"
+        version=version,
+        surface=root / f"abi-{version}.xml",
+        exports=root / f"abi-{version}.exports",
+        constants=root / f"abi-{version}.constants",
     )
+
+
+def constants_text(header_text: str) -> str:
+    return "".join(f"{name} {value}\n" for name, value in sorted(header_constants(header_text).items()))
 
 
 def versions_present(repo: Path) -> list[str]:
@@ -51,19 +63,35 @@ def surface_of(library: Path) -> str:
     return public_surface(abidw(library), prefix=EXPORT_PREFIX, public_header=PUBLIC_HEADER)
 
 
-def write_baseline(repo: Path, library: Path) -> AbiBaseline:
-    """Writes the baseline of the header's ABI version from `library`, and removes those of
-    other versions: native/abi holds the released ABI, one version."""
-    version = abi_version(public_header(repo).read_text(encoding="utf-8"))
+class BaselineRefused(RuntimeError):
+    """Regenerating would change the released ABI of a version that was not bumped."""
+
+
+def write_baseline(repo: Path, library: Path, *, force: bool = False) -> tuple[AbiBaseline, bool]:
+    """Writes the baseline of the header's ABI version from `library` and removes those of
+    other versions (native/abi holds the released ABI, one version); (baseline, changed).
+    A different surface for a version that already has a baseline is an unbumped ABI
+    change: refused unless forced."""
+    header_text = public_header(repo).read_text(encoding="utf-8")
+    version = abi_version(header_text)
     target = baseline_of(repo, version)
-    atomic_write_text(target.surface, surface_of(library))
-    atomic_write_text(target.exports, exports_text(exported_symbols(library)))
+    texts = (surface_of(library), exports_text(exported_symbols(library)), constants_text(header_text))
+    changed = [
+        p.name for p, t in zip(target.files, texts, strict=True) if not p.is_file() or p.read_text() != t
+    ]
+    if target.present and changed and not force:
+        raise BaselineRefused(
+            f"the build's ABI differs from the released ABI {version} ({', '.join(changed)}): bump "
+            "ELIZA_INFERENCE_ABI_VERSION in the public header first, or pass --force to rewrite "
+            f"ABI {version}'s baseline on purpose"
+        )
+    for path, text in zip(target.files, texts, strict=True):
+        atomic_write_text(path, text)
     for other in versions_present(repo):
         if other != version:
-            old = baseline_of(repo, other)
-            old.surface.unlink(missing_ok=True)
-            old.exports.unlink(missing_ok=True)
-    return target
+            for path in baseline_of(repo, other).files:
+                path.unlink(missing_ok=True)
+    return target, bool(changed)
 
 
 def abi_baseline_session(matrix: Matrix, argv: Sequence[str], log: Log) -> AbiBaseline:
@@ -73,7 +101,11 @@ def abi_baseline_session(matrix: Matrix, argv: Sequence[str], log: Log) -> AbiBa
     from eliza.app.errors import NotHere
     from eliza.app.project import capability
 
-    Parser("nox -s abi-baseline --").parse_args(list(argv))
+    parser = Parser("nox -s abi-baseline --")
+    parser.add_argument(
+        "--force", action="store_true", help="rewrite the baseline of an ABI version that was not bumped"
+    )
+    args = parser.parse_args(list(argv))
     cell = next(
         (
             c
@@ -90,6 +122,7 @@ def abi_baseline_session(matrix: Matrix, argv: Sequence[str], log: Log) -> AbiBa
         )
     [built] = build_cells((cell,), matrix, echo=False, on_built=lambda b: log(describe_build(b)))
     repo = current().repo
-    target = write_baseline(repo, built.library)
-    log(f"ABI {target.version} baseline from {cell.id}: {target.surface}, {target.exports}")
+    target, changed = write_baseline(repo, built.library, force=args.force)
+    what = "written" if changed else "unchanged"
+    log(f"ABI {target.version} baseline from {cell.id} {what}: {', '.join(str(p) for p in target.files)}")
     return target

@@ -7,17 +7,25 @@ declare, are not imported, and each is named with the reason."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from eliza.app.errors import UsageError
 from eliza.app.options import Parser
-from eliza.app.project import current
+from eliza.app.project import capability, current
 from eliza.core.matrix import Matrix
 from eliza.formats.evidence_json import read_records, write_record
 
 Log = Callable[[str], None]
+
+
+def runs_here(matrix: Matrix, cell_id: str, check_id: str) -> bool:
+    """Whether this host builds the cell and can run the check on it."""
+    cell, check = matrix.cell(cell_id), matrix.check(check_id)
+    can = capability(cell.platform)
+    return can.can_build and (not check.needs_run or can.can_run_check(check.device_free))
 
 
 def import_evidence(matrix: Matrix, argv: Sequence[str], log: Log) -> int:
@@ -38,18 +46,25 @@ def import_evidence(matrix: Matrix, argv: Sequence[str], log: Log) -> int:
         elif record.cell not in cells or record.check not in checks:
             unknown = f"cell {record.cell!r}" if record.cell not in cells else f"check {record.check!r}"
             log(f"not imported: {item.path}: {matrix.source} declares no {unknown}")
+        elif runs_here(matrix, record.cell, record.check):
+            # Only what this host cannot produce comes in: its own evidence of a check it
+            # runs is never replaced by another machine's.
+            log(f"not imported: {item.path}: this host runs {record.cell} · {record.check} itself")
         else:
             accepted.append(item)
     if not accepted:
         raise UsageError(
             f"no usable evidence record in {', '.join(map(str, args.evidence))}; nothing was imported"
         )
-    # One subdirectory per source directory, so a later import of another device's run
-    # keeps this one; the report resolves duplicates (fresh first, then latest).
+    # One subdirectory per source directory (its name and a hash of its path), so a later
+    # import of another device's run keeps this one; the report resolves duplicates (fresh
+    # first, then latest). Records of one (cell, check) in one source: the last read wins.
     for item in accepted:
         assert item.record is not None
         source = next(d for d in args.evidence if item.path.is_relative_to(d))
-        label = re.sub(r"[^A-Za-z0-9._-]", "_", source.resolve().name) or "evidence"
+        where = source.resolve()
+        digest = hashlib.sha256(str(where).encode()).hexdigest()[:8]
+        label = f"{re.sub(r'[^A-Za-z0-9._-]', '_', where.name) or 'evidence'}-{digest}"
         write_record(project.imported_evidence_dir / label, item.record)
     log(
         f"imported {len(accepted)} record(s) into {project.imported_evidence_dir}; "

@@ -45,9 +45,11 @@ def render(
         bench_settings=default_settings_description(project.env),
     )
     records = read_records(list(evidence_dirs))
+    # Where several records of one (cell, check) disagree, the first directory's (this
+    # checkout's own evidence, before imported evidence) sets what "current" means.
     baselines = {
         (r.record.cell, r.record.check): str(r.record.details.get("baseline_commit", ""))
-        for r in records
+        for r in reversed(records)
         if r.record is not None and r.record.details.get("baseline_commit")
     }
     # Tool versions are facts of the host that ran a check, which the host rendering the
@@ -55,7 +57,7 @@ def render(
     # verify, on the host that runs checks, re-runs a check when its tools changed.
     recorded_tools = {
         (r.record.cell, r.record.check): r.record.fingerprint.parts["tools"]
-        for r in records
+        for r in reversed(records)
         if r.record is not None and "tools" in r.record.fingerprint.parts
     }
 

@@ -133,8 +133,15 @@ def identity_is_fresh(
     wanted = [(c, k) for c in cells for k in c.checks if k.kind in IDENTITY_KINDS]
     return bool(wanted) and all(
         run.fresh_pass(c, k, existing, commit if k.kind is CheckKind.BYTE_IDENTITY_BASELINE else "")
+        and artifacts_match(run, existing[(c.id, k.id)])
         for c, k in wanted
     )
+
+
+def artifacts_match(run: Run, item: LoadedRecord) -> bool:
+    """Every artifact the record names is here and hashes as recorded."""
+    record = item.record
+    return record is not None and all(resolve_artifact(a, run.project.repo) for a in record.artifacts)
 
 
 def record_builds(
@@ -147,13 +154,6 @@ def record_builds(
     """Build and abi evidence of the cells that were built (they inspect, run nothing).
     Evidence that is fresh, passed, and whose artifacts are still these bytes stands."""
     existing = existing or {}
-
-    def stands(cell: Cell, check: Check) -> bool:
-        item = existing.get((cell.id, check.id))
-        if item is None or item.record is None or not run.fresh_pass(cell, check, existing):
-            return False
-        return all(resolve_artifact(a, run.project.repo) for a in item.record.artifacts)
-
     by_id = {b.cell_id: b for b in built}
     none = next((b for b in built if b.cell_id.endswith(".none")), None)
     reference = None
@@ -162,17 +162,36 @@ def record_builds(
             reference = cpu_reference_for(run, platform)
         except RUN_ERRORS as exc:
             run.log(f"{platform.id}: no CPU reference for the fallback check: {exc}")
+
+    def stands(cell: Cell, check: Check) -> bool:
+        """Fresh passing evidence of these very artifacts that compared all this run would."""
+        item = existing.get((cell.id, check.id))
+        if item is None or item.record is None or not run.fresh_pass(cell, check, existing):
+            return False
+        details = item.record.details
+        narrower = check.kind is CheckKind.ABI and cell.gates and none is not None
+        if narrower and not details.get("compared_with_no_gate"):
+            return False  # made by a narrower build, without the no-gate cell to compare
+        if check.kind is CheckKind.BUILD and reference is not None:
+            names = [str(s.get("name", "")) for s in details.get("subchecks", []) if isinstance(s, dict)]
+            if not any(n.startswith("without a GPU") for n in names):
+                return False  # made without the CPU-fallback comparison
+        return artifacts_match(run, item)
+
     repo = run.project.repo
     outcomes: list[CheckOutcome] = []
     for cell in (c for c in cells if c.id in by_id):
         if (check := run.check_of(cell, CheckKind.BUILD)) is not None and stands(cell, check):
             run.log(f"  {cell.id:<24} {check.id:<24} fresh passing evidence of these artifacts; not re-run")
         elif check is not None:
-            outcomes.append(
-                build_outcome(
-                    cell, check.id, by_id[cell.id], repo=repo, cpu_reference=reference, bundle=run.bundle
+            try:
+                outcomes.append(
+                    build_outcome(
+                        cell, check.id, by_id[cell.id], repo=repo, cpu_reference=reference, bundle=run.bundle
+                    )
                 )
-            )
+            except RUN_ERRORS as exc:
+                errored(run, (cell,), {CheckKind.BUILD}, f"build check could not run: {str(exc)[-1500:]}")
         if platform.llama_backend == "cpu" and not cell.gates and run.cpu_reference is None:
             run.cpu_reference = by_id[cell.id].library
         if (check := run.check_of(cell, CheckKind.ABI)) is not None and stands(cell, check):
@@ -203,10 +222,12 @@ def build_with_evidence(
     for pid, cells_built in by_platform.items():
         cells = tuple(matrix.cell(b.cell_id) for b in cells_built)
         record_builds(run, matrix.platform(pid), cells, cells_built, existing_records(run.evidence_dir))
+    for line in quiet:
+        if not line.startswith("  "):  # per-check lines are in the evidence; anything else is news
+            log(line)
+    kept = sum("not re-run" in line for line in quiet)
     states = Counter(o.status.value for o in run.written)
-    said = ", ".join(
-        [f"{n} {s}" for s, n in sorted(states.items())] + [f"{len(quiet) - len(run.written)} fresh, kept"]
-    )
+    said = ", ".join([f"{n} {s}" for s, n in sorted(states.items())] + [f"{kept} fresh, kept"])
     log(f"evidence: {len(run.written)} build/abi record(s) written to {run.evidence_dir} ({said})")
     failed = [o for o in run.written if o.status in (Status.FAILED, Status.ERROR)]
     if failed:

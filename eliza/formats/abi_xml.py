@@ -97,7 +97,8 @@ def public_surface(xml_text: str, *, prefix: str, public_header: str) -> str:
         if type_id in emitted or type_id not in types:
             continue
         node = types[type_id]
-        if node.tag in _AGGREGATES and not defined_in_header(node):
+        # An aggregate without a source location cannot be placed: kept whole, never hidden.
+        if node.tag in _AGGREGATES and node.get("filepath") and not defined_in_header(node):
             copy = _opaque(node)
         else:
             copy = ET.fromstring(ET.tostring(node))
@@ -118,6 +119,11 @@ def public_surface(xml_text: str, *, prefix: str, public_header: str) -> str:
 def exports_text(symbols: list[str]) -> str:
     """The export list as native/abi stores it: one symbol per line, sorted."""
     return "".join(f"{s}\n" for s in sorted(symbols))
+
+
+def architecture_of(surface_xml: str) -> str:
+    """abidw's architecture name, e.g. elf-amd-x86_64."""
+    return ET.fromstring(surface_xml).get("architecture", "unknown")
 
 
 def soname_of(surface_xml: str) -> str | None:

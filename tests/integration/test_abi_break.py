@@ -64,6 +64,12 @@ def test_a_struct_field_changed_without_a_bump_fails_until_the_baseline_is_regen
     diff = record["details"]["released_abi_diff"]
     assert "disable_thinking" in diff and "uint32_t" in diff, diff
     assert "1 check(s) failed" in out and f"{CELL}/abi" in out
+    # Regenerating the baseline of the same version would hide the change: refused.
+    before = {p.name: p.read_bytes() for p in (repo / "native" / "abi").iterdir()}
+    refused = run(repo, "-m", "nox", "-s", "abi-baseline", env=env)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "bump ELIZA_INFERENCE_ABI_VERSION in the public header first" in refused.stderr
+    assert {p.name: p.read_bytes() for p in (repo / "native" / "abi").iterdir()} == before
 
     # The deliberate path: bump the version, regenerate the baseline, build again.
     edit(repo, HEADER, "#define ELIZA_INFERENCE_ABI_VERSION 9", "#define ELIZA_INFERENCE_ABI_VERSION 10")
@@ -71,7 +77,11 @@ def test_a_struct_field_changed_without_a_bump_fails_until_the_baseline_is_regen
     assert code != 0 and "native/abi holds no baseline of ABI 10 (it holds abi-9)" in record["reason"], out
     regenerated = run(repo, "-m", "nox", "-s", "abi-baseline", env=env)
     assert regenerated.returncode == 0, regenerated.stdout + regenerated.stderr
-    assert sorted(p.name for p in (repo / "native" / "abi").iterdir()) == ["abi-10.exports", "abi-10.xml"]
+    assert sorted(p.name for p in (repo / "native" / "abi").iterdir()) == [
+        "abi-10.constants",
+        "abi-10.exports",
+        "abi-10.xml",
+    ]
     code, record, out = build_cell(repo, env)
     assert code == 0, out
     assert record["status"] == "passed" and record["details"]["abi_version"] == "10"
@@ -79,8 +89,9 @@ def test_a_struct_field_changed_without_a_bump_fails_until_the_baseline_is_regen
     assert soname["ok"] and "libelizainference.so.10" in soname["detail"]
 
 
-def test_an_added_function_without_a_bump_fails(tmp_path: Path) -> None:
+def test_an_added_function_or_a_renumbered_status_without_a_bump_fails(tmp_path: Path) -> None:
     repo, env = scratch(tmp_path)
+    edit(repo, HEADER, "#define ELIZA_ERR_CANCELLED       (-7)", "#define ELIZA_ERR_CANCELLED       (-8)")
     edit(
         repo,
         HEADER,
@@ -99,6 +110,8 @@ def test_an_added_function_without_a_bump_fails(tmp_path: Path) -> None:
     assert record["status"] == "failed"
     assert "added: ['eliza_inference_abi_probe']" in record["reason"]
     assert "eliza_inference_abi_probe" in record["details"]["released_abi_diff"]
+    constants = next(s for s in record["details"]["subchecks"] if "ELIZA_* constants" in s["name"])
+    assert not constants["ok"] and "-ELIZA_ERR_CANCELLED -7 +ELIZA_ERR_CANCELLED -8" in constants["detail"]
     # The header and the library still agree with each other: only the release baseline differs.
     header_check = next(
         s for s in record["details"]["subchecks"] if s["name"].startswith("exports equal the header")

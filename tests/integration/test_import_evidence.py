@@ -63,6 +63,13 @@ def test_gpu_evidence_brought_in_claims_the_gpu_item(tmp_path: Path) -> None:
     made = run(repo, "-c", WRITE_GPU_EVIDENCE, str(gpu_run), "yes", env=env)
     assert made.returncode == 0, made.stdout + made.stderr
     (gpu_run / "junk__x.json").write_text("{not json")
+    # A check this host runs itself: its own evidence is never replaced by another machine's.
+    (gpu_run / "linux-cpu.none__build.json").write_text(
+        (gpu_run / "linux-cuda.none__byte-identity-reference.json")
+        .read_text()
+        .replace('"cell": "linux-cuda.none"', '"cell": "linux-cpu.none"')
+        .replace('"check": "byte-identity-reference"', '"check": "build"')
+    )
     (gpu_run / "macos-arm64.none__nope.json").write_text(
         (gpu_run / "linux-cuda.none__byte-identity-reference.json")
         .read_text()
@@ -77,14 +84,15 @@ def test_gpu_evidence_brought_in_claims_the_gpu_item(tmp_path: Path) -> None:
     imported = run(repo, "-m", "nox", "-s", "import-evidence", "--", str(gpu_run), env=env)
     out = imported.stdout + imported.stderr
     assert imported.returncode == 0, out
-    assert "imported 11 record(s)"  # 4 cells x (reference, baseline) + 3 gated cells x gates in out
+    assert "imported 11 record(s)" in out  # 4 cells x (reference, baseline) + 3 gated cells x gates in out
     assert "not imported:" in out and "junk__x.json" in out
     assert "declares no check 'nope'" in out
+    assert "this host runs linux-cpu.none · build itself" in out
 
     rendered = run(repo, "-m", "nox", "-s", "report", env=env)
     assert rendered.returncode == 0, rendered.stdout + rendered.stderr
     item = _item(repo)
-    assert item["claimed"] is True, item
+    assert item["claimed"] is True, item["missing"]
     assert {e["cell"] for e in item["claim_evidence"]} == {  # type: ignore[attr-defined]
         "linux-cuda.none",
         "linux-cuda.litert",

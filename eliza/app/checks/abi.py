@@ -1,19 +1,21 @@
 """The abi check: a cell exports exactly the header's functions, its SONAME carries the
-header's ABI version, its exported surface (symbols and the types they reach) equals the
-released baseline of that version in native/abi, and equals the platform's no-gate cell."""
+header's ABI version, its exported surface (symbols, the types they reach, the header's
+constants) equals the released baseline of that version in native/abi, and equals the
+platform's no-gate cell."""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from eliza.adapters.abi_tools import AbiToolMissing, abidiff, abidiff_surfaces, exported_symbols
-from eliza.app.abi_baseline import baseline_of, surface_of, versions_present
+from eliza.app.abi_baseline import baseline_of, constants_text, surface_of, versions_present
 from eliza.app.checks.common import Stopwatch
 from eliza.core.c_abi import abi_version, header_functions
 from eliza.core.layout import LIBRARY_NAME, public_header, public_headers_dir
 from eliza.core.matrix import Cell
 from eliza.core.outcome import CheckOutcome, SubCheck, from_subchecks, outcome
-from eliza.formats.abi_xml import soname_of
+from eliza.formats.abi_xml import AbiXmlError, architecture_of, soname_of
 from eliza.formats.files import atomic_write_text
 
 _REGENERATE = (
@@ -21,8 +23,24 @@ _REGENERATE = (
 )
 
 
+class AbiToolFailed(RuntimeError):
+    """abidiff itself failed (a corrupt baseline, a crash): an error, not an ABI verdict."""
+
+
+def _unified(old: Path, new_text: str, new_name: str, context: int) -> str:
+    return "".join(
+        difflib.unified_diff(
+            old.read_text(encoding="utf-8").splitlines(keepends=True),
+            new_text.splitlines(keepends=True),
+            old.name,
+            new_name,
+            n=context,
+        )
+    )
+
+
 def _released(
-    library: Path, surface: Path, repo: Path, version: str
+    library: Path, surface: Path, repo: Path, version: str, header_text: str
 ) -> tuple[list[SubCheck], dict[str, object]]:
     """The library against the released ABI of the header's version."""
     baseline = baseline_of(repo, version)
@@ -33,12 +51,26 @@ def _released(
             "version bump, regenerate it with nox -s abi-baseline"
         )
         return [SubCheck(name=f"released ABI {version} baseline exists", ok=False, detail=detail)], {}
+    surface_text = surface.read_text(encoding="utf-8")
+    released_arch = architecture_of(baseline.surface.read_text(encoding="utf-8"))
+    arch = architecture_of(surface_text)
+    if arch != released_arch:
+        # One released baseline, taken on the host's architecture: another architecture's
+        # types differ in size by nature, so that comparison would say nothing of the ABI.
+        return [], {"released_abi": f"not compared: the baseline is of {released_arch}, this build {arch}"}
     symbols = exported_symbols(library)
     released = baseline.exports.read_text(encoding="utf-8").split()
     added = sorted(set(symbols) - set(released))
     removed = sorted(set(released) - set(symbols))
     diff = abidiff_surfaces(baseline.surface, surface)
-    changed = bool(added or removed) or diff.exit_code != 0
+    if diff.tool_failed:
+        raise AbiToolFailed(
+            f"abidiff {baseline.surface} {surface} failed ({diff.exit_code}): {diff.report[-1500:]}"
+        )
+    # abidiff calls some changes harmless (an enumerator added, a typedef renamed) and exits
+    # 0; the surface is deterministic, so any textual difference is a difference too.
+    text_diff = _unified(baseline.surface, surface_text, "this build", 2)
+    constants_diff = _unified(baseline.constants, constants_text(header_text), "the header", 0)
     subs = [
         SubCheck(
             name=f"exports equal the released ABI {version}",
@@ -50,11 +82,20 @@ def _released(
             ok=diff.exit_code == 0,
             detail=f"abidiff exit {diff.exit_code}" + (f"; {_REGENERATE}" if diff.exit_code else ""),
         ),
+        SubCheck(
+            name=f"the public surface equals the released ABI {version} byte for byte",
+            ok=not text_diff,
+            detail=f"differs; {_REGENERATE}" if text_diff else "identical",
+        ),
+        SubCheck(
+            name=f"the header's ELIZA_* constants equal the released ABI {version}",
+            ok=not constants_diff,
+            detail=f"{' '.join(constants_diff.split())}; {_REGENERATE}" if constants_diff else "identical",
+        ),
     ]
     details: dict[str, object] = {
         "released_abi": version,
-        "released_abi_diff": diff.report or "(no differences)",
-        "released_abi_changed": changed,
+        "released_abi_diff": diff.report or text_diff or constants_diff or "(no differences)",
     }
     return subs, details
 
@@ -86,9 +127,10 @@ def abi_outcome(cell: Cell, check_id: str, library: Path, reference: Path | None
                 detail=f"SONAME {soname!r}, want {want!r}",
             )
         )
-        released_subs, released_details = _released(library, surface, repo, version)
+        released_subs, released_details = _released(library, surface, repo, version, header_text)
         subs += released_subs
         details |= released_details
+        details["compared_with_no_gate"] = reference is not None and reference != library
         if reference is not None and reference != library:
             diff = abidiff(reference, library, public_headers_dir(repo))
             subs.append(
@@ -107,6 +149,6 @@ def abi_outcome(cell: Cell, check_id: str, library: Path, reference: Path | None
             )
             details["abi_diff"] = diff.report or "(no differences)"
             details["abidiff_exit"] = diff.exit_code
-    except AbiToolMissing as exc:
+    except (AbiToolMissing, AbiToolFailed, AbiXmlError) as exc:
         return outcome(cell.id, check_id, ran=0, passed=0, span=watch.span(), reason=str(exc), error=True)
     return from_subchecks(cell.id, check_id, subs, watch.span(), artifacts=(library,), details=details)

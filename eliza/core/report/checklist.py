@@ -181,7 +181,7 @@ def device_row(item: DeviceGatedItem, report_rows: Sequence[Row], gated: Iterabl
             lacking = [m for m in item.metrics if m not in have]
             if lacking:
                 missing.append(f"{e.cell} · {e.check}: the evidence has no {', '.join(lacking)}")
-            if e.ran_on != "native":
+            if e.qualifier:
                 # A device item is about the device: a run on the CPU fallback does not claim it.
                 missing.append(f"{e.cell} · {e.check}: ran on the {e.ran_on}, not on the device")
     return DeviceGatedRow(
