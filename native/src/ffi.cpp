@@ -296,7 +296,8 @@ int eliza_inference_llm_stream_next(EliLlmStream * stream, int32_t * tokens_out,
         }
         if (stream->llama->poisoned()) return poisoned(fn, out_error);
         std::string message;
-        const StepBuffers out{tokens_out, tokens_cap, num_tokens_out, text_out, text_cap};
+        const StepBuffers out{tokens_out, tokens_cap, num_tokens_out, text_out, text_cap, drafter_drafted_out,
+                                drafter_accepted_out};
         return report(fn, out_error, stream->llama->next(out, message), message);
     }, stream ? stream->llama.get() : nullptr);
 }
