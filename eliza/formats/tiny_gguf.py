@@ -159,7 +159,9 @@ def _write_gguf(
     writer.close()
 
 
-def generator_fingerprint(spec: TinyModelSpec = TinyModelSpec(), draft: TinyModelSpec | None = DRAFT_SPEC) -> str:
+def generator_fingerprint(
+    spec: TinyModelSpec = TinyModelSpec(), draft: TinyModelSpec | None = DRAFT_SPEC
+) -> str:
     """Changes whenever this module or a spec changes, so a stale bundle is rewritten."""
     return hashlib.sha256(Path(__file__).read_bytes() + repr((spec, draft)).encode()).hexdigest()
 

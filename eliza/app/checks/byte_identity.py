@@ -1,5 +1,6 @@
-"""The byte-identity checks (reference, gates, baseline) of a platform's cells, and the
-seam-overhead ratio measured with interleaved repeats on its no-gate cell."""
+"""The byte-identity checks (reference, gates, baseline, drafter) of a platform's cells, the
+seam-overhead ratio measured with interleaved repeats on its no-gate cell, and the
+speculative-decoding speedup measured with interleaved rounds on every cell."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from eliza.adapters.bench_tools import BenchSettings, bench_argv, reference_argv, run_tool
+from eliza.adapters.bench_tools import BenchSettings, bench_argv, drafter_argv, reference_argv, run_tool
 from eliza.app.bench_options import BenchOptions
 from eliza.app.checks.common import Stopwatch, now
 from eliza.app.run import RUN_ERRORS, Run, errored
@@ -33,6 +34,7 @@ IDENTITY_KINDS = {
     CheckKind.BYTE_IDENTITY_REFERENCE,
     CheckKind.BYTE_IDENTITY_GATES,
     CheckKind.BYTE_IDENTITY_BASELINE,
+    CheckKind.BYTE_IDENTITY_DRAFTER,
 }
 
 
@@ -211,6 +213,8 @@ def bench_platform(
                 )
             elif check.kind is CheckKind.BYTE_IDENTITY_BASELINE:
                 outcomes.append(baseline_outcome(cell, check.id, r, opts, log, baseline_library))
+            elif check.kind is CheckKind.BYTE_IDENTITY_DRAFTER:
+                outcomes.append(drafter_outcome(r, check.id, opts, log))
     overhead = measure_overhead(none, opts, log) if none is not None else None
     if overhead is not None and none is not None:
         outcomes = [
@@ -270,6 +274,148 @@ def baseline_outcome(
         cell.id, check_id, result, watch.span(), [runs.ffi], (runs.ffi_path, out, runs.library)
     )
     return replace(done, details=dict(done.details) | {"baseline_ref": opts.baseline, "baseline_commit": sha})
+
+
+def drafters_of(bundle: Path) -> list[tuple[str, Path]]:
+    """The drafters a bundle is checked with: its draft model (when its manifest names one)
+    and its text model drafting for itself (acceptance must then be 1)."""
+    from eliza.formats.tiny_gguf import draft_model
+
+    found: list[tuple[str, Path]] = []
+    draft = draft_model(bundle)
+    if draft is not None:
+        found.append(("draft", draft))
+    texts = sorted((bundle / "text").glob("*.gguf"))
+    if texts:
+        found.append(("self", texts[0]))
+    return found
+
+
+def drafter_problems(label: str, run: BenchRun) -> list[str]:
+    """What the drafter stats of a run break: accepted <= drafted per step, some drafting,
+    and (the text model drafting for itself) every drafted token accepted."""
+    problems: list[str] = []
+    steps = [(p.index, i, d, a) for p in run.prompts for i, (d, a) in enumerate(p.drafter)]
+    for index, step, d, a in steps:
+        if not 0 <= a <= d:
+            problems.append(f"{label} drafter: prompt {index} step {step}: accepted {a} of {d} drafted")
+            break
+    drafted = sum(d for *_, d, _ in steps)
+    accepted = sum(a for *_, a in steps)
+    if drafted == 0:
+        problems.append(f"{label} drafter: no step drafted anything")
+    elif label == "self" and accepted != drafted:
+        problems.append(f"self drafter: accepted {accepted} of {drafted} drafted tokens (must be all)")
+    return problems
+
+
+def measure_speedup(
+    runs: CellRuns, drafters: Sequence[tuple[str, Path]], opts: BenchOptions, log: Log
+) -> dict[str, RatioReport]:
+    """Interleaved rounds of the plain FFI bench and the bench with each drafter, the order
+    rotating from round to round; one ratio (decode tok/s with / without) per round."""
+    settings = replace(opts.settings, repeats=opts.overhead_repeats)
+    env = {"ELIZA_N_THREADS": str(opts.overhead_threads)}
+    out = opts.out_dir / runs.cell.platform.id / runs.cell.gate_key / "speedup"
+    build_dir, lib, cell_id = runs.library.parent, runs.library, runs.cell.id
+    names = ["plain", *(label for label, _ in drafters)]
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(opts.drafter_pairs):
+        order = names[i % len(names) :] + names[: i % len(names)]
+        for name in order:
+            path = out / f"{name}-{i}.jsonl"
+            argv = bench_argv(build_dir, lib, settings, cell_id, path)
+            if name != "plain":
+                model = dict(drafters)[name]
+                argv = drafter_argv(build_dir, lib, settings, cell_id, path, model, opts.draft_max)
+            rates[name].append(run_decode_tok_s(run_tool(argv, path, env)))
+    reports = {
+        label: ratio_report(
+            "decode tok/s",
+            f"{label} drafter",
+            "no drafter",
+            [*zip(rates[label], rates["plain"], strict=True)],
+        )
+        for label, _ in drafters
+    }
+    for label, report in reports.items():
+        log(f"{runs.cell.id}: speedup with the {label} drafter: {report.describe()}")
+    return reports
+
+
+def drafter_outcome(runs: CellRuns, check_id: str, opts: BenchOptions, log: Log) -> CheckOutcome:
+    """Greedy with each drafter vs the cell's plain FFI run, byte for byte; the stats and
+    the interleaved speedup as metrics. Where identity breaks, the first divergence of each
+    drafter is in the details and the reason."""
+    watch = Stopwatch()
+    cell = runs.cell
+    drafters = drafters_of(opts.settings.bundle)
+    out = opts.out_dir / cell.platform.id / cell.gate_key
+    build_dir = runs.library.parent
+    ran = passed = tokens = 0
+    problems: list[str] = []
+    reasons: list[str] = []
+    report_lines: list[str] = []
+    metrics: dict[str, float | int | str] = {}
+    per_drafter: dict[str, object] = {}
+    artifacts: list[Path] = [runs.ffi_path, runs.library]
+    for label, drafter in drafters:
+        path = out / f"drafter-{label}.jsonl"
+        run = run_tool(
+            drafter_argv(build_dir, runs.library, opts.settings, cell.id, path, drafter, opts.draft_max), path
+        )
+        artifacts.append(path)
+        result = compare_identity(
+            runs.ffi, run, left_label=f"{cell.id} FFI", right_label=f"{cell.id} FFI + {label} drafter"
+        )
+        ran += result.prompts_compared
+        passed += result.prompts_compared - len(result.divergences)
+        tokens += result.tokens_compared
+        stats = drafter_problems(label, run)
+        problems += list(result.problems) + stats
+        if not result.identical:
+            reasons.append(f"{label} drafter: {result.summary()}")
+        reasons += stats
+        report_lines.append(result.report())
+        drafted = sum(d for p in run.prompts for d, _ in p.drafter)
+        accepted = sum(a for p in run.prompts for _, a in p.drafter)
+        acceptance = accepted / drafted if drafted else 0.0
+        metrics[f"acceptance_{label}"] = round(acceptance, 4)
+        metrics[f"drafted_{label}"] = drafted
+        first = result.divergences[0] if result.divergences else None
+        per_drafter[label] = {
+            "model": str(drafter),
+            "draft_max": opts.draft_max,
+            "drafted": drafted,
+            "accepted": accepted,
+            "acceptance": acceptance,
+            "identical": result.identical,
+            "summary": result.summary(),
+            "first_divergence": None if first is None else asdict(first),
+        }
+        log(f"{cell.id}: {label} drafter: {result.summary()}; acceptance {acceptance:.3f} of {drafted}")
+    if not drafters:
+        why = f"bundle {opts.settings.bundle} has no text model to draft with"
+        return skipped(cell.id, check_id, why, now())
+    speedup: dict[str, object] = {}
+    for label, report in measure_speedup(runs, drafters, opts, log).items():
+        metrics[f"speedup_{label}"] = round(report.ratios.median, 4)
+        metrics[f"speedup_{label}_q1"] = round(report.ratios.q1, 4)
+        metrics[f"speedup_{label}_q3"] = round(report.ratios.q3, 4)
+        speedup[label] = {"describe": report.describe(), "ratio": asdict(report.ratios)}
+    metrics["tokens_compared"] = tokens
+    return outcome(
+        cell.id,
+        check_id,
+        ran=ran,
+        passed=passed if not problems else 0,
+        span=watch.span(),
+        reason="; ".join(reasons),
+        metrics=metrics,
+        artifacts=tuple(artifacts),
+        log_tail="\n".join(report_lines)[-4000:],
+        details={"drafters": per_drafter, "speedup": speedup, "problems": problems},
+    )
 
 
 def failed_outcomes(outcomes: Sequence[CheckOutcome]) -> list[CheckOutcome]:
