@@ -113,6 +113,7 @@ def write_tiny_gguf(path: Path, vocab_path: Path, spec: TinyModelSpec = TinyMode
     if missing:
         raise ValueError(f"{vocab_path}: vocabulary lacks planted tokens {missing}")
     weights = _weights(spec, len(tokens), [index[t] for t in PLANTED_CHAIN])
+
     def write(tmp: Path) -> None:
         _write_gguf(tmp, spec, tokens, scores, types, special, weights)
 
