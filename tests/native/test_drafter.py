@@ -214,7 +214,7 @@ def other_vocab_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
 
     out = tmp_path_factory.mktemp("vocab")
     smaller = out / "smaller.gguf"
-    write_tiny_gguf(smaller, tiny_vocab(), TinyModelSpec(seed=3, n_layer=1, vocab_size=16000))
+    write_tiny_gguf(smaller, tiny_vocab(), TinyModelSpec(seed=3, n_layer=1, vocab_size=31000))
     renamed = out / "renamed.gguf"
     write_tiny_gguf(renamed, tiny_vocab(), TinyModelSpec(seed=3, n_layer=1))
     data = bytearray(renamed.read_bytes())
@@ -240,7 +240,7 @@ def test_bad_drafter_input_is_a_clear_error(
         (drafted_config(8, tmp_path), ERR_INVALID_ARG, ["mtp_drafter_path", "not a regular file"]),
         (drafted_config(8, truncated), ERR_INVALID_ARG, ["mtp_drafter_path", "cannot load the draft model"]),
         (drafted_config(8, not_gguf), ERR_INVALID_ARG, ["mtp_drafter_path", "cannot load the draft model"]),
-        (drafted_config(8, other_vocab_models["smaller"]), ERR_INVALID_ARG, [vocab, "16000 tokens"]),
+        (drafted_config(8, other_vocab_models["smaller"]), ERR_INVALID_ARG, [vocab, "31000 tokens"]),
         (drafted_config(8, other_vocab_models["renamed"]), ERR_INVALID_ARG, [vocab, "▁pr#ce", "▁price"]),
         (drafted_config(8, draft_path, draft_min=5, draft_max=4), ERR_INVALID_ARG,
          ["draft_min 5", "draft_max 4"]),
