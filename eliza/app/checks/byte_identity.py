@@ -18,6 +18,8 @@ from eliza.core.bench_diff import (
     IdentityResult,
     RatioReport,
     compare_identity,
+    drafter_problems,
+    drafter_totals,
     ratio_report,
     run_decode_tok_s,
     run_first_token_ms,
@@ -291,24 +293,6 @@ def drafters_of(bundle: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def drafter_problems(label: str, run: BenchRun) -> list[str]:
-    """What the drafter stats of a run break: accepted <= drafted per step, some drafting,
-    and (the text model drafting for itself) every drafted token accepted."""
-    problems: list[str] = []
-    steps = [(p.index, i, d, a) for p in run.prompts for i, (d, a) in enumerate(p.drafter)]
-    for index, step, d, a in steps:
-        if not 0 <= a <= d:
-            problems.append(f"{label} drafter: prompt {index} step {step}: accepted {a} of {d} drafted")
-            break
-    drafted = sum(d for *_, d, _ in steps)
-    accepted = sum(a for *_, a in steps)
-    if drafted == 0:
-        problems.append(f"{label} drafter: no step drafted anything")
-    elif label == "self" and accepted != drafted:
-        problems.append(f"self drafter: accepted {accepted} of {drafted} drafted tokens (must be all)")
-    return problems
-
-
 def measure_speedup(
     runs: CellRuns, drafters: Sequence[tuple[str, Path]], opts: BenchOptions, log: Log
 ) -> dict[str, RatioReport]:
@@ -371,14 +355,13 @@ def drafter_outcome(runs: CellRuns, check_id: str, opts: BenchOptions, log: Log)
         ran += result.prompts_compared
         passed += result.prompts_compared - len(result.divergences)
         tokens += result.tokens_compared
-        stats = drafter_problems(label, run)
+        stats = drafter_problems(f"{label} drafter", run, must_accept_all=label == "self")
         problems += list(result.problems) + stats
         if not result.identical:
             reasons.append(f"{label} drafter: {result.summary()}")
         reasons += stats
         report_lines.append(result.report())
-        drafted = sum(d for p in run.prompts for d, _ in p.drafter)
-        accepted = sum(a for p in run.prompts for _, a in p.drafter)
+        drafted, accepted = drafter_totals(run)
         acceptance = accepted / drafted if drafted else 0.0
         metrics[f"acceptance_{label}"] = round(acceptance, 4)
         metrics[f"drafted_{label}"] = drafted
