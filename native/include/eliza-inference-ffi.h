@@ -56,9 +56,14 @@ ELIZA_API const char * eliza_inference_abi_version(void);
 ELIZA_API void eliza_inference_free_string(char * s);
 
 /*
- * Loads the bundle's text model, <bundle_dir>/text/<name>.gguf (exactly one .gguf file
- * there). Returns NULL and sets *out_error when the directory is missing, holds no or
- * several text GGUFs, or the model fails to load (truncated, corrupt).
+ * Opens a bundle: its text model, <bundle_dir>/text/<name>.gguf (at most one .gguf file
+ * there), or an artifact under text/ that a compiled-in backend serves (a .litertlm, MLX or
+ * CoreML weights). A GGUF-only bundle's model is loaded here; a bundle that a compiled-in
+ * backend can also serve loads its GGUF on the llama.cpp path's first use (tokenize,
+ * detokenize, or a stream the selector leaves to llama.cpp), whose call then reports a
+ * load failure. Returns NULL and sets *out_error when the directory is missing, holds
+ * several text GGUFs, neither a GGUF nor an artifact of a compiled-in backend, or the model
+ * loaded here fails to load (truncated, corrupt).
  */
 ELIZA_API EliInferenceContext * eliza_inference_create(const char * bundle_dir, char ** out_error);
 
