@@ -40,6 +40,16 @@ def self_path(tiny_bundle: Path) -> Path:
     return model_file(tiny_bundle)
 
 
+@pytest.fixture(scope="module")
+def near_path(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The text model with its blocks scaled by 0.97: it agrees with the text model on some
+    tokens and not others, so drafts are accepted in part (0 < accepted < drafted), the
+    case that removes some but not all drafted positions from both caches."""
+    from tests.native.helpers import scaled_blocks_bundle
+
+    return model_file(scaled_blocks_bundle(tiny_bundle, tmp_path_factory.mktemp("near") / "b", 0.97))
+
+
 def drafted_config(max_tokens: int, drafter: Path, **overrides: object) -> StreamConfig:
     return greedy_config(max_tokens, mtp_drafter_path=str(drafter).encode(), **overrides)
 
@@ -88,6 +98,18 @@ def test_draft_fixture_output_is_byte_identical_to_plain_greedy(
     assert accepted > 0
 
 
+@pytest.mark.parametrize("draft_max", [2, 5])
+def test_partly_accepted_drafts_are_byte_identical(ctx: Context, near_path: Path, draft_max: int) -> None:
+    partial = 0
+    for prompt in PROMPTS:
+        want = run(ctx, greedy_config(48), prompt)[:2]
+        tokens, text, steps = run(ctx, drafted_config(48, near_path, draft_max=draft_max), prompt)
+        assert (tokens, text) == want, prompt
+        check_stats(steps)
+        partial += sum(1 for s in steps if 0 < s.accepted < s.drafted)
+    assert partial > 0
+
+
 def test_text_model_as_its_own_drafter_accepts_everything(ctx: Context, self_path: Path) -> None:
     for prompt in PROMPTS:
         want = run(ctx, greedy_config(48), prompt)[:2]
@@ -134,10 +156,12 @@ def test_draft_min_skips_short_drafts(ctx: Context, self_path: Path, draft_path:
     assert (tokens, text) == want and all(s.drafted in (0, 3, 4, 5) for s in steps)
 
 
-def test_repeat_penalty_with_a_drafter_is_identical(ctx: Context, draft_path: Path, self_path: Path) -> None:
+def test_repeat_penalty_with_a_drafter_is_identical(
+    ctx: Context, draft_path: Path, self_path: Path, near_path: Path
+) -> None:
     for prompt in PROMPTS[:2]:
         want = run(ctx, greedy_config(40, repeat_penalty=1.3), prompt)[:2]
-        for drafter in (draft_path, self_path):
+        for drafter in (draft_path, self_path, near_path):
             got = run(ctx, drafted_config(40, drafter, repeat_penalty=1.3, draft_max=5), prompt)[:2]
             assert got == want, (prompt, drafter.name)
 
@@ -147,8 +171,8 @@ def test_without_a_drafter_stats_are_zero(ctx: Context) -> None:
     assert all(s.drafted == 0 and s.accepted == 0 for s in steps)
 
 
-def test_cancel_reset_and_reset_keep(ctx: Context, draft_path: Path) -> None:
-    cfg = drafted_config(24, draft_path, draft_max=4)
+def test_cancel_reset_and_reset_keep(ctx: Context, near_path: Path) -> None:
+    cfg = drafted_config(24, near_path, draft_max=4)
     prompt = ctx.tokenize(PROMPTS[1])
     want = run(ctx, greedy_config(24), PROMPTS[1])[:2]
     with ctx.open_stream(cfg) as stream:
@@ -170,14 +194,15 @@ def test_cancel_reset_and_reset_keep(ctx: Context, draft_path: Path) -> None:
         assert got == plain.generate()
 
 
-def test_save_and_restore_with_a_drafter(ctx: Context, draft_path: Path, tmp_path: Path) -> None:
+def test_save_and_restore_with_a_drafter(ctx: Context, near_path: Path, tmp_path: Path) -> None:
+    draft_path = near_path
     slot = tmp_path / "slot.bin"
     with ctx.open_stream(drafted_config(30, draft_path, draft_max=4)) as stream:
         stream.prefill(ctx.tokenize(PROMPTS[0]))
-        for _ in range(3):
-            stream.next()
+        head = sum(len(stream.next().tokens) for _ in range(3))
         stream.save_slot(slot)
         tail = stream.generate()
+    assert head > 3  # the drafted steps returned several tokens
     # The slot holds the text model's state only: a drafter stream and a plain stream both
     # continue from it exactly as the saving stream did.
     for cfg in (drafted_config(30, draft_path, draft_max=4), greedy_config(30)):
@@ -188,7 +213,7 @@ def test_save_and_restore_with_a_drafter(ctx: Context, draft_path: Path, tmp_pat
             assert stream.generate() == tail
     with ctx.open_stream(greedy_config(30)) as plain:
         plain.prefill(ctx.tokenize(PROMPTS[0]))
-        for _ in range(3):
+        for _ in range(head):
             plain.next()
         plain.save_slot(slot)
     with ctx.open_stream(drafted_config(30, draft_path, draft_max=4)) as stream:
