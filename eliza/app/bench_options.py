@@ -23,7 +23,7 @@ class BenchOptions:
     overhead_repeats: int = 3
     overhead_threads: int = 1
     drafter_pairs: int = 5  # interleaved with/without-drafter rounds of the speedup
-    draft_max: int = 8
+    draft_max: int = 4
     verbose: bool = False
 
 
@@ -49,9 +49,12 @@ def parse_bench_args(argv: Sequence[str], *, default_bundle: Path, repo: Path) -
         "thread keeps threadpool scheduling noise of small machines out of the ratio)",
     )
     parser.add_argument(
-        "--drafter-pairs", type=int, default=5, help="interleaved rounds with and without a drafter (>= 3)"
+        "--drafter-pairs",
+        type=int,
+        default=5,
+        help="interleaved rounds with and without a drafter on the no-gate cell (>= 3)",
     )
-    parser.add_argument("--draft-max", type=int, default=8, help="draft length of the drafter runs")
+    parser.add_argument("--draft-max", type=int, default=4, help="draft length of the drafter runs")
     parser.add_argument("--out", type=Path, default=repo / "build" / "bench")
     args = parser.parse_args(list(argv))
     if args.overhead_pairs < 5:

@@ -216,7 +216,10 @@ def bench_platform(
             elif check.kind is CheckKind.BYTE_IDENTITY_BASELINE:
                 outcomes.append(baseline_outcome(cell, check.id, r, opts, log, baseline_library))
             elif check.kind is CheckKind.BYTE_IDENTITY_DRAFTER:
-                outcomes.append(drafter_outcome(r, check.id, opts, log))
+                # The speedup's rounds on the no-gate cell; one round (identity and stats)
+                # on gated cells, whose llama.cpp path is the same code (byte-identity-gates).
+                rounds = opts.drafter_pairs if not cell.gates else 1
+                outcomes.append(drafter_outcome(r, check.id, opts, log, rounds))
     overhead = measure_overhead(none, opts, log) if none is not None else None
     if overhead is not None and none is not None:
         outcomes = [
@@ -293,99 +296,93 @@ def drafters_of(bundle: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def measure_speedup(
-    runs: CellRuns, drafters: Sequence[tuple[str, Path]], opts: BenchOptions, log: Log
-) -> dict[str, RatioReport]:
-    """Interleaved rounds of the plain FFI bench and the bench with each drafter, the order
-    rotating from round to round; one ratio (decode tok/s with / without) per round."""
-    settings = replace(opts.settings, repeats=opts.overhead_repeats)
+def drafter_rounds(
+    runs: CellRuns, drafters: Sequence[tuple[str, Path]], opts: BenchOptions, rounds: int
+) -> dict[str, list[tuple[BenchRun, Path]]]:
+    """Rounds of the plain FFI bench and the bench with each drafter, on the overhead
+    runs' decode threads, the order rotating from round to round so warm-up and drift
+    favour no side. Each round's runs share everything but the drafter."""
     env = {"ELIZA_N_THREADS": str(opts.overhead_threads)}
-    out = opts.out_dir / runs.cell.platform.id / runs.cell.gate_key / "speedup"
-    build_dir, lib, cell_id = runs.library.parent, runs.library, runs.cell.id
-    names = ["plain", *(label for label, _ in drafters)]
-    rates: dict[str, list[float]] = {name: [] for name in names}
-    for i in range(opts.drafter_pairs):
-        order = names[i % len(names) :] + names[: i % len(names)]
-        for name in order:
+    out = opts.out_dir / runs.cell.platform.id / runs.cell.gate_key / "drafter"
+    build_dir, lib, cell_id, settings = runs.library.parent, runs.library, runs.cell.id, opts.settings
+    models = dict(drafters)
+    names = ["plain", *models]
+    done: dict[str, list[tuple[BenchRun, Path]]] = {name: [] for name in names}
+    for i in range(rounds):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
             path = out / f"{name}-{i}.jsonl"
             argv = bench_argv(build_dir, lib, settings, cell_id, path)
             if name != "plain":
-                model = dict(drafters)[name]
-                argv = drafter_argv(build_dir, lib, settings, cell_id, path, model, opts.draft_max)
-            rates[name].append(run_decode_tok_s(run_tool(argv, path, env)))
-    reports = {
-        label: ratio_report(
-            "decode tok/s",
-            f"{label} drafter",
-            "no drafter",
-            [*zip(rates[label], rates["plain"], strict=True)],
-        )
-        for label, _ in drafters
-    }
-    for label, report in reports.items():
-        log(f"{runs.cell.id}: speedup with the {label} drafter: {report.describe()}")
-    return reports
+                argv = drafter_argv(build_dir, lib, settings, cell_id, path, models[name], opts.draft_max)
+            done[name].append((run_tool(argv, path, env), path))
+    return done
 
 
-def drafter_outcome(runs: CellRuns, check_id: str, opts: BenchOptions, log: Log) -> CheckOutcome:
-    """Greedy with each drafter vs the cell's plain FFI run, byte for byte; the stats and
-    the interleaved speedup as metrics. Where identity breaks, the first divergence of each
-    drafter is in the details and the reason."""
+def drafter_outcome(runs: CellRuns, check_id: str, opts: BenchOptions, log: Log, rounds: int) -> CheckOutcome:
+    """Greedy with each drafter vs greedy without, byte for byte, in every round; the
+    drafter stats checked; acceptance, and with 3 rounds or more the speedup (decode tok/s
+    with / without, one ratio per round), as metrics. Where identity breaks, each drafter's
+    first divergence is in the details and the reason."""
     watch = Stopwatch()
     cell = runs.cell
     drafters = drafters_of(opts.settings.bundle)
-    out = opts.out_dir / cell.platform.id / cell.gate_key
-    build_dir = runs.library.parent
+    if not drafters:
+        why = f"bundle {opts.settings.bundle} has no text model to draft with"
+        return skipped(cell.id, check_id, why, now())
+    done = drafter_rounds(runs, drafters, opts, rounds)
     ran = passed = tokens = 0
     problems: list[str] = []
     reasons: list[str] = []
     report_lines: list[str] = []
     metrics: dict[str, float | int | str] = {}
-    per_drafter: dict[str, object] = {}
-    artifacts: list[Path] = [runs.ffi_path, runs.library]
-    for label, drafter in drafters:
-        path = out / f"drafter-{label}.jsonl"
-        run = run_tool(
-            drafter_argv(build_dir, runs.library, opts.settings, cell.id, path, drafter, opts.draft_max), path
-        )
-        artifacts.append(path)
-        result = compare_identity(
-            runs.ffi, run, left_label=f"{cell.id} FFI", right_label=f"{cell.id} FFI + {label} drafter"
-        )
-        ran += result.prompts_compared
-        passed += result.prompts_compared - len(result.divergences)
-        tokens += result.tokens_compared
+    details: dict[str, object] = {}
+    artifacts: list[Path] = [runs.library, *(path for _, path in done["plain"])]
+    for label, model in drafters:
+        first: IdentityResult | None = None
+        for i, ((plain, _), (run, path)) in enumerate(zip(done["plain"], done[label], strict=True)):
+            artifacts.append(path)
+            result = compare_identity(
+                plain, run, left_label=f"{cell.id} FFI round {i}", right_label=f"{label} drafter round {i}"
+            )
+            ran += result.prompts_compared
+            passed += result.prompts_compared - len(result.divergences)
+            tokens += result.tokens_compared
+            problems += result.problems
+            if first is None or (first.identical and not result.identical):
+                first = result
+        assert first is not None  # rounds >= 1
+        run = done[label][0][0]
         stats = drafter_problems(f"{label} drafter", run, must_accept_all=label == "self")
-        problems += list(result.problems) + stats
-        if not result.identical:
-            reasons.append(f"{label} drafter: {result.summary()}")
-        reasons += stats
-        report_lines.append(result.report())
+        problems += stats
+        reasons += ([] if first.identical else [f"{label} drafter: {first.summary()}"]) + stats
+        report_lines.append(first.report())
         drafted, accepted = drafter_totals(run)
         acceptance = accepted / drafted if drafted else 0.0
         metrics[f"acceptance_{label}"] = round(acceptance, 4)
         metrics[f"drafted_{label}"] = drafted
-        first = result.divergences[0] if result.divergences else None
-        per_drafter[label] = {
-            "model": str(drafter),
+        divergence = first.divergences[0] if first.divergences else None
+        details[label] = {
+            "model": str(model),
             "draft_max": opts.draft_max,
             "drafted": drafted,
             "accepted": accepted,
             "acceptance": acceptance,
-            "identical": result.identical,
-            "summary": result.summary(),
-            "first_divergence": None if first is None else asdict(first),
+            "identical": first.identical,
+            "summary": first.summary(),
+            "first_divergence": None if divergence is None else asdict(divergence),
         }
-        log(f"{cell.id}: {label} drafter: {result.summary()}; acceptance {acceptance:.3f} of {drafted}")
-    if not drafters:
-        why = f"bundle {opts.settings.bundle} has no text model to draft with"
-        return skipped(cell.id, check_id, why, now())
+        log(f"{cell.id}: {label} drafter: {first.summary()}; acceptance {acceptance:.3f} of {drafted}")
     speedup: dict[str, object] = {}
-    for label, report in measure_speedup(runs, drafters, opts, log).items():
-        metrics[f"speedup_{label}"] = round(report.ratios.median, 4)
-        metrics[f"speedup_{label}_q1"] = round(report.ratios.q1, 4)
-        metrics[f"speedup_{label}_q3"] = round(report.ratios.q3, 4)
-        speedup[label] = {"describe": report.describe(), "ratio": asdict(report.ratios)}
+    if rounds >= 3:
+        plain_rates = [run_decode_tok_s(r) for r, _ in done["plain"]]
+        for label, _ in drafters:
+            pairs = list(zip([run_decode_tok_s(r) for r, _ in done[label]], plain_rates, strict=True))
+            report = ratio_report("decode tok/s", f"{label} drafter", "no drafter", pairs)
+            log(f"{cell.id}: speedup with the {label} drafter: {report.describe()}")
+            metrics[f"speedup_{label}"] = round(report.ratios.median, 4)
+            metrics[f"speedup_{label}_q1"] = round(report.ratios.q1, 4)
+            metrics[f"speedup_{label}_q3"] = round(report.ratios.q3, 4)
+            speedup[label] = {"describe": report.describe(), "ratio": asdict(report.ratios), "rounds": rounds}
     metrics["tokens_compared"] = tokens
     return outcome(
         cell.id,
@@ -397,7 +394,7 @@ def drafter_outcome(runs: CellRuns, check_id: str, opts: BenchOptions, log: Log)
         metrics=metrics,
         artifacts=tuple(artifacts),
         log_tail="\n".join(report_lines)[-4000:],
-        details={"drafters": per_drafter, "speedup": speedup, "problems": problems},
+        details={"drafters": details, "speedup": speedup, "rounds": rounds, "problems": problems},
     )
 
 
