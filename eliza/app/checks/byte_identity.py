@@ -336,6 +336,7 @@ def drafter_outcome(runs: CellRuns, check_id: str, opts: BenchOptions, log: Log,
     report_lines: list[str] = []
     metrics: dict[str, float | int | str] = {}
     details: dict[str, object] = {}
+    said: list[str] = []
     artifacts: list[Path] = [runs.library, *(path for _, path in done["plain"])]
     for label, model in drafters:
         first: IdentityResult | None = None
@@ -372,6 +373,9 @@ def drafter_outcome(runs: CellRuns, check_id: str, opts: BenchOptions, log: Log,
             "first_divergence": None if divergence is None else asdict(divergence),
         }
         log(f"{cell.id}: {label} drafter: {first.summary()}; acceptance {acceptance:.3f} of {drafted}")
+        said.append(
+            f"{label} drafter {'IDENTICAL' if first.identical else 'DIFFERENT'}, acceptance {acceptance:.3f}"
+        )
     speedup: dict[str, object] = {}
     if rounds >= 3:
         plain_rates = [run_decode_tok_s(r) for r, _ in done["plain"]]
@@ -383,6 +387,8 @@ def drafter_outcome(runs: CellRuns, check_id: str, opts: BenchOptions, log: Log,
             metrics[f"speedup_{label}_q1"] = round(report.ratios.q1, 4)
             metrics[f"speedup_{label}_q3"] = round(report.ratios.q3, 4)
             speedup[label] = {"describe": report.describe(), "ratio": asdict(report.ratios), "rounds": rounds}
+            r = report.ratios
+            said.append(f"{label} speedup {r.median:.3f} (IQR {r.q1:.3f}..{r.q3:.3f})")
     metrics["tokens_compared"] = tokens
     return outcome(
         cell.id,
@@ -394,7 +400,13 @@ def drafter_outcome(runs: CellRuns, check_id: str, opts: BenchOptions, log: Log,
         metrics=metrics,
         artifacts=tuple(artifacts),
         log_tail="\n".join(report_lines)[-4000:],
-        details={"drafters": details, "speedup": speedup, "rounds": rounds, "problems": problems},
+        details={
+            "summary": "; ".join(said) + f" ({rounds} round{'s' if rounds > 1 else ''})",
+            "drafters": details,
+            "speedup": speedup,
+            "rounds": rounds,
+            "problems": problems,
+        },
     )
 
 
