@@ -99,7 +99,7 @@ def describe_paths(paths: ReportPaths, png: Path | None) -> str:
 
 
 def summary_line(report: Report) -> str:
-    """ "V of N checks verified (a breakdown of the N)": the breakdown adds up to N; entries
+    """"V of N checks verified (a breakdown of the N)": the breakdown adds up to N; entries
     where a check does not apply are not checks, and are counted apart."""
     header = report.header
     counted = [s for s in header.by_state if s.count and s.state is not GridState.NOT_APPLICABLE]
