@@ -44,6 +44,20 @@ def bench_argv(build_dir: Path, library: Path, settings: BenchSettings, cell_id:
             "--out", str(out), *settings.flags()]  # fmt: skip
 
 
+def drafter_argv(
+    build_dir: Path,
+    library: Path,
+    settings: BenchSettings,
+    cell_id: str,
+    out: Path,
+    drafter: Path,
+    draft_max: int,
+) -> list[str]:
+    """The FFI bench with speculative decoding: drafter is the draft GGUF (mtp_drafter_path)."""
+    return [*bench_argv(build_dir, library, settings, cell_id, out),
+            "--drafter", str(drafter.resolve()), "--draft-max", str(draft_max)]  # fmt: skip
+
+
 def reference_argv(build_dir: Path, settings: BenchSettings, cell_id: str, out: Path) -> list[str]:
     return [str(build_dir / "reference_runner"), "--cell", cell_id, "--out", str(out), *settings.flags()]
 

@@ -23,6 +23,8 @@ class BenchOptions:
     overhead_max_tokens: int = 256
     overhead_repeats: int = 3
     overhead_threads: int = 1
+    drafter_pairs: int = 5  # interleaved with/without-drafter rounds of the speedup
+    draft_max: int = 4
     verbose: bool = False
 
 
@@ -54,6 +56,13 @@ def parse_bench_args(
         help="decode threads for the overhead runs (default 1: the seam's cost is per call, and one "
         "thread keeps threadpool scheduling noise of small machines out of the ratio)",
     )
+    parser.add_argument(
+        "--drafter-pairs",
+        type=int,
+        default=5,
+        help="interleaved rounds with and without a drafter on the no-gate cell (>= 3)",
+    )
+    parser.add_argument("--draft-max", type=int, default=4, help="draft length of the drafter runs")
     parser.add_argument("--out", type=Path, default=repo / "build" / "bench")
     args = parser.parse_args(list(argv))
     if args.overhead_pairs < 5:
@@ -61,6 +70,9 @@ def parse_bench_args(
     positive("--max-tokens", args.max_tokens)
     positive("--repeats", args.repeats)
     positive("--overhead-threads", args.overhead_threads)
+    positive("--draft-max", args.draft_max)
+    if args.drafter_pairs < 3:
+        parser.error(f"--drafter-pairs {args.drafter_pairs}: must be at least 3")
     check_prompts(args.prompts)
     if args.bundle != default_bundle:  # the default tiny bundle is written when needed
         check_bundle(args.bundle)
@@ -73,6 +85,8 @@ def parse_bench_args(
         overhead_pairs=args.overhead_pairs,
         out_dir=args.out,
         overhead_threads=args.overhead_threads,
+        drafter_pairs=args.drafter_pairs,
+        draft_max=args.draft_max,
         verbose=args.verbose,
     )
 

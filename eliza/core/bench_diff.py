@@ -213,3 +213,29 @@ def ratio_report(
         numerator_values=spread([a for a, _ in usable]),
         denominator_values=spread([b for _, b in usable]),
     )
+
+
+def drafter_totals(run: BenchRun) -> tuple[int, int]:
+    """(drafted, accepted) over every step of every prompt."""
+    steps = [step for p in run.prompts for step in p.drafter]
+    return sum(d for d, _ in steps), sum(a for _, a in steps)
+
+
+def drafter_problems(label: str, run: BenchRun, *, must_accept_all: bool = False) -> list[str]:
+    """What a run's drafter stats break: 0 <= accepted <= drafted on every step, some
+    drafting at all, and (must_accept_all: the text model drafting for itself) every
+    drafted token accepted."""
+    problems: list[str] = []
+    bad = next(
+        ((p.index, i, d, a) for p in run.prompts for i, (d, a) in enumerate(p.drafter) if not 0 <= a <= d),
+        None,
+    )
+    if bad is not None:
+        index, step, d, a = bad
+        problems.append(f"{label}: prompt {index} step {step}: accepted {a} of {d} drafted")
+    drafted, accepted = drafter_totals(run)
+    if drafted == 0:
+        problems.append(f"{label}: no step drafted anything")
+    elif must_accept_all and accepted != drafted:
+        problems.append(f"{label}: accepted {accepted} of {drafted} drafted tokens (must be all)")
+    return problems

@@ -70,6 +70,7 @@ def fingerprint_for(
         CheckKind.BYTE_IDENTITY_REFERENCE,
         CheckKind.BYTE_IDENTITY_GATES,
         CheckKind.BYTE_IDENTITY_BASELINE,
+        CheckKind.BYTE_IDENTITY_DRAFTER,
     ):
         parts["bundle"] = hashes.bundle
         parts["prompts"] = hashes.prompts

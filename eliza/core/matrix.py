@@ -38,6 +38,7 @@ class CheckKind(StrEnum):
     BYTE_IDENTITY_REFERENCE = "byte-identity-reference"  # FFI bench vs plain llama.h runner, same build
     BYTE_IDENTITY_GATES = "byte-identity-gates"  # this cell vs the no-gate cell of the platform
     BYTE_IDENTITY_BASELINE = "byte-identity-baseline"  # working tree vs a baseline git ref
+    BYTE_IDENTITY_DRAFTER = "byte-identity-drafter"  # greedy with a drafter vs without, same build
     ABI = "abi"  # exports and abidiff vs the no-gate cell
 
 

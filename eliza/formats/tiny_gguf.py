@@ -11,6 +11,10 @@ write to the reserved dimensions, and only the planted target rows of the output
 read them. So a planted transition fires exactly when its trigger is the current token,
 whatever the context, while every other prediction depends on the context through
 attention.
+
+A bundle also holds a draft model for speculative decoding (`draft/<name>.gguf`): the
+same vocabulary and planted transitions, another seed and fewer layers, so it agrees with
+the text model on the planted chain and rarely elsewhere.
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ class TinyModelSpec:
     n_ff: int = 192
     context_length: int = 512
     name: str = "eliza-tiny"
+    vocab_size: int = 0  # > 0: only the first vocab_size tokens (a model of another vocabulary)
+
+
+DRAFT_SPEC = TinyModelSpec(seed=2, n_layer=1, name="eliza-tiny-draft")
 
 
 def _vocab(reader: GGUFReader) -> tuple[list[str], list[float], list[int], dict[str, int]]:
@@ -98,6 +106,8 @@ def write_tiny_gguf(path: Path, vocab_path: Path, spec: TinyModelSpec = TinyMode
     """Writes the model atomically and returns its sha256."""
     reader = GGUFReader(vocab_path)
     tokens, scores, types, special = _vocab(reader)
+    if spec.vocab_size > 0:
+        tokens, scores, types = tokens[: spec.vocab_size], scores[: spec.vocab_size], types[: spec.vocab_size]
     index = {t: i for i, t in enumerate(tokens)}
     missing = [t for t in PLANTED_CHAIN if t not in index]
     if missing:
@@ -150,30 +160,54 @@ def _write_gguf(
     writer.close()
 
 
-def generator_fingerprint(spec: TinyModelSpec = TinyModelSpec()) -> str:
-    """Changes whenever this module or the spec changes, so a stale bundle is rewritten."""
-    return hashlib.sha256(Path(__file__).read_bytes() + repr(spec).encode()).hexdigest()
+def generator_fingerprint(
+    spec: TinyModelSpec = TinyModelSpec(), draft: TinyModelSpec | None = DRAFT_SPEC
+) -> str:
+    """Changes whenever this module or a spec changes, so a stale bundle is rewritten."""
+    return hashlib.sha256(Path(__file__).read_bytes() + repr((spec, draft)).encode()).hexdigest()
 
 
-def bundle_is_current(bundle_dir: Path, spec: TinyModelSpec = TinyModelSpec()) -> bool:
+def bundle_is_current(
+    bundle_dir: Path, spec: TinyModelSpec = TinyModelSpec(), draft: TinyModelSpec | None = DRAFT_SPEC
+) -> bool:
     try:
         manifest = json.loads((bundle_dir / "manifest.json").read_text())
-        model = bundle_dir / manifest["text"]["model"]
-        return bool(manifest["generator"]["fingerprint"] == generator_fingerprint(spec) and model.is_file())
+        models = [bundle_dir / manifest["text"]["model"]]
+        if draft is not None:
+            models.append(bundle_dir / manifest["draft"]["model"])
+        return bool(
+            manifest["generator"]["fingerprint"] == generator_fingerprint(spec, draft)
+            and all(m.is_file() for m in models)
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
 
-def write_tiny_bundle(bundle_dir: Path, vocab_path: Path, spec: TinyModelSpec = TinyModelSpec()) -> Path:
-    """Lays out <bundle>/text/<name>.gguf and <bundle>/manifest.json; returns the manifest path."""
+def draft_model(bundle_dir: Path) -> Path | None:
+    """The bundle's draft GGUF as its manifest names it; None when it names none."""
+    try:
+        manifest = json.loads((bundle_dir / "manifest.json").read_text())
+        return bundle_dir / str(manifest["draft"]["model"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_tiny_bundle(
+    bundle_dir: Path,
+    vocab_path: Path,
+    spec: TinyModelSpec = TinyModelSpec(),
+    draft: TinyModelSpec | None = DRAFT_SPEC,
+) -> Path:
+    """Lays out <bundle>/text/<name>.gguf, <bundle>/draft/<draft name>.gguf (unless draft is
+    None) and <bundle>/manifest.json; returns the manifest path."""
     model_rel = f"text/{spec.name}.gguf"
     digest = write_tiny_gguf(bundle_dir / model_rel, vocab_path, spec)
-    manifest = {
+    manifest: dict[str, object] = {
         "format": "eliza-bundle/1",
         "name": spec.name,
         "text": {"model": model_rel, "sha256": digest, "context_length": spec.context_length},
         "generator": {
-            "fingerprint": generator_fingerprint(spec),
+            "fingerprint": generator_fingerprint(spec, draft),
             "seed": spec.seed,
             "n_embd": spec.n_embd,
             "n_layer": spec.n_layer,
@@ -181,5 +215,13 @@ def write_tiny_bundle(bundle_dir: Path, vocab_path: Path, spec: TinyModelSpec = 
             "planted_chain": list(PLANTED_CHAIN),
         },
     }
+    if draft is not None:
+        draft_rel = f"draft/{draft.name}.gguf"
+        manifest["draft"] = {
+            "model": draft_rel,
+            "sha256": write_tiny_gguf(bundle_dir / draft_rel, vocab_path, draft),
+            "seed": draft.seed,
+            "n_layer": draft.n_layer,
+        }
     text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
     return atomic_write_text(bundle_dir / "manifest.json", text)

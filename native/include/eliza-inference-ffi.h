@@ -56,9 +56,14 @@ ELIZA_API const char * eliza_inference_abi_version(void);
 ELIZA_API void eliza_inference_free_string(char * s);
 
 /*
- * Loads the bundle's text model, <bundle_dir>/text/<name>.gguf (exactly one .gguf file
- * there). Returns NULL and sets *out_error when the directory is missing, holds no or
- * several text GGUFs, or the model fails to load (truncated, corrupt).
+ * Opens a bundle: its text model, <bundle_dir>/text/<name>.gguf (at most one .gguf file
+ * there), or an artifact under text/ that a compiled-in backend serves (a .litertlm, MLX or
+ * CoreML weights). A GGUF-only bundle's model is loaded here; a bundle that a compiled-in
+ * backend can also serve loads its GGUF on the llama.cpp path's first use (tokenize,
+ * detokenize, or a stream the selector leaves to llama.cpp), whose call then reports a
+ * load failure. Returns NULL and sets *out_error when the directory is missing, holds
+ * several text GGUFs, neither a GGUF nor an artifact of a compiled-in backend, or the model
+ * loaded here fails to load (truncated, corrupt).
  */
 ELIZA_API EliInferenceContext * eliza_inference_create(const char * bundle_dir, char ** out_error);
 
@@ -108,9 +113,11 @@ ELIZA_API int eliza_inference_llm_stream_supported(void);
  *   offset 16 repeat_penalty     1.0 or <= 0: off
  *   offset 20 slot_id            seed of the sampler when sampling (temperature > 0)
  *   offset 24 prompt_cache_key   reserved; may be NULL
- *   offset 32 draft_min          speculative decoding: minimum draft length (>= 0)
- *   offset 36 draft_max          speculative decoding: maximum draft length (>= 0; when > 0, >= draft_min)
- *   offset 40 mtp_drafter_path   draft GGUF for speculative decoding; NULL: none
+ *   offset 32 draft_min          speculative decoding: shortest draft worth verifying (>= 0)
+ *   offset 36 draft_max          speculative decoding: maximum draft length (>= 0; 0: 16; >= draft_min)
+ *   offset 40 mtp_drafter_path   draft GGUF with the text model's vocabulary; NULL or empty: none.
+ *                                Greedy only (temperature > 0 with it: ELIZA_ERR_NOT_IMPLEMENTED);
+ *                                the output is byte-identical to greedy without it
  *   offset 48 gbnf_grammar       NULL or empty: none (non-empty: ELIZA_ERR_NOT_IMPLEMENTED)
  *   offset 56 disable_thinking   reserved for chat templates; ignored on raw token streams
  * With 32-bit pointers (ILP32: armeabi-v7a, x86) the same fields take 48 bytes, 4-byte
@@ -196,7 +203,10 @@ ELIZA_API int eliza_inference_llm_stream_prefill(EliLlmStream * stream, const in
  * longest text one step can produce: the model's longest vocabulary piece + 3 held-back
  * bytes + NUL. A smaller text_cap is ELIZA_ERR_INVALID_ARG before anything is generated,
  * with the required size in the message.
- * drafter_*_out (may be NULL) receive the step's speculative stats, 0 without a drafter.
+ * drafter_*_out (may be NULL) receive the step's speculative stats, 0 without a drafter: with
+ * one, a step may return 1 + accepted tokens (the text model's token, then the accepted
+ * draft tokens), accepted <= drafted; a step drafts no more than tokens_cap - 1 tokens and
+ * no more text than fits text_cap.
  * Returns 0 when more may follow, 1 on the final step (EOS — not written to tokens_out —,
  * max_tokens reached, or context full), < 0 on error; ELIZA_ERR_CANCELLED after _cancel.
  * A step that fails leaves the sampler (its repeat-penalty history) and the context as
@@ -233,7 +243,8 @@ ELIZA_API int eliza_inference_llm_stream_reset(EliLlmStream * stream);
 ELIZA_API int eliza_inference_llm_stream_reset_keep(EliLlmStream * stream, int32_t n_keep);
 
 /* Writes the stream's state (context, last logits, sampler history, pending text) to
- * filename, atomically (a private temporary file, flushed, renamed into place).
+ * filename, atomically (a private temporary file, flushed, renamed into place). With a
+ * drafter, only the text model's state: the drafter's cache is rebuilt after a restore.
  * ELIZA_ERR_CANCELLED on a cancelled stream. */
 ELIZA_API int eliza_inference_llm_stream_save_slot(EliLlmStream * stream, const char * filename,
                                                    char ** out_error);

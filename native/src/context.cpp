@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "llm-backend.h"
 #include "status.h"
 #include "xxh64.h"
 
@@ -185,10 +186,62 @@ std::string token_piece(const llama_vocab * vocab, llama_token token) {
     return big;
 }
 
+namespace {
+
+// Loads ctx.model_path and fills what the llama.cpp path reads from the context.
+bool load_model(EliInferenceContext & ctx, int & code, std::string & message) {
+    code = ELIZA_ERR_BUNDLE_INVALID;
+    ensure_backend_initialised();
+    llama_model_params mparams = llama_model_default_params();
+    LlamaModelPtr model(llama_model_load_from_file(ctx.model_path.c_str(), mparams));
+    if (!model) {
+        const std::string why = llama_error_chain();
+        message = "cannot load text model '" + ctx.model_path + "'" +
+                  (why.empty() ? std::string(": not a valid GGUF model") : ": " + why);
+        return false;
+    }
+    if (!resolve_runtime_limits(model.get(), ctx.settings, ctx.limits, message)) {
+        code = ELIZA_ERR_INVALID_ARG;
+        return false;
+    }
+    if (!model_identity(fs::path(ctx.model_path), ctx.model_id, message)) {
+        return false;
+    }
+    ctx.vocab = llama_model_get_vocab(model.get());
+    ctx.n_vocab = llama_vocab_n_tokens(ctx.vocab);
+    ctx.max_piece_bytes = 0;
+    for (llama_token t = 0; t < ctx.n_vocab; ++t) {
+        ctx.max_piece_bytes = std::max(ctx.max_piece_bytes, token_piece(ctx.vocab, t).size());
+    }
+    ctx.model = std::move(model);
+    ctx.loaded.store(true, std::memory_order_release);
+    code = ELIZA_OK;
+    return true;
+}
+
+}  // namespace
+
+bool ensure_model(EliInferenceContext & ctx, int & code, std::string & message) {
+    if (ctx.loaded.load(std::memory_order_acquire)) {
+        return true;
+    }
+    std::lock_guard<std::mutex> lock(ctx.load_mutex);
+    if (ctx.loaded.load(std::memory_order_acquire)) {
+        return true;
+    }
+    if (ctx.model_path.empty()) {
+        code = ELIZA_ERR_BUNDLE_INVALID;
+        message = "bundle '" + ctx.bundle_dir + "' has no text/*.gguf for the llama.cpp path (it holds an artifact of " +
+                  ctx.served_by + ", which did not serve this call)";
+        return false;
+    }
+    return load_model(ctx, code, message);
+}
+
 std::unique_ptr<EliInferenceContext> load_context(const char * bundle_dir, int & code, std::string & message) {
     code = ELIZA_ERR_INVALID_ARG;
-    Settings settings;
-    if (!read_settings(settings, message)) {
+    auto ctx = std::make_unique<EliInferenceContext>();
+    if (!read_settings(ctx->settings, message)) {
         return nullptr;
     }
     code = ELIZA_ERR_BUNDLE_INVALID;
@@ -207,10 +260,6 @@ std::unique_ptr<EliInferenceContext> load_context(const char * bundle_dir, int &
             }
         }
     }
-    if (ggufs.empty()) {
-        message = "bundle '" + root.string() + "' has no text model: expected exactly one text/*.gguf";
-        return nullptr;
-    }
     if (ggufs.size() > 1) {
         std::sort(ggufs.begin(), ggufs.end());
         message = "bundle '" + root.string() + "' has " + std::to_string(ggufs.size()) +
@@ -218,33 +267,22 @@ std::unique_ptr<EliInferenceContext> load_context(const char * bundle_dir, int &
                   ", ...); keep exactly one";
         return nullptr;
     }
-
-    ensure_backend_initialised();
-    llama_model_params mparams = llama_model_default_params();
-    LlamaModelPtr model(llama_model_load_from_file(ggufs[0].string().c_str(), mparams));
-    if (!model) {
-        const std::string why = llama_error_chain();
-        message = "cannot load text model '" + ggufs[0].string() + "'" +
-                  (why.empty() ? std::string(": not a valid GGUF model") : ": " + why);
-        return nullptr;
-    }
-
-    auto ctx = std::make_unique<EliInferenceContext>();
-    if (!resolve_runtime_limits(model.get(), settings, ctx->limits, message)) {
-        code = ELIZA_ERR_INVALID_ARG;
-        return nullptr;
-    }
-    if (!model_identity(ggufs[0], ctx->model_id, message)) {
+    llm_backend_register_builtins();
+    ctx->served_by = seam::serving_names(bundle_dir);
+    if (ggufs.empty() && ctx->served_by.empty()) {
+        const std::string registered = seam::registered_names();
+        message = "bundle '" + root.string() + "' has no text model: expected exactly one text/*.gguf" +
+                  (registered.empty() ? std::string()
+                                      : ", or an artifact one of the compiled-in backends serves (" + registered + ")");
         return nullptr;
     }
     ctx->bundle_dir = root.string();
-    ctx->model_path = ggufs[0].string();
-    ctx->vocab = llama_model_get_vocab(model.get());
-    ctx->n_vocab = llama_vocab_n_tokens(ctx->vocab);
-    for (llama_token t = 0; t < ctx->n_vocab; ++t) {
-        ctx->max_piece_bytes = std::max(ctx->max_piece_bytes, token_piece(ctx->vocab, t).size());
+    ctx->model_path = ggufs.empty() ? std::string() : ggufs[0].string();
+    // Loaded now when only the llama.cpp path can serve the bundle, so a bad GGUF fails
+    // _create; otherwise when the llama.cpp path first needs it.
+    if (ctx->served_by.empty() && !load_model(*ctx, code, message)) {
+        return nullptr;
     }
-    ctx->model = std::move(model);
     code = ELIZA_OK;
     return ctx;
 }

@@ -1,5 +1,7 @@
-// EliInferenceContext: one loaded bundle. The text model is loaded once and shared by
-// every stream opened on the context; each stream owns its llama_context.
+// EliInferenceContext: one bundle. The text model is loaded once and shared by every
+// stream opened on the context; each stream owns its llama_context. A bundle that also (or
+// only) holds an artifact a compiled-in backend can serve loads its GGUF lazily, on the
+// first use by the llama.cpp path (ensure_model).
 #pragma once
 
 #include <atomic>
@@ -73,7 +75,11 @@ struct RuntimeLimits {
 
 struct EliInferenceContext {
     std::string bundle_dir;
-    std::string model_path;
+    std::string model_path;   // "" when the bundle has no text GGUF
+    std::string served_by;    // compiled-in backends that can serve the bundle ("" when none)
+    eliza::Settings settings; // read at create; applied when the model loads
+    std::mutex load_mutex;
+    std::atomic<bool> loaded{false};  // model and everything below are set (then read-only)
     LlamaModelPtr model;
     const llama_vocab * vocab = nullptr;
     int32_t n_vocab = 0;
@@ -84,8 +90,14 @@ struct EliInferenceContext {
 
 namespace eliza {
 
-// Loads <bundle_dir>/text/<one>.gguf. On failure returns nullptr and sets code/message.
+// Opens a bundle: <bundle_dir>/text/<one>.gguf, loaded now unless a compiled-in backend
+// can also serve the bundle; or no GGUF when such a backend can serve it. On failure
+// returns nullptr and sets code/message.
 std::unique_ptr<EliInferenceContext> load_context(const char * bundle_dir, int & code, std::string & message);
+
+// The text model for the llama.cpp path, loaded on first call (thread-safe). False +
+// code/message when the bundle has none or it cannot be loaded (a later call tries again).
+bool ensure_model(EliInferenceContext & ctx, int & code, std::string & message);
 
 // n_ctx = min(model's training context, 4096), or ELIZA_N_CTX.
 // Thread budget = available CPUs, or ELIZA_N_THREADS; a stream's pool = min(budget, 8).

@@ -136,6 +136,11 @@ int eliza_inference_tokenize(EliInferenceContext * ctx, const char * text, size_
         }
         *out_tokens = nullptr;
         *out_n = 0;
+        int code = ELIZA_OK;
+        std::string message;
+        if (!eliza::ensure_model(*ctx, code, message)) {
+            return report(fn, out_error, code, message);
+        }
         if (len > static_cast<size_t>(INT32_MAX)) {
             return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string(fn) + ": text longer than 2^31-1 bytes");
         }
@@ -178,6 +183,11 @@ int eliza_inference_detokenize(EliInferenceContext * ctx, const int32_t * tokens
         }
         *out_text = nullptr;
         *out_len = 0;
+        int code = ELIZA_OK;
+        std::string message;
+        if (!eliza::ensure_model(*ctx, code, message)) {
+            return report(fn, out_error, code, message);
+        }
         for (size_t i = 0; i < n; ++i) {
             if (tokens[i] < 0 || tokens[i] >= ctx->n_vocab) {
                 return fail(out_error, ELIZA_ERR_INVALID_ARG,
@@ -246,6 +256,9 @@ EliLlmStream * eliza_inference_llm_stream_open(EliInferenceContext * ctx, const 
             return ELIZA_OK;
         }
         int code = ELIZA_OK;
+        if (!eliza::ensure_model(*ctx, code, message)) {
+            return report(fn, out_error, code, message);
+        }
         stream->llama = LlamaStream::open(*ctx, *cfg, code, message);
         if (!stream->llama) {
             return report(fn, out_error, code, message);
@@ -296,7 +309,8 @@ int eliza_inference_llm_stream_next(EliLlmStream * stream, int32_t * tokens_out,
         }
         if (stream->llama->poisoned()) return poisoned(fn, out_error);
         std::string message;
-        const StepBuffers out{tokens_out, tokens_cap, num_tokens_out, text_out, text_cap};
+        const StepBuffers out{tokens_out, tokens_cap, num_tokens_out, text_out, text_cap, drafter_drafted_out,
+                                drafter_accepted_out};
         return report(fn, out_error, stream->llama->next(out, message), message);
     }, stream ? stream->llama.get() : nullptr);
 }

@@ -245,7 +245,9 @@ LlamaStream::~LlamaStream() {
         // See poison(): freeing could hang on workers stuck in a half-run graph.
         (void) lctx_.release();
         (void) pool_.release();
+        if (drafter_) drafter_->poison();
     }
+    if (verify_batch_.token != nullptr) llama_batch_free(verify_batch_);
 }
 
 void LlamaStream::set_active(bool active) {
@@ -262,6 +264,7 @@ void LlamaStream::shutdown() {
     set_active(false);
     if (poisoned_) return;  // the destructor leaks them
     sampler_.reset();
+    if (drafter_) drafter_->shutdown();  // before the pool it may use
     if (llama_context * c = lctx_.release()) llama_free(c);
     if (ggml_threadpool * p = pool_.release()) ggml_threadpool_free(p);
 }
@@ -272,9 +275,8 @@ std::unique_ptr<LlamaStream> LlamaStream::open(const EliInferenceContext & ctx, 
     if (!eliza::validate_config(cfg, message)) {
         return nullptr;
     }
-    if (cfg.mtp_drafter_path != nullptr && cfg.mtp_drafter_path[0] != '\0') {
-        code = ELIZA_ERR_NOT_IMPLEMENTED;
-        message = "mtp_drafter_path is set but speculative decoding is not implemented in this build";
+    const bool with_drafter = cfg.mtp_drafter_path != nullptr && cfg.mtp_drafter_path[0] != '\0';
+    if (with_drafter && !LlamaDrafter::check_config(cfg, code, message)) {
         return nullptr;
     }
     if (cfg.gbnf_grammar != nullptr && cfg.gbnf_grammar[0] != '\0') {
@@ -327,6 +329,17 @@ std::unique_ptr<LlamaStream> LlamaStream::open(const EliInferenceContext & ctx, 
         llama_attach_threadpool(stream->lctx_.get(), stream->pool_.get(), stream->pool_.get());
     }
     stream->attached_threads_ = stream->pool_threads_;
+    if (with_drafter) {
+        stream->drafter_ = LlamaDrafter::open(ctx, cfg, cparams.n_ctx, cparams.n_batch, stream->pool_threads_,
+                                              &stream->cancelled_, code, message);
+        if (!stream->drafter_) {
+            return nullptr;
+        }
+        if (stream->pool_) {
+            llama_attach_threadpool(stream->drafter_->lctx(), stream->pool_.get(), stream->pool_.get());
+        }
+        stream->verify_batch_ = llama_batch_init(static_cast<int32_t>(cparams.n_batch), 0, 1);
+    }
     stream->sampler_ = stream->make_sampler(message);
     if (!stream->sampler_) {
         code = ELIZA_ERR_OOM;
@@ -373,28 +386,46 @@ void LlamaStream::cancel() {
 }
 
 int LlamaStream::decode(const llama_token * tokens, size_t n, std::string & message) {
+    logits_row_ = -1;
+    return decode_on(lctx_.get(), attached_threads_, "llama_decode", tokens, n, false, 0, message);
+}
+
+int LlamaStream::decode_on(llama_context * c, int & attached, const char * what, const llama_token * tokens,
+                           size_t n, bool all_logits, llama_pos pos0, std::string & message) {
     BudgetLease lease(pool_threads_, cancelled_);
     if (lease.granted() == 0) {
         message = "generation was cancelled";
         return ELIZA_ERR_CANCELLED;
     }
     const int threads = lease.granted();
-    if (threads != attached_threads_) {
-        llama_set_n_threads(lctx_.get(), threads, threads);
+    if (threads != attached) {
+        llama_set_n_threads(c, threads, threads);
         // One thread needs no pool: detached, ggml computes on the calling thread and the
         // pool's workers stay asleep.
         if (threads == 1) {
-            llama_detach_threadpool(lctx_.get());
+            llama_detach_threadpool(c);
         } else if (pool_) {
-            llama_attach_threadpool(lctx_.get(), pool_.get(), pool_.get());
+            llama_attach_threadpool(c, pool_.get(), pool_.get());
         }
-        attached_threads_ = threads;
+        attached = threads;
     }
-    const size_t n_batch = llama_n_batch(lctx_.get());
+    const size_t n_batch = llama_n_batch(c);
     for (size_t done = 0; done < n;) {
         const size_t chunk = std::min(n_batch, n - done);
         llama_batch batch = llama_batch_get_one(const_cast<llama_token *>(tokens + done), static_cast<int32_t>(chunk));
-        const int32_t rc = llama_decode(lctx_.get(), batch);
+        if (all_logits) {
+            // The caller keeps n within one batch (verify_batch_ holds n_batch tokens).
+            verify_batch_.n_tokens = static_cast<int32_t>(chunk);
+            for (size_t i = 0; i < chunk; ++i) {
+                verify_batch_.token[i] = tokens[i];
+                verify_batch_.pos[i] = pos0 + static_cast<llama_pos>(i);
+                verify_batch_.n_seq_id[i] = 1;
+                verify_batch_.seq_id[i][0] = 0;
+                verify_batch_.logits[i] = 1;
+            }
+            batch = verify_batch_;
+        }
+        const int32_t rc = llama_decode(c, batch);
         if (rc == 2 || cancelled_.load()) {
             message = "generation was cancelled";
             return ELIZA_ERR_CANCELLED;
@@ -402,12 +433,13 @@ int LlamaStream::decode(const llama_token * tokens, size_t n, std::string & mess
         if (rc != 0 && eliza::ggml_fatal_in_call()) {
             // llama.cpp caught the hook's exception; the pool may be stuck all the same.
             poisoned_ = true;
-            message = "llama_decode hit a llama.cpp/ggml fatal error: " + eliza::llama_error_chain();
+            message = std::string(what) + " hit a llama.cpp/ggml fatal error: " + eliza::llama_error_chain();
             return ELIZA_ERR_FFI_FAULT;
         }
         if (rc != 0) {
             const std::string why = eliza::llama_error_chain();
-            message = "llama_decode failed with " + std::to_string(rc) + (why.empty() ? std::string() : ": " + why);
+            message = std::string(what) + " failed with " + std::to_string(rc) +
+                      (why.empty() ? std::string() : ": " + why);
             return rc == 1 ? ELIZA_ERR_OOM : ELIZA_ERR_FFI_FAULT;
         }
         done += chunk;
@@ -424,6 +456,7 @@ void LlamaStream::roll_back(size_t keep, std::string & message) {
         restored_logits_.clear();
         have_logits_ = false;
         finished_ = false;
+        if (drafter_) drafter_->keep(keep);
         return;
     }
     clear_state();
@@ -466,6 +499,7 @@ int LlamaStream::prefill(const int32_t * token_ids, size_t n, std::string & mess
     }
     history_.insert(history_.end(), token_ids, token_ids + n);
     restored_logits_.clear();
+    logits_row_ = -1;
     have_logits_ = true;
     finished_ = false;
     generated_ = 0;
@@ -542,8 +576,7 @@ int LlamaStream::next(const StepBuffers & out, std::string & message) {
         message = "nothing to continue from: call _prefill first";
         return ELIZA_ERR_INVALID_ARG;
     }
-    const float * logits =
-        restored_logits_.empty() ? llama_get_logits_ith(lctx_.get(), -1) : restored_logits_.data();
+    const float * logits = next_logits();
     if (logits == nullptr) {
         message = "no logits available for the last token" + eliza::with_llama_cause();
         return ELIZA_ERR_FFI_FAULT;
@@ -563,6 +596,9 @@ int LlamaStream::next(const StepBuffers & out, std::string & message) {
     }
     const std::string piece = eliza::token_piece(ctx_.vocab, token);
     const bool context_full = history_.size() + 1 > llama_n_ctx(lctx_.get());
+    if (drafter_ && !context_full) {
+        return speculative_step(out, token, piece, message);
+    }
     if (!context_full) {
         history_.reserve(history_.size() + 1);
         const int rc = decode(&token, 1, message);
@@ -587,14 +623,139 @@ int LlamaStream::next(const StepBuffers & out, std::string & message) {
     return finish_step(out, take_complete_utf8(piece, finished_), 1, finished_ ? 1 : 0);
 }
 
+const float * LlamaStream::next_logits() {
+    return restored_logits_.empty() ? llama_get_logits_ith(lctx_.get(), logits_row_) : restored_logits_.data();
+}
+
+int LlamaStream::drafter_catch_up(llama_token first, std::string & message) {
+    LlamaDrafter & d = *drafter_;
+    if (d.n_past() > history_.size()) d.keep(history_.size());
+    std::vector<llama_token> missing(history_.begin() + static_cast<std::ptrdiff_t>(d.n_past()), history_.end());
+    missing.push_back(first);
+    const int rc = decode_on(d.lctx(), d.attached_threads(), "llama_decode (draft model)", missing.data(),
+                             missing.size(), false, 0, message);
+    if (rc != ELIZA_OK) {
+        if (poisoned_) d.poison();
+        d.keep(d.n_past());  // drop whatever the failed evaluation left
+        return rc;
+    }
+    d.set_n_past(history_.size() + 1);
+    return ELIZA_OK;
+}
+
+// Speculative step (greedy only). `first` is the text model's choice from the current
+// logits. The drafter proposes d1..dn after it; the text model evaluates [first, d1..dn] in
+// one batch, which gives its own choice after every prefix. d_i is accepted while it equals
+// that choice, so the step emits first + the agreeing prefix d1..dk: exactly the tokens
+// plain greedy decoding would emit, and the logits after dk (row k of the batch) choose the
+// next step's first token, the text model's own correction. Positions of d_{k+1}..dn are
+// removed from both caches.
+int LlamaStream::speculative_step(const StepBuffers & out, llama_token first, const std::string & first_piece,
+                                  std::string & message) {
+    LlamaDrafter & d = *drafter_;
+    const size_t n_ctx = llama_n_ctx(lctx_.get());
+    // The draft length: at most draft_max, and only what the step can still emit: the caller's
+    // token and text buffers, the context, max_tokens and one batch, each after `first`.
+    size_t room = static_cast<size_t>(d.draft_max());
+    room = std::min(room, out.tokens_cap - 1);
+    room = std::min(room, n_ctx - history_.size() - 1);
+    room = std::min(room, static_cast<size_t>(llama_n_batch(lctx_.get())) - 1);
+    if (cfg_.max_tokens > 0) {
+        room = std::min(room, static_cast<size_t>(std::max(0, cfg_.max_tokens - generated_ - 1)));
+    }
+    // text_cap holds pending + every emitted piece + NUL; `first` fits by the caller's check.
+    size_t text_room = out.text_cap - 1 - pending_.size() - first_piece.size();
+
+    std::vector<llama_token> step{first};
+    std::vector<std::string> pieces{first_piece};
+    // A step drafts only when at least max(draft_min, 1) tokens can be drafted; a draft
+    // shorter than draft_min (the drafter chose EOS, or the text ran out of room) is dropped
+    // and the step is a plain one.
+    const size_t want_min = static_cast<size_t>(std::max(1, d.draft_min()));
+    if (room >= want_min) {
+        int rc = drafter_catch_up(first, message);
+        if (rc != ELIZA_OK) return rc;
+        for (size_t i = 0; i < room; ++i) {
+            const llama_token t = d.argmax();
+            if (t < 0 || llama_vocab_is_eog(ctx_.vocab, t)) break;
+            std::string piece = eliza::token_piece(ctx_.vocab, t);
+            if (piece.size() > text_room) break;
+            text_room -= piece.size();
+            step.push_back(t);
+            pieces.push_back(std::move(piece));
+            if (i + 1 == room) break;
+            rc = decode_on(d.lctx(), d.attached_threads(), "llama_decode (draft model)", &t, 1, false, 0, message);
+            if (rc != ELIZA_OK) {
+                if (poisoned_) d.poison();
+                d.keep(history_.size());
+                return rc;
+            }
+            d.set_n_past(d.n_past() + 1);
+        }
+        if (step.size() - 1 < static_cast<size_t>(d.draft_min())) {
+            step.resize(1);
+            pieces.resize(1);
+        }
+    }
+    const size_t drafted = step.size() - 1;
+
+    const size_t before = history_.size();
+    history_.reserve(before + step.size());
+    const int rc = decode_on(lctx_.get(), attached_threads_, "llama_decode", step.data(), step.size(), drafted > 0,
+                             static_cast<llama_pos>(before), message);
+    if (rc != ELIZA_OK) {
+        logits_row_ = -1;
+        roll_back(before, message);
+        return rc;
+    }
+    // Each draft token is compared with the text model's choice after the tokens before it,
+    // the sampler (its repeat-penalty history) accepting the emitted tokens in order.
+    accept(first);
+    size_t accepted = 0;
+    std::string text = first_piece;
+    while (accepted < drafted) {
+        const float * logits = llama_get_logits_ith(lctx_.get(), static_cast<int32_t>(accepted));
+        if (logits == nullptr || choose(logits) != step[accepted + 1]) break;
+        ++accepted;
+        accept(step[accepted]);
+        text += pieces[accepted];
+    }
+    const size_t emitted = 1 + accepted;
+    if (emitted < step.size() &&
+        !llama_memory_seq_rm(llama_get_memory(lctx_.get()), 0, static_cast<llama_pos>(before + emitted), -1)) {
+        // Only a cache without partial removal (recurrent state) refuses; nothing of the
+        // step can be kept, so the stream starts over.
+        clear_state();
+        message = "llama_memory_seq_rm cannot remove rejected draft positions from this model's cache; the stream was "
+                  "reset (speculative decoding needs a model whose cache can drop a suffix)";
+        return ELIZA_ERR_FFI_FAULT;
+    }
+    history_.insert(history_.end(), step.begin(), step.begin() + static_cast<std::ptrdiff_t>(emitted));
+    d.keep(history_.size());
+    restored_logits_.clear();
+    logits_row_ = drafted > 0 ? static_cast<int32_t>(accepted) : -1;
+    generated_ += static_cast<int32_t>(emitted);
+    const bool at_max = cfg_.max_tokens > 0 && generated_ >= cfg_.max_tokens;
+    finished_ = at_max;
+    if (finished_) {
+        set_active(false);
+    }
+    std::copy(step.begin(), step.begin() + static_cast<std::ptrdiff_t>(emitted), out.tokens_out);
+    if (out.drafted_out) *out.drafted_out = static_cast<int32_t>(drafted);
+    if (out.accepted_out) *out.accepted_out = static_cast<int32_t>(accepted);
+    return finish_step(out, take_complete_utf8(text, finished_), emitted, finished_ ? 1 : 0);
+}
+
 void LlamaStream::clear_state() {
     set_active(false);
     llama_memory_clear(llama_get_memory(lctx_.get()), true);
+    if (drafter_) drafter_->clear();
     llama_sampler_reset(sampler_.get());
     accepted_.clear();
     history_.clear();
     restored_logits_.clear();
     pending_.clear();
+    logits_row_ = -1;
     generated_ = 0;
     have_logits_ = false;
     finished_ = false;
@@ -613,6 +774,7 @@ int LlamaStream::reset_keep(int32_t n_keep) {
     }
     set_active(false);
     history_.resize(keep);
+    if (drafter_) drafter_->keep(keep);
     llama_sampler_reset(sampler_.get());
     accepted_.clear();
     restored_logits_.clear();
@@ -645,7 +807,7 @@ int LlamaStream::save_slot(const char * filename, std::string & message) {
     }
     const float * logits = nullptr;
     if (have_logits_) {
-        logits = restored_logits_.empty() ? llama_get_logits_ith(lctx_.get(), -1) : restored_logits_.data();
+        logits = next_logits();
         if (logits == nullptr) {
             message = "no logits available for the last token" + eliza::with_llama_cause();
             return ELIZA_ERR_FFI_FAULT;
@@ -897,9 +1059,13 @@ int LlamaStream::restore_slot(const char * filename, std::string & message) {
     }
 
     sampler_ = std::move(sampler);
+    // A slot file holds the text model's state only; the drafter's cache is rebuilt from
+    // the restored tokens on the next step (it changes speed and stats, never the output).
+    if (drafter_) drafter_->clear();
     accepted_ = std::move(accepted);
     history_ = std::move(history);
     restored_logits_ = std::move(logits);
+    logits_row_ = -1;
     pending_ = std::move(pending);
     generated_ = h.generated;
     have_logits_ = have_logits;

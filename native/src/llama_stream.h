@@ -12,6 +12,7 @@
 
 #include "context.h"
 #include "eliza-inference-ffi.h"
+#include "llama_drafter.h"
 #include "ggml-cpu.h"
 #include "llama.h"
 
@@ -33,6 +34,8 @@ struct StepBuffers {
     size_t * num_tokens_out;
     char * text_out;
     size_t text_cap;
+    int32_t * drafted_out;   // may be NULL
+    int32_t * accepted_out;  // may be NULL
 };
 
 namespace eliza {
@@ -72,6 +75,18 @@ private:
     LlamaStream(const EliInferenceContext & ctx, const eliza_llm_stream_config_t & cfg);
     SamplerPtr make_sampler(std::string & message) const;
     int decode(const llama_token * tokens, size_t n, std::string & message);
+    // Evaluates tokens on c (the text model's or the drafter's context) under a thread
+    // lease. all_logits: one batch at positions from pos0 with logits for every token (n
+    // must fit one batch); otherwise batches of llama_batch_get_one, last logits only.
+    int decode_on(llama_context * c, int & attached, const char * what, const llama_token * tokens, size_t n,
+                  bool all_logits, llama_pos pos0, std::string & message);
+    // The logits the next step chooses from.
+    const float * next_logits();
+    // One step that drafts after the text model's choice `first` and verifies the draft.
+    int speculative_step(const StepBuffers & out, llama_token first, const std::string & first_piece,
+                         std::string & message);
+    // Brings the drafter's cache to history_ + `first`; its logits then predict the token after it.
+    int drafter_catch_up(llama_token first, std::string & message);
     llama_token choose(const float * logits);
     void accept(llama_token token);
     // Puts the cache back to its first keep tokens after a failed evaluation.
@@ -88,6 +103,9 @@ private:
     std::unique_ptr<ggml_threadpool, ThreadpoolDeleter> pool_;  // null when one thread decodes
     std::unique_ptr<llama_context, LlamaContextDeleter> lctx_;
     SamplerPtr sampler_;
+    std::unique_ptr<LlamaDrafter> drafter_;  // null without mtp_drafter_path
+    llama_batch verify_batch_{};             // the draft-verification batch (allocated with a drafter)
+    int32_t logits_row_ = -1;                // output row of the last decode that the next step reads
     int pool_threads_ = 1;               // threads of pool_ (1: no pool)
     int attached_threads_ = 0;           // threads the context was last set to use
     std::atomic<bool> cancelled_{false};

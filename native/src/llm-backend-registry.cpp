@@ -47,6 +47,14 @@ std::string registered_names() {
     return names;
 }
 
+std::string serving_names(const char * bundle_dir) {
+    std::string names;
+    for (LlmBackendFactory * f : registry().snapshot()) {
+        if (f->can_serve(bundle_dir)) names += (names.empty() ? "" : ", ") + std::string(f->name());
+    }
+    return names;
+}
+
 void clear_registry_for_tests() {
     std::lock_guard<std::mutex> lock(registry().mutex);
     registry().factories.clear();

@@ -87,6 +87,9 @@ bool bundle_has_artifact(const char * bundle_dir, const char * pattern) noexcept
 
 // Snapshot of the registered names in registration order (for messages and tests).
 std::string registered_names();
+// The registered factories that can serve the bundle (whether or not available on this
+// host), comma-separated in registration order; "" when none.
+std::string serving_names(const char * bundle_dir);
 
 // Empties the registry. For the test kit only; never exported from the shipped library.
 void clear_registry_for_tests();

@@ -166,7 +166,8 @@ Parsed parse_options(int argc, char ** argv, const char * tool, bool needs_libra
                      "usage: %s --bundle DIR --prompts FILE [--out FILE|-]%s [--cell ID]\n"
                      "       [--max-tokens N] [--repeats N] [--temperature T] [--top-k K] [--top-p P]\n"
                      "       [--repeat-penalty R] [--seed S]%s\n",
-                     tool, needs_library ? " --library PATH" : "", needs_library ? " [--streams N,N,...]" : "");
+                     tool, needs_library ? " --library PATH" : "",
+                     needs_library ? " [--streams N,N,...]\n       [--drafter GGUF] [--draft-min N] [--draft-max N]" : "");
     };
     auto usage = [&](const std::string & why) {
         std::fprintf(stderr, "%s: %s\n", tool, why.c_str());
@@ -178,9 +179,10 @@ Parsed parse_options(int argc, char ** argv, const char * tool, bool needs_libra
         if (flag == "--help" || flag == "-h") {
             print_usage(stdout);
             std::printf("defaults: --out - (stdout), --cell \"\", --max-tokens %d, --repeats %d, --temperature %g "
-                        "(greedy), --top-k %d, --top-p %g, --repeat-penalty %g, --seed %d\n",
+                        "(greedy), --top-k %d, --top-p %g, --repeat-penalty %g, --seed %d%s\n",
                         opt.max_tokens, opt.repeats, opt.temperature, opt.top_k, opt.top_p, opt.repeat_penalty,
-                        opt.seed);
+                        opt.seed,
+                        needs_library ? ", --drafter none, --draft-min 0, --draft-max 0 (the library's default)" : "");
             return Parsed::help;
         }
         if (i + 1 >= argc) return usage("missing value for " + flag);
@@ -198,6 +200,9 @@ Parsed parse_options(int argc, char ** argv, const char * tool, bool needs_libra
             else if (flag == "--top-p") opt.top_p = std::stof(value);
             else if (flag == "--repeat-penalty") opt.repeat_penalty = std::stof(value);
             else if (flag == "--seed") opt.seed = std::stoi(value);
+            else if (flag == "--drafter" && needs_library) opt.drafter = value;
+            else if (flag == "--draft-min" && needs_library) opt.draft_min = std::stoi(value);
+            else if (flag == "--draft-max" && needs_library) opt.draft_max = std::stoi(value);
             else if (flag == "--streams" && needs_library) {
                 opt.streams.clear();
                 for (size_t at = 0; at <= value.size();) {
@@ -223,9 +228,9 @@ Parsed parse_options(int argc, char ** argv, const char * tool, bool needs_libra
 void add_repeat(PromptRun & run, bool first, Repeat r) {
     run.prefill_ms.push_back(r.t_prefill - r.t0);
     run.first_token_ms.push_back(r.t_first - r.t0);
-    run.decode_tok_s.push_back(r.tokens.size() > 1 && r.t_end > r.t_first
-                                   ? (r.tokens.size() - 1) * 1000.0 / (r.t_end - r.t_first)
-                                   : 0.0);
+    // Tokens after the first step over the time after it.
+    const size_t later = r.tokens.size() > r.first_step_tokens ? r.tokens.size() - r.first_step_tokens : 0;
+    run.decode_tok_s.push_back(later > 0 && r.t_end > r.t_first ? later * 1000.0 / (r.t_end - r.t_first) : 0.0);
     if (first) {
         run.tokens = std::move(r.tokens);
         run.text = std::move(r.text);
@@ -241,10 +246,12 @@ void write_header(FILE * f, const char * tool, const Options & opt, const std::s
                  "{\"type\": \"header\", \"format\": \"eliza-bench/1\", \"tool\": %s, \"cell\": %s, "
                  "\"bundle\": %s, \"prompts_file\": %s, \"max_tokens\": %d, \"repeats\": %d, "
                  "\"sampling\": {\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, \"repeat_penalty\": %g, "
-                 "\"seed\": %d}, \"build\": %s}\n",
+                 "\"seed\": %d}, \"drafter\": %s, \"draft_min\": %d, \"draft_max\": %d, \"build\": %s}\n",
                  json_string(tool).c_str(), json_string(opt.cell).c_str(), json_string(opt.bundle).c_str(),
                  json_string(opt.prompts).c_str(), opt.max_tokens, opt.repeats, opt.temperature, opt.top_k,
-                 opt.top_p, opt.repeat_penalty, opt.seed, identity_json.c_str());
+                 opt.top_p, opt.repeat_penalty, opt.seed,
+                 opt.drafter.empty() ? "null" : json_string(opt.drafter).c_str(), opt.draft_min, opt.draft_max,
+                 identity_json.c_str());
 }
 
 namespace {

@@ -37,6 +37,10 @@ struct Options {
     // e2e_loop_bench only: "1,2,4" runs the concurrent-streams measurement instead (see
     // e2e_loop_bench.cpp); repeats is then the number of interleaved rounds.
     std::vector<int> streams;
+    // e2e_loop_bench only: speculative decoding with this draft GGUF (mtp_drafter_path).
+    std::string drafter;
+    int draft_min = 0;
+    int draft_max = 0;
 };
 
 enum class Parsed { ok, help, error };
@@ -63,6 +67,7 @@ struct Repeat {
     std::string text;
     std::vector<std::pair<int32_t, int32_t>> drafter;
     int status = 0;
+    size_t first_step_tokens = 1;  // a step may return several tokens (speculative decoding)
     double t0 = 0, t_prefill = 0, t_first = 0, t_end = 0;  // ms: start, prefill done, first step, last step
 };
 

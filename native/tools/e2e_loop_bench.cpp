@@ -309,6 +309,9 @@ int main(int argc, char ** argv) {
     cfg.top_k = opt.top_k;
     cfg.repeat_penalty = opt.repeat_penalty;
     cfg.slot_id = opt.seed;
+    cfg.mtp_drafter_path = opt.drafter.empty() ? nullptr : opt.drafter.c_str();
+    cfg.draft_min = opt.draft_min;
+    cfg.draft_max = opt.draft_max;
 
     int rc = 0;
     std::vector<int32_t> step_tokens(64);
@@ -346,7 +349,10 @@ int main(int argc, char ** argv) {
                     rc = report(api, "eliza_inference_llm_stream_next", err);
                     break;
                 }
-                if (rep.t_first == 0.0) rep.t_first = bench::now_ms();
+                if (rep.t_first == 0.0) {
+                    rep.t_first = bench::now_ms();
+                    rep.first_step_tokens = n;
+                }
                 rep.tokens.insert(rep.tokens.end(), step_tokens.begin(), step_tokens.begin() + static_cast<long>(n));
                 rep.text += text.data();
                 rep.drafter.emplace_back(drafted, accepted);

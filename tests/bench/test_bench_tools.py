@@ -10,9 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from eliza.adapters.bench_tools import BenchSettings, BenchToolError, bench_argv, reference_argv, run_tool
+from eliza.adapters.bench_tools import (
+    BenchSettings,
+    BenchToolError,
+    bench_argv,
+    drafter_argv,
+    reference_argv,
+    run_tool,
+)
 from eliza.adapters.ffi import expected_abi_version
-from eliza.core.bench_diff import compare_identity
+from eliza.core.bench_diff import compare_identity, drafter_problems, drafter_totals
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +55,28 @@ def test_ffi_and_reference_are_byte_identical(
     assert build["library_sha256"] == hashlib.sha256(library_path.read_bytes()).hexdigest()
     assert build["info"]["abi_version"] == expected_abi_version() and build["info"]["llama_cpp"]["cpu_isa"]
     assert all(d == (0, 0) for p in ffi.prompts for d in p.drafter)
+
+
+def test_drafter_runs_are_byte_identical_with_their_stats(
+    library_path: Path, tiny_bundle: Path, prompts: Path, tmp_path: Path
+) -> None:
+    from eliza.formats.tiny_gguf import draft_model
+
+    s = settings(tiny_bundle, prompts)
+    plain = run_tool(
+        bench_argv(library_path.parent, library_path, s, "t", tmp_path / "f.jsonl"), tmp_path / "f.jsonl"
+    )
+    draft, own = draft_model(tiny_bundle), next((tiny_bundle / "text").glob("*.gguf"))
+    assert draft is not None
+    for label, model in (("draft", draft), ("self", own)):
+        out = tmp_path / f"{label}.jsonl"
+        run = run_tool(drafter_argv(library_path.parent, library_path, s, "t", out, model, 4), out)
+        assert run.header["drafter"] == str(model.resolve()) and run.header["draft_max"] == 4
+        result = compare_identity(plain, run)
+        assert result.identical, result.report()
+        assert drafter_problems(label, run, must_accept_all=label == "self") == []
+        drafted, accepted = drafter_totals(run)
+        assert drafted > 0 and 0 < accepted <= drafted
 
 
 def test_changed_sampling_parameter_breaks_identity(

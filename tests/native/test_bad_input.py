@@ -140,10 +140,8 @@ def test_prefill_past_context_size_leaves_stream_usable(ctx: Context) -> None:
         assert len(stream.generate()[0]) == 4
 
 
-def test_drafter_and_grammar_are_not_implemented(ctx: Context) -> None:
-    with pytest.raises(ElizaError) as err:
-        ctx.open_stream(greedy_config(mtp_drafter_path=b"/nonexistent/draft.gguf"))
-    assert err.value.code == ERR_NOT_IMPLEMENTED and "mtp_drafter_path" in err.value.message
+def test_grammar_is_not_implemented(ctx: Context) -> None:
+    # Drafter input errors: tests/native/test_drafter.py.
     with pytest.raises(ElizaError) as err:
         ctx.open_stream(greedy_config(gbnf_grammar=b'root ::= "a"'))
     assert err.value.code == ERR_NOT_IMPLEMENTED and "gbnf_grammar" in err.value.message

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from eliza.core.bench_diff import compare_identity, ratio_report, spread
+from eliza.core.bench_diff import compare_identity, drafter_problems, drafter_totals, ratio_report, spread
 from eliza.core.bench_records import BenchFormatError, BenchRun, PromptRecord, parse_run
 
 
@@ -110,3 +110,22 @@ def test_differing_settings_are_reported_first() -> None:
 def test_pretty_printed_json_is_named_as_not_json_lines() -> None:
     with pytest.raises(BenchFormatError, match=r"x.json:1: not JSON lines .* one JSON object per line"):
         parse_run(json.dumps({"type": "header"}, indent=2), "x.json")
+
+
+def with_drafter(record: PromptRecord, steps: tuple[tuple[int, int], ...]) -> PromptRecord:
+    from dataclasses import replace
+
+    return replace(record, drafter=steps)
+
+
+def test_drafter_stats_and_their_problems() -> None:
+    good = run(with_drafter(prompt(0, (5, 6, 7), b"abc"), ((2, 2), (4, 1), (0, 0))))
+    assert drafter_totals(good) == (6, 3)
+    assert drafter_problems("draft", good) == []
+    assert drafter_problems("self", good, must_accept_all=True) == [
+        "self: accepted 3 of 6 drafted tokens (must be all)"
+    ]
+    over = run(with_drafter(prompt(0, (5,), b"a"), ((1, 1), (2, 3))))
+    assert drafter_problems("draft", over) == ["draft: prompt 0 step 1: accepted 3 of 2 drafted"]
+    idle = run(prompt(0, (5, 6), b"ab"))
+    assert drafter_problems("draft", idle) == ["draft: no step drafted anything"]

@@ -1,5 +1,6 @@
-"""The byte-identity checks (reference, gates, baseline) of a platform's cells, and the
-seam-overhead ratio measured with interleaved repeats on its no-gate cell."""
+"""The byte-identity checks (reference, gates, baseline, drafter) of a platform's cells, the
+seam-overhead ratio measured with interleaved repeats on its no-gate cell, and the
+speculative-decoding speedup measured with interleaved rounds on every cell."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from eliza.adapters.bench_tools import BenchSettings, bench_argv, reference_argv, run_tool
+from eliza.adapters.bench_tools import BenchSettings, bench_argv, drafter_argv, reference_argv, run_tool
 from eliza.app.bench_options import BenchOptions
 from eliza.app.checks.common import Stopwatch, now
 from eliza.app.run import RUN_ERRORS, Run, errored
@@ -17,6 +18,8 @@ from eliza.core.bench_diff import (
     IdentityResult,
     RatioReport,
     compare_identity,
+    drafter_problems,
+    drafter_totals,
     ratio_report,
     run_decode_tok_s,
     run_first_token_ms,
@@ -33,6 +36,7 @@ IDENTITY_KINDS = {
     CheckKind.BYTE_IDENTITY_REFERENCE,
     CheckKind.BYTE_IDENTITY_GATES,
     CheckKind.BYTE_IDENTITY_BASELINE,
+    CheckKind.BYTE_IDENTITY_DRAFTER,
 }
 
 
@@ -211,6 +215,11 @@ def bench_platform(
                 )
             elif check.kind is CheckKind.BYTE_IDENTITY_BASELINE:
                 outcomes.append(baseline_outcome(cell, check.id, r, opts, log, baseline_library))
+            elif check.kind is CheckKind.BYTE_IDENTITY_DRAFTER:
+                # The speedup's rounds on the no-gate cell; one round (identity and stats)
+                # on gated cells, whose llama.cpp path is the same code (byte-identity-gates).
+                rounds = opts.drafter_pairs if not cell.gates else 1
+                outcomes.append(drafter_outcome(r, check.id, opts, log, rounds))
     overhead = measure_overhead(none, opts, log) if none is not None else None
     if overhead is not None and none is not None:
         outcomes = [
@@ -270,6 +279,135 @@ def baseline_outcome(
         cell.id, check_id, result, watch.span(), [runs.ffi], (runs.ffi_path, out, runs.library)
     )
     return replace(done, details=dict(done.details) | {"baseline_ref": opts.baseline, "baseline_commit": sha})
+
+
+def drafters_of(bundle: Path) -> list[tuple[str, Path]]:
+    """The drafters a bundle is checked with: its draft model (when its manifest names one)
+    and its text model drafting for itself (acceptance must then be 1)."""
+    from eliza.formats.tiny_gguf import draft_model
+
+    found: list[tuple[str, Path]] = []
+    draft = draft_model(bundle)
+    if draft is not None:
+        found.append(("draft", draft))
+    texts = sorted((bundle / "text").glob("*.gguf"))
+    if texts:
+        found.append(("self", texts[0]))
+    return found
+
+
+def drafter_rounds(
+    runs: CellRuns, drafters: Sequence[tuple[str, Path]], opts: BenchOptions, rounds: int
+) -> dict[str, list[tuple[BenchRun, Path]]]:
+    """Rounds of the plain FFI bench and the bench with each drafter, on the overhead
+    runs' decode threads, the order rotating from round to round so warm-up and drift
+    favour no side. Each round's runs share everything but the drafter."""
+    env = {"ELIZA_N_THREADS": str(opts.overhead_threads)}
+    out = opts.out_dir / runs.cell.platform.id / runs.cell.gate_key / "drafter"
+    build_dir, lib, cell_id, settings = runs.library.parent, runs.library, runs.cell.id, opts.settings
+    models = dict(drafters)
+    names = ["plain", *models]
+    done: dict[str, list[tuple[BenchRun, Path]]] = {name: [] for name in names}
+    for i in range(rounds):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            path = out / f"{name}-{i}.jsonl"
+            argv = bench_argv(build_dir, lib, settings, cell_id, path)
+            if name != "plain":
+                argv = drafter_argv(build_dir, lib, settings, cell_id, path, models[name], opts.draft_max)
+            done[name].append((run_tool(argv, path, env), path))
+    return done
+
+
+def drafter_outcome(runs: CellRuns, check_id: str, opts: BenchOptions, log: Log, rounds: int) -> CheckOutcome:
+    """Greedy with each drafter vs greedy without, byte for byte, in every round; the
+    drafter stats checked; acceptance, and with 3 rounds or more the speedup (decode tok/s
+    with / without, one ratio per round), as metrics. Where identity breaks, each drafter's
+    first divergence is in the details and the reason."""
+    watch = Stopwatch()
+    cell = runs.cell
+    drafters = drafters_of(opts.settings.bundle)
+    if not drafters:
+        why = f"bundle {opts.settings.bundle} has no text model to draft with"
+        return skipped(cell.id, check_id, why, now())
+    done = drafter_rounds(runs, drafters, opts, rounds)
+    ran = passed = tokens = 0
+    problems: list[str] = []
+    reasons: list[str] = []
+    report_lines: list[str] = []
+    metrics: dict[str, float | int | str] = {}
+    details: dict[str, object] = {}
+    said: list[str] = []
+    artifacts: list[Path] = [runs.library, *(path for _, path in done["plain"])]
+    for label, model in drafters:
+        first: IdentityResult | None = None
+        for i, ((plain, _), (run, path)) in enumerate(zip(done["plain"], done[label], strict=True)):
+            artifacts.append(path)
+            result = compare_identity(
+                plain, run, left_label=f"{cell.id} FFI round {i}", right_label=f"{label} drafter round {i}"
+            )
+            ran += result.prompts_compared
+            passed += result.prompts_compared - len(result.divergences)
+            tokens += result.tokens_compared
+            problems += result.problems
+            if first is None or (first.identical and not result.identical):
+                first = result
+        assert first is not None  # rounds >= 1
+        run = done[label][0][0]
+        stats = drafter_problems(f"{label} drafter", run, must_accept_all=label == "self")
+        problems += stats
+        reasons += ([] if first.identical else [f"{label} drafter: {first.summary()}"]) + stats
+        report_lines.append(first.report())
+        drafted, accepted = drafter_totals(run)
+        acceptance = accepted / drafted if drafted else 0.0
+        metrics[f"acceptance_{label}"] = round(acceptance, 4)
+        metrics[f"drafted_{label}"] = drafted
+        divergence = first.divergences[0] if first.divergences else None
+        details[label] = {
+            "model": str(model),
+            "draft_max": opts.draft_max,
+            "drafted": drafted,
+            "accepted": accepted,
+            "acceptance": acceptance,
+            "identical": first.identical,
+            "summary": first.summary(),
+            "first_divergence": None if divergence is None else asdict(divergence),
+        }
+        log(f"{cell.id}: {label} drafter: {first.summary()}; acceptance {acceptance:.3f} of {drafted}")
+        said.append(
+            f"{label} drafter {'IDENTICAL' if first.identical else 'DIFFERENT'}, acceptance {acceptance:.3f}"
+        )
+    speedup: dict[str, object] = {}
+    if rounds >= 3:
+        plain_rates = [run_decode_tok_s(r) for r, _ in done["plain"]]
+        for label, _ in drafters:
+            pairs = list(zip([run_decode_tok_s(r) for r, _ in done[label]], plain_rates, strict=True))
+            report = ratio_report("decode tok/s", f"{label} drafter", "no drafter", pairs)
+            log(f"{cell.id}: speedup with the {label} drafter: {report.describe()}")
+            metrics[f"speedup_{label}"] = round(report.ratios.median, 4)
+            metrics[f"speedup_{label}_q1"] = round(report.ratios.q1, 4)
+            metrics[f"speedup_{label}_q3"] = round(report.ratios.q3, 4)
+            speedup[label] = {"describe": report.describe(), "ratio": asdict(report.ratios), "rounds": rounds}
+            r = report.ratios
+            said.append(f"{label} speedup {r.median:.3f} (IQR {r.q1:.3f}..{r.q3:.3f})")
+    metrics["tokens_compared"] = tokens
+    return outcome(
+        cell.id,
+        check_id,
+        ran=ran,
+        passed=passed if not problems else 0,
+        span=watch.span(),
+        reason="; ".join(reasons),
+        metrics=metrics,
+        artifacts=tuple(artifacts),
+        log_tail="\n".join(report_lines)[-4000:],
+        details={
+            "summary": "; ".join(said) + f" ({rounds} round{'s' if rounds > 1 else ''})",
+            "drafters": details,
+            "speedup": speedup,
+            "rounds": rounds,
+            "problems": problems,
+        },
+    )
 
 
 def failed_outcomes(outcomes: Sequence[CheckOutcome]) -> list[CheckOutcome]:

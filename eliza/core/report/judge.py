@@ -80,6 +80,7 @@ _HIGHLIGHT_KEYS: dict[CheckKind, tuple[str, ...]] = {
     CheckKind.BYTE_IDENTITY_REFERENCE: ("first_divergence",),
     CheckKind.BYTE_IDENTITY_GATES: ("first_divergence",),
     CheckKind.BYTE_IDENTITY_BASELINE: ("first_divergence",),
+    CheckKind.BYTE_IDENTITY_DRAFTER: ("drafters", "speedup"),
     CheckKind.ABI: ("released_abi_diff", "abi_diff", "exports"),
 }
 
