@@ -16,6 +16,7 @@ Source locations are dropped: they are not ABI, and they name build paths.
 
 from __future__ import annotations
 
+import hashlib
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 
@@ -107,13 +108,54 @@ def public_surface(xml_text: str, *, prefix: str, public_header: str) -> str:
             pending.extend(_references(copy))
         emitted.add(type_id)
         kept.append(copy)
+    decls = [
+        ET.fromstring(ET.tostring(d)) for d in sorted(exported, key=lambda d: d.get("elf-symbol-id", ""))
+    ]
+    for node in (*kept, *decls):
+        _strip_locations(node)
+    renamed = _canonical_ids(kept)
+    seen: set[str] = set()
+    for node in (*kept, *decls):
+        for sub in node.iter():
+            for attr in ("id", "type-id"):
+                if sub.get(attr) in renamed:
+                    sub.set(attr, renamed[sub.get(attr, "")])
     for node in sorted(kept, key=lambda n: (n.tag, n.get("name", ""), n.get("id", ""))):
-        instr.append(node)
-    for decl in sorted(exported, key=lambda d: d.get("elf-symbol-id", "")):
-        instr.append(ET.fromstring(ET.tostring(decl)))
-    _strip_locations(out)
+        if node.get("id") not in seen:  # structurally equal types are one type
+            seen.add(node.get("id", ""))
+            instr.append(node)
+    instr.extend(decls)
     ET.indent(out, space="  ")
     return ET.tostring(out, encoding="unicode") + "\n"
+
+
+def _canonical_ids(kept: list[ET.Element]) -> dict[str, str]:
+    """New type ids from each type's structure, not abidw's: abidw's hashed ids move when an
+    unrelated type of the library happens to collide with them, which is no ABI change."""
+    defined: dict[str, ET.Element] = {}
+    for node in kept:
+        for sub in node.iter():
+            if sub.get("id"):
+                defined.setdefault(sub.get("id", ""), sub)
+
+    def signature(type_id: str, stack: frozenset[str]) -> str:
+        node = defined.get(type_id)
+        if node is None:
+            return f"?{type_id}"
+        if type_id in stack:  # a type that refers back to itself: its name breaks the cycle
+            return f"<{node.tag} {node.get('name', '')}>"
+        inner = stack | {type_id}
+        parts = []
+        for sub in node.iter():
+            attrs = " ".join(f"{k}={v}" for k, v in sorted(sub.attrib.items()) if k not in ("id", "type-id"))
+            ref = sub.get("type-id")
+            parts.append(f"{sub.tag}[{attrs}]" + (f"->({signature(ref, inner)})" if ref else ""))
+        return " ".join(parts)
+
+    return {
+        type_id: "t" + hashlib.sha256(signature(type_id, frozenset()).encode()).hexdigest()[:12]
+        for type_id in defined
+    }
 
 
 def exports_text(symbols: list[str]) -> str:
