@@ -140,5 +140,6 @@ def test_the_report_says_which_platforms_the_pipeline_leaves_out(tmp_path: Path)
         "not in the CI pipeline: android-arm64: no jobs in CI: no declared runner can build it"
         in android["reason"]
     )
+    # Apple targets: the macOS runner offers no xcode until the project can build them.
     ios = entries[("ios-arm64.none", "selector")]
-    assert "ios-arm64: no check jobs in CI: its runner macos-14 cannot run it" in ios["reason"], ios
+    assert "ios-arm64: no jobs in CI: no declared runner can build it" in ios["reason"], ios
