@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,3 +45,18 @@ def add_worktree(repo: Path, path: Path, commit: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     _git(repo, "worktree", "prune")
     _git(repo, "worktree", "add", "--force", "--detach", str(path), commit)
+
+
+def copy_working_tree(repo: Path, dest: Path, *, remove_deleted: bool = False) -> Path:
+    """Copies the working tree as git sees it (tracked and untracked-but-not-ignored files,
+    no build outputs) into dest. remove_deleted: a file tracked but deleted in the working
+    tree is removed from dest too (dest being a clone that still has it)."""
+    listed = _git(repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    for rel in filter(None, listed.split("\0")):
+        src, dst = repo / rel, dest / rel
+        if src.is_file():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+        elif remove_deleted and dst.exists():
+            dst.unlink()
+    return dest

@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from eliza.adapters import git
 from eliza.adapters.conan_server import SERVER_VARIABLE, LocalServer, ServerError, local_server, server_python
 from eliza.app.ci_files import templates_dir, write_or_check
 from eliza.app.ci_pipeline import CiFailed
@@ -110,20 +111,7 @@ def fresh_clone(repo: Path, dest: Path) -> Path:
     """A clone of the working tree: HEAD's history plus the tree as git sees it (tracked and
     untracked-but-not-ignored files), so uncommitted work is rehearsed too."""
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(repo), str(dest)], check=True)
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-    ).stdout.decode()
-    for rel in filter(None, listed.split("\0")):
-        src, dst = repo / rel, dest / rel
-        if src.is_file():
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst)
-        elif dst.exists():  # deleted in the working tree
-            dst.unlink()
-    return dest
+    return git.copy_working_tree(repo, dest, remove_deleted=True)
 
 
 def _copy_into(src: Path, dest: Path) -> None:

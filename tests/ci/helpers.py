@@ -4,12 +4,12 @@ cache, the way a CI job runs them."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from eliza.adapters.git import copy_working_tree
 from eliza.core.layout import REPO_ROOT
 
 # What would tie a copy to the caller's setup rather than to its own cache and tree.
@@ -18,18 +18,7 @@ _DROPPED = ("ELIZA_MATRIX", "ELIZA_TEST_CELL", "ELIZA_TEST_CELLS", "ELIZA_TEST_P
 
 def copy_tree(dest: Path) -> Path:
     """The working tree as git sees it (tracked and untracked-but-not-ignored files)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO_ROOT,
-        check=True,
-        capture_output=True,
-    ).stdout.decode()
-    for rel in filter(None, listed.split("\0")):
-        src = REPO_ROOT / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    return dest
+    return copy_working_tree(REPO_ROOT, dest)
 
 
 def env_for(repo: Path, cache: Path | None = None, **extra: str) -> dict[str, str]:

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from eliza.core.layout import PUBLIC_HEADER
-from tests.integration.test_synthetic_gate import copy_env, copy_repository, run
+from tests.ci.helpers import copy_tree
+from tests.integration.test_synthetic_gate import copy_env, run
 
 pytestmark = pytest.mark.native
 
@@ -46,7 +47,7 @@ def build_cell(repo: Path, env: dict[str, str]) -> tuple[int, dict[str, Any], st
 
 
 def scratch(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    repo = copy_repository(tmp_path / "repo")
+    repo = copy_tree(tmp_path / "repo")
     return repo, copy_env(repo)
 
 

@@ -11,7 +11,8 @@ import json
 import textwrap
 from pathlib import Path
 
-from tests.integration.test_synthetic_gate import copy_env, copy_repository, run
+from tests.ci.helpers import copy_tree
+from tests.integration.test_synthetic_gate import copy_env, run
 
 ITEM = "cuda-gpu-run"
 
@@ -57,7 +58,7 @@ def _item(repo: Path) -> dict[str, object]:
 
 
 def test_gpu_evidence_brought_in_claims_the_gpu_item(tmp_path: Path) -> None:
-    repo = copy_repository(tmp_path / "repo")
+    repo = copy_tree(tmp_path / "repo")
     env = copy_env(repo)
     gpu_run = tmp_path / "gpu-run"
     made = run(repo, "-c", WRITE_GPU_EVIDENCE, str(gpu_run), "yes", env=env)
@@ -104,7 +105,7 @@ def test_gpu_evidence_brought_in_claims_the_gpu_item(tmp_path: Path) -> None:
 
 
 def test_gpu_evidence_without_the_metric_does_not_claim(tmp_path: Path) -> None:
-    repo = copy_repository(tmp_path / "repo")
+    repo = copy_tree(tmp_path / "repo")
     env = copy_env(repo)
     gpu_run = tmp_path / "gpu-run"
     made = run(repo, "-c", WRITE_GPU_EVIDENCE, str(gpu_run), "no", env=env)
@@ -117,7 +118,7 @@ def test_gpu_evidence_without_the_metric_does_not_claim(tmp_path: Path) -> None:
 
 
 def test_nothing_usable_is_an_error_naming_the_directory(tmp_path: Path) -> None:
-    repo = copy_repository(tmp_path / "repo")
+    repo = copy_tree(tmp_path / "repo")
     env = copy_env(repo)
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -20,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eliza.core.layout import LIBRARY_NAME, REPO_ROOT
+from eliza.core.layout import LIBRARY_NAME
+from tests.ci.helpers import copy_tree
 
 pytestmark = pytest.mark.native
 
@@ -76,23 +76,6 @@ LlmBackendFactory & qnn_factory(const GateSpec & spec) {
 """
 
 
-def copy_repository(dest: Path) -> Path:
-    """The working tree as git sees it (tracked and untracked-but-not-ignored files), no
-    build outputs: the copy builds from scratch into its own build/."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO_ROOT,
-        check=True,
-        capture_output=True,
-    ).stdout.decode()
-    for rel in filter(None, listed.split("\0")):
-        src = REPO_ROOT / rel
-        if src.is_file():  # tracked but deleted in the working tree: not part of it
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    return dest
-
-
 def add_gate_to_matrix(repo: Path) -> None:
     """The one matrix.yaml edit: the gate, allowed on linux-cpu, with a linux-cpu cell."""
     path = repo / "matrix.yaml"
@@ -121,7 +104,7 @@ def run(repo: Path, *argv: str, env: Mapping[str, str]) -> subprocess.CompletedP
 
 
 def make_copy(root: Path, *, with_factory: bool) -> tuple[Path, dict[str, str]]:
-    repo = copy_repository(root / "repo")
+    repo = copy_tree(root / "repo")
     add_gate_to_matrix(repo)
     if with_factory:
         (repo / FACTORY_FILE).write_text(FACTORY_SOURCE)
