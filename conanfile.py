@@ -103,6 +103,10 @@ class ElizaInferenceConan(ConanFile):
         for gate, cmake_option in GATES.items():
             tc.cache_variables[cmake_option] = bool(self.options.get_safe(gate))
         tc.cache_variables["ELIZA_BUILD_TEST_KIT"] = bool(self.options.with_test_kit)
+        # How the link keeps all but the C ABI local, chosen per platform by eliza.core.target.
+        tc.cache_variables["ELIZA_EXPORT_CONTROL"] = str(
+            self.conf.get("user.eliza:export_control", default="gnu-version-script")
+        )
         llama = self.dependencies["llama-cpp"]
         tc.cache_variables["ELIZA_LLAMA_BUILD_FACTS"] = os.path.join(
             llama.package_folder, "res", "eliza-llama-build.json"

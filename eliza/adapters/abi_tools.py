@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import platform as platform_module
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters import proc
 from eliza.core.layout import EXPORT_PREFIX, REPO_ROOT, public_headers_dir
+from eliza.core.matrix import Platform
+from eliza.core.target import exported_names, symbol_lister
 
 # abidiff's exit status is a bit field (libabigail's abidiff_status).
 ABIDIFF_ERROR = 1
@@ -24,11 +27,23 @@ class SymbolListError(RuntimeError):
     pass
 
 
-def exported_symbols(library: Path) -> list[str]:
-    """The dynamic symbols a shared library defines, sorted (nm -D --defined-only)."""
-    done = proc.run(["nm", "-D", "--defined-only", library])
+def host_arch() -> str:
+    """This machine's arch in the matrix's words (x86_64, arm64)."""
+    machine = platform_module.machine().lower()
+    return {"aarch64": "arm64", "amd64": "x86_64"}.get(machine, machine)
+
+
+def exported_symbols(library: Path, platform: Platform | None = None) -> list[str]:
+    """The dynamic symbols a shared library defines, sorted, listed the platform's way
+    (eliza.core.target.symbol_lister: the cross nm for a cross-built ELF, nm -gU on
+    Mach-O); without a platform, the host's nm -D --defined-only."""
+    lister = symbol_lister(platform, host_arch()) if platform else ("nm", "-D", "--defined-only")
+    done = proc.run([*lister, library])
     if not done.ok:
-        raise SymbolListError(f"nm -D {library} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+        said = done.stderr.strip()[-500:]
+        raise SymbolListError(f"{' '.join(lister)} {library} failed ({done.returncode}): {said}")
+    if platform is not None:
+        return exported_names(platform, done.stdout)
     return sorted(line.split()[-1] for line in done.stdout.splitlines() if line.strip())
 
 

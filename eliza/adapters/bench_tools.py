@@ -9,6 +9,7 @@ from pathlib import Path
 from eliza.adapters import proc
 from eliza.core.bench_records import BenchFormatError, BenchRun
 from eliza.core.layout import REPO_ROOT
+from eliza.core.target import TargetRunner
 from eliza.formats.bench_jsonl import load_run
 
 DEFAULT_PROMPTS = REPO_ROOT / "native" / "tools" / "prompts" / "default.txt"
@@ -62,14 +63,23 @@ def reference_argv(build_dir: Path, settings: BenchSettings, cell_id: str, out: 
     return [str(build_dir / "reference_runner"), "--cell", cell_id, "--out", str(out), *settings.flags()]
 
 
-def run_tool(argv: list[str], out: Path, env: Mapping[str, str] | None = None) -> BenchRun:
+def run_tool(
+    argv: list[str],
+    out: Path,
+    env: Mapping[str, str] | None = None,
+    runner: TargetRunner | None = None,
+) -> BenchRun:
+    """Runs a bench tool (through the platform's runner: natively or under its emulator,
+    with a time limit) and loads what it wrote."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
     argv = [tmp.as_posix() if a == str(out) else a for a in argv]
-    result = proc.run(argv, extra_env=env)
+    tool = Path(argv[0]).name
+    if runner is not None:
+        argv = runner.argv(argv)
+    result = proc.run(argv, extra_env=env, timeout=runner.timeout_s if runner else None)
     if not result.ok:
         tmp.unlink(missing_ok=True)
-        tool = Path(argv[0]).name
         raise BenchToolError(f"{tool} exited {result.returncode}: {result.stderr.strip()[-2000:]}")
     tmp.replace(out)
     try:

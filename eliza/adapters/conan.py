@@ -1,5 +1,5 @@
-"""Conan adapter: the project's own Conan home, its local recipe index, host profiles,
-and running a cell's build plan.
+"""Conan adapter: the project's own Conan home, its local recipe index, the profiles
+eliza.core.conan_profiles generates, and running a cell's build plan.
 
 The Conan home lives in the user cache (<cache>/conan2, see eliza.core.layout.cache_dir), so llama.cpp
 packages survive fresh clones. Its only remote is the recipe index inside this repo:
@@ -51,34 +51,6 @@ def _conan(
     return done
 
 
-def _profile_text(os_family: str, ccache: str | None = None, ccache_dir: Path | None = None) -> str:
-    """The eliza-<os> profile; with ccache (a path) the recipes launch the compilers through
-    it, keeping its files in ccache_dir. user.* settings do not change package ids."""
-    compiler_cache = []
-    if ccache:
-        compiler_cache.append(f"user.eliza:ccache={ccache}")
-        if ccache_dir:
-            compiler_cache.append(f"user.eliza:ccache_dir={ccache_dir}")
-    return (
-        "\n".join(
-            [
-                "# Written by eliza.conan.prepare_conan_home; host settings from `conan profile detect`.",
-                "include(default)",
-                "[settings]",
-                "build_type=Release",
-                "compiler.cppstd=17",
-                "[conf]",
-                "tools.cmake.cmaketoolchain:generator=Ninja",
-                f"tools.build:jobs={os.cpu_count() or 2}",
-                *compiler_cache,
-                "",
-            ]
-        )
-        if os_family == "linux"
-        else ""
-    )
-
-
 def ccache_dir(cache: Path) -> Path:
     """The compiler cache of the project's builds (beside the Conan home, so CI can keep it)."""
     return cache / "ccache"
@@ -90,9 +62,10 @@ def find_ccache() -> str | None:
     return shutil.which("ccache")
 
 
-def prepare_conan_home(cache: Path, repo: Path) -> Path:
-    """Idempotent: remotes = the repo's recipe index only; a detected default profile;
-    one eliza-<os> profile per buildable OS family (here: linux)."""
+def prepare_conan_home(cache: Path, repo: Path, profiles: Mapping[str, str]) -> Path:
+    """Idempotent: remotes = the repo's recipe index only; a detected default profile (the
+    build profile includes it); the given profiles (name -> text, from
+    eliza.core.conan_profiles) written where they differ."""
     home = conan_home(cache)
     (home / "profiles").mkdir(parents=True, exist_ok=True)
     remotes = json.loads(_conan(cache, "remote", "list", "--format", "json").stdout or "[]")
@@ -105,10 +78,12 @@ def prepare_conan_home(cache: Path, repo: Path) -> Path:
         _conan(cache, "remote", "add", INDEX_REMOTE, index, "--type", "local-recipes-index", "--force")
     if not (home / "profiles" / "default").is_file():
         _conan(cache, "profile", "detect", "--name", "default")
-    profile = home / "profiles" / "eliza-linux"
-    text = _profile_text("linux", find_ccache(), ccache_dir(cache))
-    if not profile.is_file() or profile.read_text() != text:
-        profile.write_text(text)
+    for name, text in profiles.items():
+        profile = home / "profiles" / name
+        if not profile.is_file() or profile.read_text() != text:
+            tmp = profile.with_name(f".{name}.tmp")
+            tmp.write_text(text)
+            tmp.replace(profile)
     return home
 
 

@@ -15,7 +15,7 @@ import re
 import shlex
 import shutil
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,8 +28,10 @@ _TIMEOUT_S = 10.0
 _VERSION = re.compile(r"\d+(?:\.\d+)+")
 
 
-def probe_host(env: Mapping[str, str]) -> HostFacts:
-    """Facts about this machine; `env` is the environment its tools are looked up in."""
+def probe_host(env: Mapping[str, str], programs: Iterable[str] = (), dirs: Iterable[str] = ()) -> HostFacts:
+    """Facts about this machine; `env` is the environment its tools are looked up in.
+    `programs` and `dirs` are what the matrix names beyond the usual tools (cross compilers,
+    emulators and their sysroots): which of them are here."""
     env = dict(env)
     os_name = _os_name()
     arch = _arch()
@@ -45,7 +47,9 @@ def probe_host(env: Mapping[str, str]) -> HostFacts:
         ios = pool.submit(_ios_device, os_name, env)
         xcode = pool.submit(_xcode, os_name, env)
         cpu = pool.submit(_cpu, os_name, env)
+        extra = {name: pool.submit(_simple_tool, name, env) for name in sorted(set(programs))}
         ndk, ndk_notes = _android_ndk(env)
+        ndk_clang = _ndk_clang(ndk, env) if ndk else None
         nvcc, cuda_version, cublas_path, cublas_origin = cuda.result()
         cpu_model, cpu_flags = cpu.result()
         nvidia_gpu, gpu_reason = gpu.result()
@@ -68,6 +72,7 @@ def probe_host(env: Mapping[str, str]) -> HostFacts:
             cublas_origin=cublas_origin,
             cublas_installable=_cublas_installable(os_name, arch),
             android_ndk=ndk,
+            android_ndk_clang=ndk_clang,
             xcode=xcode.result(),
             nvidia_gpu=nvidia_gpu,
             nvidia_gpu_reason=gpu_reason,
@@ -76,6 +81,8 @@ def probe_host(env: Mapping[str, str]) -> HostFacts:
             ios_device=ios_device,
             ios_device_reason=ios_reason,
             notes=tuple(ndk_notes),
+            programs={name: tool for name, f in extra.items() if (tool := f.result()) is not None},
+            existing_dirs=frozenset(d for d in dirs if os.path.isdir(d)),
         )
 
 
@@ -228,6 +235,17 @@ def _android_ndk(env: Mapping[str, str]) -> tuple[str | None, list[str]]:
             if valid(root):
                 return root, notes
     return None, notes
+
+
+def _ndk_clang(ndk: str, env: Mapping[str, str]) -> str | None:
+    """The version of the NDK's own clang (the Android profile's compiler.version)."""
+    for clang in sorted(
+        glob.glob(os.path.join(glob.escape(ndk), "toolchains", "llvm", "prebuilt", "*", "bin", "clang"))
+    ):
+        rc, out = _run([clang, "--version"], env)
+        if rc == 0:
+            return _version(out)
+    return None
 
 
 # --- CUDA ---------------------------------------------------------------------------------

@@ -9,10 +9,12 @@ import hashlib
 from pathlib import Path
 
 from eliza.adapters import conan, git, proc
+from eliza.app.profiles import conan_profiles_for
 from eliza.app.project import current
-from eliza.core.build_plan import conan_build_argv, llama_option_args, profile_name
-from eliza.core.layout import LIBRARY_NAME
+from eliza.core.build_plan import conan_build_argv, llama_option_args
+from eliza.core.conan_profiles import host_profile_name
 from eliza.core.matrix import Cell
+from eliza.core.target import library_file
 
 
 class BaselineError(RuntimeError):
@@ -50,13 +52,13 @@ def baseline_library(sha: str, cell: Cell, env: dict[str, str]) -> tuple[Path, b
     project = current()
     source_version = conan.llama_source_version(project.env)
     options = llama_option_args(cell.platform)
-    variant = hashlib.sha256("\0".join([source_version, profile_name(cell.platform), *options]).encode())
+    variant = hashlib.sha256("\0".join([source_version, host_profile_name(cell.platform), *options]).encode())
     out = baseline_root(sha) / f"{cell.platform.id}-{variant.hexdigest()[:12]}"
-    library = out / "build" / LIBRARY_NAME
+    library = out / "build" / library_file(cell.platform)
     if library.is_file():
         return library, False
     src = ensure_worktree(sha)
-    conan.prepare_conan_home(project.cache, project.repo)
+    conan.prepare_conan_home(project.cache, project.repo, conan_profiles_for((cell.platform,)))
     source = conan.resolve_llama_source(project.cache, project.env)
     done = proc.run(
         conan_build_argv(src, out, cell.platform, source.version),

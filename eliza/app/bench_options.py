@@ -11,6 +11,7 @@ from eliza.adapters.bench_tools import BenchSettings
 from eliza.app.errors import UsageError
 from eliza.app.options import Parser, positive
 from eliza.core.layout import default_prompts
+from eliza.core.target import TargetRunner
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,6 +27,8 @@ class BenchOptions:
     drafter_pairs: int = 5  # interleaved with/without-drafter rounds of the speedup
     draft_max: int = 4
     verbose: bool = False
+    # How the platform's binaries run here (natively, or under its emulator): set per platform.
+    runner: TargetRunner | None = None
 
 
 def parse_bench_args(

@@ -15,9 +15,11 @@ from eliza.adapters.cuda import CudaError
 from eliza.adapters.llama_source import SourceError
 from eliza.app.errors import NotHere, UsageError
 from eliza.app.options import Parser
+from eliza.app.profiles import conan_profiles_for
 from eliza.app.project import capability, current, load_project_matrix
 from eliza.core.binary_remote import BinaryRemote, RemoteSettingError, remote_from_env
 from eliza.core.build_plan import CellBuildPlan, plan_cell_build
+from eliza.core.conan_profiles import ProfileError
 from eliza.core.matrix import Cell, Matrix, Platform
 
 NotBuildableHere = NotHere  # this host lacks what a platform needs to build
@@ -25,7 +27,7 @@ NotBuildableHere = NotHere  # this host lacks what a platform needs to build
 Log = Callable[[str], None]
 
 # What a build can fail with, each carrying a message that names the cell and the log.
-BUILD_ERRORS: tuple[type[BaseException], ...] = (BuildError, CudaError, SourceError)
+BUILD_ERRORS: tuple[type[BaseException], ...] = (BuildError, CudaError, SourceError, ProfileError)
 
 
 def plan_for(cell: Cell, matrix: Matrix, llama_version: str, env: dict[str, str]) -> CellBuildPlan:
@@ -115,7 +117,7 @@ def build_cells(
         if not can.can_build:
             raise NotBuildableHere(f"{platform.id} cannot be built on this host: {can.build_reason}")
     project = current()
-    conan.prepare_conan_home(project.cache, project.repo)
+    conan.prepare_conan_home(project.cache, project.repo, conan_profiles_for(c.platform for c in cells))
     source = conan.resolve_llama_source(project.cache, project.env)
     built: list[BuiltCell] = []
     envs: dict[str, dict[str, str]] = {}

@@ -86,8 +86,11 @@ def load_project_matrix(path: Path | None = None) -> Matrix:
 @functools.cache
 def host_facts() -> HostFacts:
     from eliza.adapters.host_probe import probe_host
+    from eliza.core.target import probe_targets
 
-    return probe_host(current().env)
+    # The cross compilers and emulators the matrix names are looked for too.
+    programs, dirs = probe_targets(load_project_matrix())
+    return probe_host(current().env, programs, dirs)
 
 
 def capability(platform: Platform) -> Capability:

@@ -19,6 +19,7 @@ from eliza.app.checks.byte_identity import IDENTITY_KINDS, run_bench
 from eliza.app.checks.common import now
 from eliza.app.checks.gate_fallthrough import run_gate_fallthrough
 from eliza.app.checks.selector import run_selector
+from eliza.app.checks.target_cases import run_gate_fallthrough_on_target, run_selector_on_target
 from eliza.app.errors import NotHere, UsageError
 from eliza.app.options import Parser, strict_requested
 from eliza.app.project import capability, current, host_facts
@@ -29,6 +30,7 @@ from eliza.core.evidence import LoadedRecord, Status
 from eliza.core.matrix import Cell, Check, CheckKind, Matrix, Platform
 from eliza.core.matrix_rules import unknown_cell
 from eliza.core.outcome import CheckOutcome, skipped
+from eliza.core.target import TargetRunner
 
 Log = Callable[[str], None]
 
@@ -92,6 +94,17 @@ def run_platform_checks(
         errored(run, cells, RUNTIME_KINDS, "not run: a cell of the platform failed to build")
         return built
     runnable = {k.kind for c in cells for k in c.checks if can.can_run_check(k.device_free)}
+    if can.emulated:
+        # The host's Python cannot load these libraries: the cases run as target binaries.
+        run.log(f"{platform.id}: checks run as target binaries, {can.runner_words}")
+        run.ran_on[platform.id] = can.runner_words
+        runner = TargetRunner(prefix=can.runner, words=can.runner_words)
+        libraries = {b.cell_id: b.library for b in built}
+        if CheckKind.SELECTOR in runnable:
+            run_selector_on_target(run, cells, libraries, existing, runner)
+        if CheckKind.GATE_FALLTHROUGH in runnable:
+            run_gate_fallthrough_on_target(run, platform, cells, libraries, existing, runner)
+        runnable -= {CheckKind.SELECTOR, CheckKind.GATE_FALLTHROUGH}
     if not can.can_run:
         how = can.how_it_runs(device_free=True)
         run.log(

@@ -134,6 +134,65 @@ def compare_identity(
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class AgreementResult:
+    """How far two platforms' greedy outputs agree: per prompt, the tokens before the
+    first divergence count as agreeing (after it the two decode different contexts, so
+    later positions say nothing), out of the longer side's length."""
+
+    left: str
+    right: str
+    positions: int
+    agreeing: int
+    prompts_compared: int
+    divergences: tuple[Divergence, ...]
+    problems: tuple[str, ...]  # different inputs: then no rate is meaningful
+
+    @property
+    def rate(self) -> float:
+        return self.agreeing / self.positions if self.positions else 0.0
+
+    def meets(self, minimum: float) -> bool:
+        return self.prompts_compared > 0 and not self.problems and self.rate >= minimum
+
+    def summary(self) -> str:
+        first = self.divergences[0] if self.divergences else None
+        where = (
+            f"; first divergence: prompt {first.prompt_index}, step {first.step} "
+            f"(token {first.left_token} vs {first.right_token})"
+            if first
+            else "; no divergence"
+        )
+        problems = f"; {'; '.join(self.problems)}" if self.problems else ""
+        return (
+            f"{self.left} vs {self.right}: {self.agreeing}/{self.positions} token positions agree "
+            f"({self.rate:.4f}) over {self.prompts_compared} prompts{where}{problems}"
+        )
+
+
+def token_agreement(
+    left: BenchRun, right: BenchRun, *, left_label: str = "", right_label: str = ""
+) -> AgreementResult:
+    """Token agreement of two runs of the same prompts (e.g. arm64 NEON vs x86 AVX2)."""
+    identity = compare_identity(left, right, left_label=left_label, right_label=right_label)
+    positions = agreeing = 0
+    for a, b in zip(left.prompts, right.prompts, strict=False):
+        if a.prompt != b.prompt or a.prompt_tokens != b.prompt_tokens:
+            continue
+        step = _first_difference(a.tokens, b.tokens)
+        positions += max(len(a.tokens), len(b.tokens))
+        agreeing += len(a.tokens) if step is None else step
+    return AgreementResult(
+        left=identity.left,
+        right=identity.right,
+        positions=positions,
+        agreeing=agreeing,
+        prompts_compared=identity.prompts_compared,
+        divergences=identity.divergences,
+        problems=identity.problems,
+    )
+
+
 def same_prompts(left: BenchRun, right: BenchRun) -> bool:
     """Whether both runs decoded the same prompts (so their speeds can be compared)."""
     return [(p.prompt, p.prompt_tokens) for p in left.prompts] == [

@@ -10,8 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eliza.core.layout import LIBRARY_NAME, cell_build_dir
+from eliza.core.conan_profiles import BUILD_PROFILE, host_profile_name
+from eliza.core.layout import cell_build_dir
 from eliza.core.matrix import Cell, Platform
+from eliza.core.target import export_control, library_file
 
 LLAMA_PACKAGE = "llama-cpp"
 
@@ -23,11 +25,6 @@ class CellBuildPlan:
     library: Path
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
-
-
-def profile_name(platform: Platform) -> str:
-    """One host profile per OS family; platform differences travel as options."""
-    return f"eliza-{platform.os}"
 
 
 def llama_option_args(platform: Platform) -> tuple[str, ...]:
@@ -59,8 +56,11 @@ def conan_build_argv(
         str(source),
         "--output-folder",
         str(out),
-        "--profile:all",
-        profile_name(platform),
+        # What the binaries are for, and this machine, where the build runs.
+        "--profile:host",
+        host_profile_name(platform),
+        "--profile:build",
+        BUILD_PROFILE,
         "--settings:host",
         f"build_type={build_type}",
         "--build",
@@ -72,6 +72,8 @@ def conan_build_argv(
         "json",
         "--conf",
         f"user.eliza:llama_cpp_version={llama_version}",
+        "--conf",
+        f"user.eliza:export_control={export_control(platform).value}",
         *llama_option_args(platform),
     ]
 
@@ -96,5 +98,5 @@ def plan_cell_build(
     for key, value in sorted((extra_conf or {}).items()):
         argv += ["--conf", f"{key}={value}"]
     return CellBuildPlan(
-        cell_id=cell.id, output_dir=out, library=out / "build" / LIBRARY_NAME, argv=tuple(argv)
+        cell_id=cell.id, output_dir=out, library=out / "build" / library_file(cell.platform), argv=tuple(argv)
     )

@@ -7,12 +7,12 @@ a release engineer needs (what is missing, what was found and where).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from eliza.core.matrix import Platform, Requirement
 
-__all__ = ["Capability", "HostFacts", "Tool", "decide", "x86_64_level"]
+__all__ = ["Capability", "HostFacts", "Tool", "decide", "emulator_found", "x86_64_level"]
 
 # /proc/cpuinfo flag names per x86-64 micro-architecture level (psABI). "abm" is how
 # the kernel spells LZCNT; "pni" is SSE3.
@@ -22,8 +22,8 @@ _X86_64_LEVELS: tuple[tuple[int, frozenset[str]], ...] = (
     (4, frozenset({"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"})),
 )
 
-# Which host OS can build for which target OS; linux targets also need the same arch
-# because no cross toolchain is set up for them.
+# Which host OS can build for which target OS; a linux target of another arch also needs
+# a cross compiler (toolchain.cross_prefix in the matrix).
 _BUILD_HOSTS = {
     "linux": ("linux",),
     "android": ("linux", "macos"),
@@ -77,6 +77,7 @@ class HostFacts:
     cublas_origin: str | None = None  # "cuda-toolkit" | "python-wheel": where cublas_path lies
     cublas_installable: bool = False  # NVIDIA's cuBLAS wheels can be installed with pip here
     android_ndk: str | None = None  # NDK root (has build/cmake/android.toolchain.cmake)
+    android_ndk_clang: str | None = None  # the NDK's clang version, e.g. "17.0.2"
     xcode: Tool | None = None
     nvidia_gpu: str | None = None  # "NVIDIA H200, driver 550.54.15"
     nvidia_gpu_reason: str = ""  # why nvidia_gpu is None
@@ -85,6 +86,10 @@ class HostFacts:
     ios_device: str | None = None  # UDID of an attached device
     ios_device_reason: str = ""
     notes: tuple[str, ...] = field(default=())  # probe findings that are neither facts nor errors
+    # Programs the matrix names (cross compilers, emulators), by name, where found on PATH.
+    programs: Mapping[str, Tool] = field(default_factory=dict)
+    # Directories the matrix names (an emulator's sysroot) that exist here.
+    existing_dirs: frozenset[str] = frozenset()
 
     @property
     def x86_64_level(self) -> int:
@@ -118,6 +123,7 @@ class HostFacts:
             "cublas_origin": self.cublas_origin,
             "cublas_installable": self.cublas_installable,
             "android_ndk": self.android_ndk,
+            "android_ndk_clang": self.android_ndk_clang,
             "xcode": tool(self.xcode),
             "nvidia_gpu": self.nvidia_gpu,
             "nvidia_gpu_reason": self.nvidia_gpu_reason,
@@ -126,6 +132,7 @@ class HostFacts:
             "ios_device": self.ios_device,
             "ios_device_reason": self.ios_device_reason,
             "notes": list(self.notes),
+            "programs": {name: tool(t) for name, t in sorted(self.programs.items())},
         }
 
 
@@ -143,13 +150,23 @@ class Capability:
     # holds even where can_run does not. Equal to can_run for a platform without a fallback.
     can_run_fallback: bool = False
     fallback_reason: str = ""
+    # How target binaries run here when the host's CPU cannot run them: the emulator's
+    # command prefix (e.g. qemu-aarch64 -L <sysroot>) and its words; () natively.
+    runner: tuple[str, ...] = ()
+    runner_words: str = ""
 
     def can_run_check(self, device_free: bool) -> bool:
         """Whether a check that runs the library can run here."""
         return self.can_run or (device_free and self.can_run_fallback)
 
+    @property
+    def emulated(self) -> bool:
+        return bool(self.runner)
+
     def how_it_runs(self, device_free: bool) -> str:
-        """ "native" when the whole platform runs here, else the fallback in words."""
+        """ "native" when the whole platform runs here, the emulator in words, else the fallback."""
+        if self.can_run and self.emulated:
+            return self.runner_words
         if self.can_run or not (device_free and self.can_run_fallback):
             return "native"
         return f"CPU fallback, without {', '.join(r.value for r in self.missing_run)}"
@@ -159,7 +176,49 @@ def _tool(t: Tool | None, missing: str) -> tuple[bool, str]:
     return (True, t.describe()) if t is not None else (False, missing)
 
 
-def _requirement(host: HostFacts, req: Requirement) -> tuple[bool, str]:
+def _install(package: str | None) -> str:
+    return f" (install the Debian package {package})" if package else ""
+
+
+def _cross_compiler(host: HostFacts, platform: Platform) -> tuple[bool, str]:
+    chain = platform.toolchain
+    if not chain.cross_prefix:
+        return False, "a cross compiler (the platform's toolchain names none)"
+    name = f"{chain.cross_prefix}g++"
+    found = host.programs.get(name)
+    if found is None:
+        return False, f"{name}, the cross compiler (not on PATH){_install(chain.package)}"
+    return True, f"{found.describe()} at {found.path}"
+
+
+def emulator_found(host: HostFacts, platform: Platform) -> tuple[bool, str]:
+    """(usable, words): the platform's emulator and its sysroot on this host."""
+    emulator = platform.emulator
+    if emulator is None:
+        return False, "no emulator declared for the platform"
+    found = host.programs.get(emulator.program)
+    if found is None:
+        return False, f"{emulator.program}, the emulator (not on PATH){_install(emulator.package)}"
+    if emulator.sysroot and emulator.sysroot not in host.existing_dirs:
+        return (
+            False,
+            f"the {platform.arch} sysroot {emulator.sysroot} (install the platform's cross compiler package)",
+        )
+    return True, f"{found.describe()} emulating {platform.arch}"
+
+
+def _arm64_cpu(host: HostFacts, platform: Platform) -> tuple[bool, str]:
+    if host.arch == "arm64":
+        return True, f"{host.cpu_model or 'an arm64 CPU'} (native)"
+    if platform.emulator is None:
+        return False, "an arm64 CPU (no emulator declared for the platform)"
+    ok, words = emulator_found(host, platform)
+    if ok:
+        return True, words
+    return False, f"an arm64 CPU, or {words}"
+
+
+def _requirement(host: HostFacts, req: Requirement, platform: Platform) -> tuple[bool, str]:
     """(met, words): what satisfies `req`, or what is missing."""
     if req is Requirement.CXX_COMPILER:
         return _tool(host.compiler, "a C++ compiler (CXX unset; no c++, g++ or clang++ on PATH)")
@@ -185,7 +244,11 @@ def _requirement(host: HostFacts, req: Requirement) -> tuple[bool, str]:
         return False, "cuBLAS (not in the CUDA toolkit, and NVIDIA's PyPI wheels cannot be installed here)"
     if req is Requirement.ANDROID_NDK:
         if host.android_ndk is None:
-            return False, "the Android NDK (set ANDROID_NDK_HOME or install one under ANDROID_HOME/ndk)"
+            # A directory named as an NDK that is not one: say what it lacks.
+            found = "; ".join(n for n in host.notes if "NDK" in n)
+            return False, "the Android NDK (set ANDROID_NDK_HOME or install one under ANDROID_HOME/ndk)" + (
+                f": {found}" if found else ""
+            )
         return True, f"Android NDK at {host.android_ndk}"
     if req is Requirement.XCODE:
         if host.xcode is not None:
@@ -211,6 +274,10 @@ def _requirement(host: HostFacts, req: Requirement) -> tuple[bool, str]:
         if host.os == "macos" and host.arch == "arm64":
             return True, f"Apple Silicon ({host.cpu_model or 'arm64'})"
         return False, "Apple Silicon (a macOS arm64 host)"
+    if req is Requirement.CROSS_COMPILER:
+        return _cross_compiler(host, platform)
+    if req is Requirement.ARM64_CPU:
+        return _arm64_cpu(host, platform)
     if req is Requirement.IOS_DEVICE:
         if host.ios_device is not None:
             return True, f"iOS device {host.ios_device}"
@@ -225,8 +292,8 @@ def _host_rule(host: HostFacts, platform: Platform) -> str | None:
         if hosts == ("macos",):
             return _XCODE_ELSEWHERE  # Apple targets build only with Xcode, so say it the same way
         return f"a {' or '.join(hosts)} host to build for {platform.os}"
-    if platform.os == "linux" and host.arch != platform.arch:
-        return f"a linux/{platform.arch} host (no cross toolchain is set up for linux targets)"
+    if platform.os == "linux" and host.arch != platform.arch and not platform.toolchain.cross_prefix:
+        return f"a linux/{platform.arch} host (the platform declares no cross toolchain)"
     return None
 
 
@@ -245,7 +312,7 @@ def decide(host: HostFacts, platform: Platform) -> Capability:
     if rule is not None:
         missing.append(rule)
     for req in platform.build_requires:
-        ok, words = _requirement(host, req)
+        ok, words = _requirement(host, req, platform)
         if ok:
             found.append(words)
             continue
@@ -258,7 +325,7 @@ def decide(host: HostFacts, platform: Platform) -> Capability:
     run_missing: list[str] = []
     missing_run: list[Requirement] = []
     for req in platform.run_requires:
-        ok, words = _requirement(host, req)
+        ok, words = _requirement(host, req, platform)
         if ok:
             run_found.append(words)
         else:
@@ -267,14 +334,17 @@ def decide(host: HostFacts, platform: Platform) -> Capability:
     can_run, run_reason = _verdict(run_found, run_missing, host, "needs no special hardware")
     can_fallback, fallback_reason = can_run, run_reason
     if not can_run and platform.fallback_run_requires is not None:
-        results = [_requirement(host, r) for r in platform.fallback_run_requires]
+        results = [_requirement(host, r, platform) for r in platform.fallback_run_requires]
         can_fallback, fallback_reason = _verdict(
             [w for ok, w in results if ok],
             [w for ok, w in results if not ok],
             host,
             "needs no special hardware",
         )
+    emulated = can_run and platform.emulator is not None and host.arch != platform.arch
     return Capability(
+        runner=platform.emulator.argv() if emulated and platform.emulator else (),
+        runner_words=f"emulated: {emulator_found(host, platform)[1]}" if emulated else "",
         can_build=can_build,
         build_reason=build_reason,
         can_run=can_run,

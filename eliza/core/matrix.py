@@ -23,12 +23,14 @@ class Requirement(StrEnum):
     CUBLAS = "cublas"
     ANDROID_NDK = "android-ndk"
     XCODE = "xcode"
+    CROSS_COMPILER = "cross-compiler"  # the platform's toolchain.cross_prefix compilers
     # run-time hardware
     X86_64_V3_CPU = "x86-64-v3-cpu"
     NVIDIA_GPU = "nvidia-gpu"
     ANDROID_DEVICE = "android-device"
     APPLE_SILICON = "apple-silicon"
     IOS_DEVICE = "ios-device"
+    ARM64_CPU = "arm64-cpu"  # natively, or through the platform's emulator
 
 
 class CheckKind(StrEnum):
@@ -40,6 +42,38 @@ class CheckKind(StrEnum):
     BYTE_IDENTITY_BASELINE = "byte-identity-baseline"  # working tree vs a baseline git ref
     BYTE_IDENTITY_DRAFTER = "byte-identity-drafter"  # greedy with a drafter vs without, same build
     ABI = "abi"  # exports and abidiff vs the no-gate cell
+    CROSS_ARCH_AGREEMENT = "cross-arch-agreement"  # greedy output vs the reference platform's
+
+
+@dataclass(frozen=True, kw_only=True)
+class Toolchain:
+    """What building for a platform needs beyond the host's own compiler."""
+
+    cross_prefix: str | None = None  # "aarch64-linux-gnu-": <prefix>gcc, <prefix>g++, <prefix>nm
+    package: str | None = None  # the Debian package that installs the cross compiler
+    android_api: int | None = None  # minimum Android API level (os.api_level)
+    min_os_version: str | None = None  # minimum macOS / iOS version (os.version)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Emulator:
+    """How the platform's binaries run on a host that cannot run them natively."""
+
+    program: str  # "qemu-aarch64"
+    sysroot: str | None = None  # the target's libraries, passed as -L
+    package: str | None = None  # the Debian package that installs the program
+
+    def argv(self) -> tuple[str, ...]:
+        """The command prefix a target binary runs under."""
+        return (self.program, *(("-L", self.sysroot) if self.sysroot else ()))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Agreement:
+    """cross-arch-agreement: greedy output compared with another platform's, same bundle."""
+
+    reference: str  # platform id, e.g. "linux-cpu"
+    min_token_agreement: float  # the share of token positions that must agree (0..1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +92,9 @@ class Platform:
     allowed_gates: tuple[str, ...] = ()  # gate ids this platform may enable
     ci_runner: tuple[str, ...] = ()  # CI runner labels
     slow_build: bool = False  # kept out of CI's default path (e.g. CUDA)
+    toolchain: Toolchain = field(default_factory=Toolchain)
+    emulator: Emulator | None = None  # runs its binaries where the host's CPU cannot
+    agreement: Agreement | None = None  # the cross-arch-agreement check's reference and tolerance
 
 
 @dataclass(frozen=True, kw_only=True)

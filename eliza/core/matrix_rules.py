@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from eliza.core.matrix import (
+    Agreement,
     Baseline,
     Cell,
     Check,
     CheckKind,
     ChecklistScope,
     DeviceGatedItem,
+    Emulator,
     ExitBox,
     ExitChecklist,
     Gate,
@@ -27,6 +29,7 @@ from eliza.core.matrix import (
     Platform,
     Problem,
     Requirement,
+    Toolchain,
     VerifiableItem,
 )
 
@@ -246,6 +249,13 @@ class MatrixRules:
                     f"cpu_isa applies to x86_64 platforms only; this one is {plat['arch']}",
                     "remove it: the llama-cpp recipe has no such option on other architectures",
                 )
+            if "arm_isa" in options and plat["arch"] != "arm64":
+                self.error(
+                    ("platforms", i, "llama_options", "arm_isa"),
+                    f"arm_isa applies to arm64 platforms only; this one is {plat['arch']}",
+                    "use cpu_isa (x86-64-v2, -v3 or -v4) on x86_64, or remove it",
+                )
+            self.check_toolchain(i, plat)
             if "cuda_architectures" in options and plat["llama_backend"] != "cuda":
                 self.error(
                     ("platforms", i, "llama_options", "cuda_architectures"),
@@ -270,6 +280,52 @@ class MatrixRules:
                         "missing from build_requires",
                         f"add {', '.join(missing)}",
                     )
+
+    def check_toolchain(self, i: int, plat: Mapping[str, Any]) -> None:
+        """The toolchain, emulator and agreement entries against what the platform is."""
+        toolchain = plat.get("toolchain", {})
+        builds = plat["build_requires"]
+        if "cross_prefix" in toolchain and "cross-compiler" not in builds:
+            self.error(
+                ("platforms", i, "toolchain", "cross_prefix"),
+                "a cross_prefix names compilers the host probe must find",
+                "add cross-compiler to build_requires",
+            )
+        if "cross-compiler" in builds and "cross_prefix" not in toolchain:
+            self.error(
+                ("platforms", i, "build_requires"),
+                "cross-compiler is required but toolchain.cross_prefix does not say which",
+                "add toolchain: {cross_prefix: aarch64-linux-gnu-, package: g++-aarch64-linux-gnu}",
+            )
+        if "android_api" in toolchain and plat["os"] != "android":
+            self.error(
+                ("platforms", i, "toolchain", "android_api"),
+                f"android_api applies to android platforms only; this one is {plat['os']}",
+                "remove it",
+            )
+        if "min_os_version" in toolchain and plat["os"] not in ("macos", "ios"):
+            self.error(
+                ("platforms", i, "toolchain", "min_os_version"),
+                f"min_os_version applies to macos and ios platforms only; this one is {plat['os']}",
+                "remove it",
+            )
+        if "arm64-cpu" in plat["run_requires"] and plat["arch"] != "arm64":
+            self.error(
+                ("platforms", i, "run_requires"),
+                f"arm64-cpu cannot run a {plat['arch']} build",
+                "list the requirement of this platform's own CPU",
+            )
+        agreement = plat.get("agreement")
+        if agreement is not None:
+            known = [p["id"] for p in self.data["platforms"]]
+            path: KeyPath = ("platforms", i, "agreement", "reference")
+            if (
+                self.ref(agreement["reference"], known, "platform", path)
+                and agreement["reference"] == plat["id"]
+            ):
+                self.error(
+                    path, "a platform cannot agree with itself", "name the reference platform, e.g. linux-cpu"
+                )
 
     def allowed(self, pid: str, gates: Sequence[str], path: KeyPath) -> bool:
         if pid in self.unsure_allowed:
@@ -404,6 +460,29 @@ def _platform(p: Mapping[str, Any]) -> Platform:
         allowed_gates=tuple(p.get("allowed_gates", [])),
         ci_runner=tuple(p["ci_runner"]),
         slow_build=bool(p.get("slow_build", False)),
+        toolchain=Toolchain(
+            cross_prefix=p.get("toolchain", {}).get("cross_prefix"),
+            package=p.get("toolchain", {}).get("package"),
+            android_api=p.get("toolchain", {}).get("android_api"),
+            min_os_version=p.get("toolchain", {}).get("min_os_version"),
+        ),
+        emulator=(
+            Emulator(
+                program=p["emulator"]["program"],
+                sysroot=p["emulator"].get("sysroot"),
+                package=p["emulator"].get("package"),
+            )
+            if "emulator" in p
+            else None
+        ),
+        agreement=(
+            Agreement(
+                reference=p["agreement"]["reference"],
+                min_token_agreement=float(p["agreement"]["min_token_agreement"]),
+            )
+            if "agreement" in p
+            else None
+        ),
     )
 
 

@@ -12,9 +12,10 @@ from eliza.adapters.abi_tools import AbiToolMissing, abidiff, abidiff_surfaces, 
 from eliza.app.abi_baseline import baseline_of, constants_text, surface_of, versions_present
 from eliza.app.checks.common import Stopwatch
 from eliza.core.c_abi import abi_version, header_functions
-from eliza.core.layout import LIBRARY_NAME, public_header, public_headers_dir
+from eliza.core.layout import public_header, public_headers_dir
 from eliza.core.matrix import Cell
 from eliza.core.outcome import CheckOutcome, SubCheck, from_subchecks, outcome
+from eliza.core.target import abidiff_reads, library_file
 from eliza.formats.abi_xml import AbiXmlError, architecture_of, soname_of
 from eliza.formats.files import atomic_write_text
 
@@ -104,7 +105,7 @@ def abi_outcome(cell: Cell, check_id: str, library: Path, reference: Path | None
     watch = Stopwatch()
     header_text = public_header(repo).read_text(encoding="utf-8")
     version = abi_version(header_text)
-    symbols = exported_symbols(library)
+    symbols = exported_symbols(library, cell.platform)
     expected = header_functions(header_text)
     subs = [
         SubCheck(
@@ -114,12 +115,15 @@ def abi_outcome(cell: Cell, check_id: str, library: Path, reference: Path | None
         )
     ]
     details: dict[str, object] = {"exports": symbols, "abi_version": version}
+    if not abidiff_reads(cell.platform):
+        details["abidiff"] = f"not run: abidiff reads ELF only, and {cell.platform.id} builds Mach-O"
+        return from_subchecks(cell.id, check_id, subs, watch.span(), artifacts=(library,), details=details)
     try:
         surface = library.parent / "abi-surface.xml"
         text = surface_of(library)
         atomic_write_text(surface, text)
         soname = soname_of(text)
-        want = f"{LIBRARY_NAME}.{version}"
+        want = f"{library_file(cell.platform)}.{version}"
         subs.append(
             SubCheck(
                 name=f"SONAME carries ABI {version}",
@@ -143,7 +147,7 @@ def abi_outcome(cell: Cell, check_id: str, library: Path, reference: Path | None
             subs.append(
                 SubCheck(
                     name="export list equals the no-gate cell's",
-                    ok=symbols == exported_symbols(reference),
+                    ok=symbols == exported_symbols(reference, cell.platform),
                     detail=str(reference),
                 )
             )

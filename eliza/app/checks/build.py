@@ -59,7 +59,7 @@ def build_outcome(
 ) -> CheckOutcome:
     watch = Stopwatch()
     subs = [SubCheck(name="library built", ok=built.library.is_file(), detail=str(built.library))]
-    symbols = exported_symbols(built.library) if built.library.is_file() else []
+    symbols = exported_symbols(built.library, cell.platform) if built.library.is_file() else []
     foreign = foreign_exports(symbols)
     subs.append(
         SubCheck(
@@ -102,6 +102,7 @@ def build_outcome(
             "llama_source": source.get("requirement") or source.get("path") or source.get("kind", "unknown"),
             "llama_commit": source.get("upstream_commit") or source.get("content_hash", "unknown"),
             "isa": llama.get("cpu_isa", "unknown"),
+            "arch": cell.platform.arch,
             "cuda_architectures": llama.get("cuda_architectures", ""),
             "compiler": info.get("compiler", ""),
             "llama_package_id": built.llama_package_id,

@@ -23,11 +23,13 @@ from eliza.core.bench_diff import (
     ratio_report,
     run_decode_tok_s,
     run_first_token_ms,
+    token_agreement,
 )
 from eliza.core.bench_records import BenchRun
 from eliza.core.evidence import Status
 from eliza.core.matrix import Cell, CheckKind, Matrix, Platform
 from eliza.core.outcome import CheckOutcome, Span, outcome, skipped
+from eliza.core.target import TargetRunner
 from eliza.formats.files import atomic_write_text, sha256_file
 
 Log = Callable[[str], None]
@@ -37,6 +39,7 @@ IDENTITY_KINDS = {
     CheckKind.BYTE_IDENTITY_GATES,
     CheckKind.BYTE_IDENTITY_BASELINE,
     CheckKind.BYTE_IDENTITY_DRAFTER,
+    CheckKind.CROSS_ARCH_AGREEMENT,  # compares the same bench run with another platform's
 }
 
 
@@ -113,8 +116,12 @@ def run_cell(cell: Cell, library: Path, opts: BenchOptions, log: Log) -> CellRun
     out = opts.out_dir / cell.platform.id / cell.gate_key
     build_dir = library.parent
     ffi_path, ref_path = out / "ffi.jsonl", out / "reference.jsonl"
-    ffi = run_tool(bench_argv(build_dir, library, opts.settings, cell.id, ffi_path), ffi_path)
-    reference = run_tool(reference_argv(build_dir, opts.settings, cell.id, ref_path), ref_path)
+    ffi = run_tool(
+        bench_argv(build_dir, library, opts.settings, cell.id, ffi_path), ffi_path, runner=opts.runner
+    )
+    reference = run_tool(
+        reference_argv(build_dir, opts.settings, cell.id, ref_path), ref_path, runner=opts.runner
+    )
     log(f"{cell.id}: {len(ffi.prompts)} prompts, {ffi.generated_tokens} tokens -> {ffi_path}")
     return CellRuns(
         cell=cell, library=library, ffi=ffi, ffi_path=ffi_path, reference=reference, reference_path=ref_path
@@ -147,7 +154,7 @@ def measure_overhead(none: CellRuns, opts: BenchOptions, log: Log) -> dict[str, 
             "ref": (reference_argv(build_dir, settings, none.cell.id, ref_out), ref_out),
         }
         order = ("ffi", "ref") if i % 2 == 0 else ("ref", "ffi")
-        done = {name: run_tool(*commands[name], env) for name in order}
+        done = {name: run_tool(*commands[name], env, runner=opts.runner) for name in order}
         ffi, ref = done["ffi"], done["ref"]
         decode.append((run_decode_tok_s(ffi), run_decode_tok_s(ref)))
         first.append((run_first_token_ms(ffi), run_first_token_ms(ref)))
@@ -184,7 +191,10 @@ def bench_platform(
     opts: BenchOptions,
     log: Log,
     baseline_library: Callable[[str, Cell], tuple[Path, bool]] | None = None,
+    reference_run: Callable[[str], tuple[BenchRun, Path]] | None = None,
 ) -> tuple[list[CheckOutcome], dict[str, object] | None]:
+    """reference_run(platform id): the no-gate FFI run of another platform with the same
+    settings, for cross-arch-agreement."""
     cells = tuple(c for c in matrix.cells_of(platform_id) if c.id in libraries)
     runs: dict[str, CellRuns] = {}
     outcomes: list[CheckOutcome] = []
@@ -220,12 +230,63 @@ def bench_platform(
                 # on gated cells, whose llama.cpp path is the same code (byte-identity-gates).
                 rounds = opts.drafter_pairs if not cell.gates else 1
                 outcomes.append(drafter_outcome(r, check.id, opts, log, rounds))
-    overhead = measure_overhead(none, opts, log) if none is not None else None
+            elif check.kind is CheckKind.CROSS_ARCH_AGREEMENT:
+                outcomes.append(agreement_outcome(r, check.id, reference_run, log))
+    emulated = opts.runner is not None and bool(opts.runner.prefix)
+    if emulated:
+        log(f"{platform_id}: seam overhead not measured: timings under an emulator say nothing of the target")
+    overhead = measure_overhead(none, opts, log) if none is not None and not emulated else None
     if overhead is not None and none is not None:
         outcomes = [
             _with_overhead(o, overhead) if _is_reference_check(o, none.cell, matrix) else o for o in outcomes
         ]
     return outcomes, overhead
+
+
+def agreement_outcome(
+    runs: CellRuns, check_id: str, reference_run: Callable[[str], tuple[BenchRun, Path]] | None, log: Log
+) -> CheckOutcome:
+    """The cell's greedy output against its platform's agreement reference (matrix.yaml)."""
+    cell = runs.cell
+    agreement = cell.platform.agreement
+    watch = Stopwatch()
+    if agreement is None or reference_run is None:
+        reason = f"{cell.platform.id} declares no agreement reference (agreement: in matrix.yaml)"
+        return outcome(cell.id, check_id, ran=0, passed=0, span=watch.span(), reason=reason, error=True)
+    try:
+        reference, reference_path = reference_run(agreement.reference)
+    except RUN_ERRORS as exc:
+        reason = f"no {agreement.reference} run to compare with: {str(exc)[-1500:]}"
+        return outcome(cell.id, check_id, ran=0, passed=0, span=watch.span(), reason=reason, error=True)
+    result = token_agreement(
+        runs.ffi, reference, left_label=f"{cell.id} FFI", right_label=f"{agreement.reference}.none FFI"
+    )
+    log(f"{cell.id}: {result.summary()}")
+    ok = result.meets(agreement.min_token_agreement)
+    first = result.divergences[0] if result.divergences else None
+    return outcome(
+        cell.id,
+        check_id,
+        ran=1,
+        passed=1 if ok else 0,
+        span=watch.span(),
+        reason="" if ok else f"{result.summary()} (tolerance {agreement.min_token_agreement})",
+        artifacts=(runs.ffi_path, reference_path, runs.library),
+        metrics={
+            "token_agreement": round(result.rate, 4),
+            "tokens_compared": result.positions,
+            "min_token_agreement": agreement.min_token_agreement,
+        },
+        log_tail="\n".join(
+            [result.summary()] + [d.describe(result.left, result.right) for d in result.divergences]
+        )[-4000:],
+        details={
+            "summary": result.summary(),
+            "reference_platform": agreement.reference,
+            "first_divergence": first.describe(result.left, result.right) if first else "",
+            "problems": list(result.problems),
+        },
+    )
 
 
 def _is_reference_check(o: CheckOutcome, cell: Cell, matrix: Matrix) -> bool:
@@ -271,7 +332,9 @@ def baseline_outcome(
         log(f"baseline {sha[:12]}: reusing {out}")
     else:
         base = run_tool(
-            bench_argv(runs.library.parent, library, opts.settings, f"baseline-{sha[:12]}", out), out
+            bench_argv(runs.library.parent, library, opts.settings, f"baseline-{sha[:12]}", out),
+            out,
+            runner=opts.runner,
         )
         log(f"baseline {sha[:12]}: {'built and ' if built_now else ''}benched -> {out}")
     result = compare_identity(runs.ffi, base, left_label=f"{cell.id} FFI", right_label=f"baseline {sha[:12]}")
@@ -314,7 +377,7 @@ def drafter_rounds(
             argv = bench_argv(build_dir, lib, settings, cell_id, path)
             if name != "plain":
                 argv = drafter_argv(build_dir, lib, settings, cell_id, path, models[name], opts.draft_max)
-            done[name].append((run_tool(argv, path, env), path))
+            done[name].append((run_tool(argv, path, env, runner=opts.runner), path))
     return done
 
 
@@ -420,9 +483,23 @@ def run_bench(
     """The byte-identity checks of the platform's built cells, recorded as evidence; a bench
     that cannot run becomes error evidence for every identity check it prevented."""
     from eliza.app.baseline import baseline_library
-    from eliza.app.build import platform_env
+    from eliza.app.build import build_cells, platform_env
+    from eliza.app.project import capability
 
     env = platform_env(platform)
+    can = capability(platform)
+    if can.emulated:
+        opts = replace(opts, runner=TargetRunner(prefix=can.runner, words=can.runner_words))
+        run.ran_on[platform.id] = can.runner_words
+
+    def reference_run(platform_id: str) -> tuple[BenchRun, Path]:
+        """The reference platform's no-gate FFI run, here, with the same settings."""
+        cell = next(c for c in run.matrix.cells_of(platform_id) if not c.gates)
+        built = build_cells((cell,), run.matrix, echo=False)[0]
+        out = opts.out_dir / platform_id / "none" / "agreement-reference.jsonl"
+        argv = bench_argv(built.library.parent, built.library, opts.settings, cell.id, out)
+        return run_tool(argv, out), out
+
     try:
         outcomes, _ = bench_platform(
             run.matrix,
@@ -431,6 +508,7 @@ def run_bench(
             opts,
             run.log,
             lambda sha, cell: baseline_library(sha, cell, env),
+            reference_run,
         )
     except RUN_ERRORS as exc:
         run.log(f"{platform.id}: bench failed: {exc}")

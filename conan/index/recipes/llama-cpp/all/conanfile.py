@@ -42,6 +42,8 @@ _X86_ISA = {
                   "GGML_AVX512": True},
 }
 _ALL_X86_SWITCHES = sorted({k for v in _X86_ISA.values() for k in v})
+# arm64: the -march ggml compiles for (GGML_CPU_ARM_ARCH), a deliberate level as on x86.
+_ARM_ISA = ["armv8-a", "armv8.2-a", "armv8.2-a+dotprod", "armv8.2-a+dotprod+fp16", "armv8.6-a+dotprod+i8mm"]
 
 
 class LlamaCppConan(ConanFile):
@@ -53,11 +55,13 @@ class LlamaCppConan(ConanFile):
     settings = "os", "arch", "compiler", "build_type"
     options = {
         "cpu_isa": ["x86-64-v2", "x86-64-v3", "x86-64-v4"],
+        "arm_isa": _ARM_ISA,
         "with_cuda": [True, False],
         "cuda_architectures": ["ANY"],
     }
     default_options = {
         "cpu_isa": "x86-64-v3",
+        "arm_isa": "armv8.2-a+dotprod",
         "with_cuda": False,
         "cuda_architectures": "90",
     }
@@ -65,6 +69,8 @@ class LlamaCppConan(ConanFile):
     def config_options(self):
         if self.settings.arch != "x86_64":
             del self.options.cpu_isa
+        if self.settings.arch != "armv8":
+            del self.options.arm_isa
 
     def configure(self):
         if not self.options.with_cuda:
@@ -128,6 +134,9 @@ class LlamaCppConan(ConanFile):
             enabled = _X86_ISA[str(isa)]
             for switch in _ALL_X86_SWITCHES:
                 tc.cache_variables[switch] = enabled.get(switch, False)
+        arm = self.options.get_safe("arm_isa")
+        if arm:
+            tc.cache_variables["GGML_CPU_ARM_ARCH"] = str(arm)
         self._reproducible(tc)
         tc.cache_variables["GGML_CUDA"] = bool(self.options.with_cuda)
         if self.options.with_cuda:
@@ -191,7 +200,8 @@ class LlamaCppConan(ConanFile):
         facts = {
             "version": str(self.version),
             "source": source,
-            "cpu_isa": str(self.options.get_safe("cpu_isa") or "default"),
+            "cpu_isa": str(self.options.get_safe("cpu_isa") or self.options.get_safe("arm_isa") or "default"),
+            "arch": str(self.settings.arch),
             "with_cuda": bool(self.options.with_cuda),
             "cuda_architectures": str(self.options.get_safe("cuda_architectures") or ""),
             "build_type": str(self.settings.build_type),

@@ -1,0 +1,250 @@
+"""The selector and gate fall-through case tables (native/cases/*.cases): parsing, the
+expansion of the gate table for one cell, the plan the native case runner executes, and
+what the runner prints.
+
+The same tables are read by the host's pytest suites (through ctypes) and by
+native/tools/case_runner.cpp on a target, so a case exists once. See the comments at the
+top of each table for its columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from eliza.core.matrix import Cell, Gate
+from eliza.core.outcome import CaseResult
+
+SELECTOR_TABLE = Path("native") / "cases" / "selector.cases"
+GATE_TABLE = Path("native") / "cases" / "gate-fallthrough.cases"
+_SEP = " | "
+_KINDS = ("generates", "create-error", "open-error", "tokenize-error")
+
+
+class CaseTableError(ValueError):
+    """A table line that cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fake:
+    name: str
+    available: bool
+    can_serve: bool
+    rank: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelectorCase:
+    name: str
+    fakes: tuple[Fake, ...]
+    env: str | None  # None: unset
+    bundle: str
+    expect: str  # "in-tree" | "chosen <name>" | "error <text> && ..."
+
+    def judge(self, rc: int, chosen: str | None, error: str | None, invalid_arg: int) -> str:
+        """ "" when the selector's answer is what the case expects, else why not."""
+        got = f"rc {rc}, chosen {chosen!r}, error {error!r}"
+        if self.expect == "in-tree":
+            ok = rc == 0 and not chosen and not error
+        elif self.expect.startswith("chosen "):
+            ok = rc == 1 and chosen == self.expect.removeprefix("chosen ").strip() and not error
+        else:
+            texts = _texts(self.expect.removeprefix("error "))
+            ok = rc == invalid_arg and not chosen and error is not None and all(t in error for t in texts)
+        return "" if ok else f"want {self.expect}; got {got}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateCase:
+    """One gate fall-through case for one cell, placeholders expanded."""
+
+    name: str
+    bundle: str  # "gguf" | "only-<gate id>" | "corrupt-gguf"
+    env: str | None
+    kind: str  # one of _KINDS
+    texts: tuple[str, ...]
+
+
+def _texts(field: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in field.split("&&") if t.strip())
+
+
+def _rows(text: str, source: str, width: int) -> list[tuple[int, list[str]]]:
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        fields = [f.strip() for f in line.split(_SEP)]
+        if len(fields) != width:
+            raise CaseTableError(
+                f"{source}:{number}: {len(fields)} fields, want {width} separated by {_SEP!r}: "
+                f"{stripped[:120]}"
+            )
+        rows.append((number, fields))
+    return rows
+
+
+def parse_env(field: str, where: str) -> str | None:
+    """- (unset) or a double-quoted value with \\t, \\n, \\\\ and \\" escapes."""
+    if field == "-":
+        return None
+    if len(field) < 2 or not (field.startswith('"') and field.endswith('"')):
+        raise CaseTableError(f"{where}: env {field!r} must be - or a value in double quotes")
+    out: list[str] = []
+    body = field[1:-1]
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and i + 1 < len(body):
+            i += 1
+            c = {"t": "\t", "n": "\n"}.get(body[i], body[i])
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def parse_selector_table(text: str, source: str) -> tuple[SelectorCase, ...]:
+    cases = []
+    for number, (name, fakes, env, bundle, expect) in _rows(text, source, 5):
+        where = f"{source}:{number}"
+        parsed: list[Fake] = []
+        for item in [] if fakes == "-" else fakes.split(","):
+            parts = item.strip().split("/")
+            if len(parts) != 4 or not parts[3].lstrip("-").isdigit():
+                raise CaseTableError(f"{where}: fake {item.strip()!r} is not name/available/can_serve/rank")
+            parsed.append(
+                Fake(name=parts[0], available=parts[1] == "1", can_serve=parts[2] == "1", rank=int(parts[3]))
+            )
+        if not (expect == "in-tree" or expect.startswith(("chosen ", "error "))):
+            raise CaseTableError(f"{where}: expect {expect!r}: use in-tree, chosen <name> or error <text>")
+        cases.append(
+            SelectorCase(
+                name=name, fakes=tuple(parsed), env=parse_env(env, where), bundle=bundle, expect=expect
+            )
+        )
+    _unique([c.name for c in cases], source)
+    return tuple(cases)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateTemplate:
+    name: str
+    bundle: str
+    env: str
+    if_compiled_in: str
+    otherwise: str
+    where: str
+
+
+def parse_gate_table(text: str, source: str) -> tuple[GateTemplate, ...]:
+    rows = []
+    for number, (name, bundle, env, if_in, otherwise) in _rows(text, source, 5):
+        where = f"{source}:{number}"
+        for expect in (if_in, otherwise):
+            if expect.split(" ", 1)[0] not in _KINDS:
+                raise CaseTableError(f"{where}: expect {expect!r}: use one of {', '.join(_KINDS)}")
+        if bundle not in ("gguf", "corrupt-gguf", "only-{gate}"):
+            raise CaseTableError(f"{where}: bundle {bundle!r}: use gguf, corrupt-gguf or only-{{gate}}")
+        per_gate = "{gate}" in name
+        if not per_gate and ("{gate}" in bundle + env or "{factory}" in env + if_in + otherwise):
+            raise CaseTableError(f"{where}: {{gate}} / {{factory}} need {{gate}} in the case name")
+        if env != "-" and env != "{factory}":
+            parse_env(env, where)
+        rows.append(
+            GateTemplate(
+                name=name, bundle=bundle, env=env, if_compiled_in=if_in, otherwise=otherwise, where=where
+            )
+        )
+    _unique([r.name for r in rows], source)
+    return tuple(rows)
+
+
+def expand_gate_cases(
+    templates: Sequence[GateTemplate], gates: Sequence[Gate], cell: Cell
+) -> tuple[GateCase, ...]:
+    """The cases of one cell: each {gate} template once per gate of the matrix."""
+    out: list[GateCase] = []
+    for t in templates:
+        if "{gate}" not in t.name:
+            out.append(_case(t, t.name, bundle=t.bundle, compiled_in=bool(cell.gates), factory=""))
+            continue
+        for gate in gates:
+            out.append(
+                _case(
+                    t,
+                    t.name.replace("{gate}", gate.id),
+                    bundle=t.bundle.replace("{gate}", gate.id),
+                    compiled_in=gate in cell.gates,
+                    factory=gate.factory,
+                )
+            )
+    return tuple(out)
+
+
+def _case(t: GateTemplate, name: str, *, bundle: str, compiled_in: bool, factory: str) -> GateCase:
+    expect = (t.if_compiled_in if compiled_in else t.otherwise).replace("{factory}", factory)
+    kind, _, texts = expect.partition(" ")
+    env = factory if t.env == "{factory}" else parse_env(t.env, t.where)
+    return GateCase(name=name, bundle=bundle, env=env, kind=kind, texts=_texts(texts))
+
+
+def _unique(names: Sequence[str], source: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise CaseTableError(f"{source}: case {name!r} appears twice")
+        seen.add(name)
+
+
+def plan_text(cases: Sequence[GateCase], bundles: Mapping[str, Path]) -> str:
+    """The plan case_runner executes: name, bundle path, env (- or value), kind, texts;
+    tab-separated, one case a line."""
+    lines = ["# Written by eliza.formats.case_tables for case_runner fallthrough; one case a line."]
+    for c in cases:
+        fields = [
+            c.name,
+            str(bundles[c.bundle]),
+            "-" if c.env is None else c.env,
+            c.kind,
+            " && ".join(c.texts),
+        ]
+        if any("\t" in f or "\n" in f for f in fields):
+            raise CaseTableError(f"case {c.name}: a tab or newline cannot travel in a plan field")
+        lines.append("\t".join(fields))
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerReport:
+    """What case_runner printed: each case's result and the greedy outputs."""
+
+    cases: tuple[CaseResult, ...]
+    outputs: Mapping[str, tuple[str, ...]]  # case name -> "<ids> | <hex text>" per prompt
+    summary: tuple[int, int] | None  # (ran, passed) as the runner counted; None: it never finished
+
+
+def parse_runner_output(stdout: str, prefix: str = "") -> RunnerReport:
+    """Lines "ok <case>", "FAIL <case>: <why>", "output <case> <i> <ids> | <hex>",
+    "summary <ran> <passed>"; anything else (llama.cpp's log) is ignored."""
+    cases: list[CaseResult] = []
+    outputs: dict[str, list[str]] = {}
+    summary: tuple[int, int] | None = None
+    for line in stdout.splitlines():
+        if line.startswith("ok "):
+            cases.append(CaseResult(name=prefix + line[3:].strip(), passed=True, skipped=False, message=""))
+        elif line.startswith("FAIL "):
+            name, _, why = line[5:].partition(": ")
+            cases.append(CaseResult(name=prefix + name.strip(), passed=False, skipped=False, message=why))
+        elif line.startswith("output "):
+            parts = line.split(" ", 3)
+            if len(parts) == 4:
+                outputs.setdefault(parts[1], []).append(parts[3])
+        elif line.startswith("summary "):
+            numbers = line.split()[1:3]
+            if len(numbers) == 2 and all(n.isdigit() for n in numbers):
+                summary = (int(numbers[0]), int(numbers[1]))
+    return RunnerReport(
+        cases=tuple(cases), outputs={k: tuple(v) for k, v in outputs.items()}, summary=summary
+    )
