@@ -40,9 +40,21 @@ class Runner:
     def name(self) -> str:
         return "+".join(self.labels)
 
-    def facts(self) -> HostFacts:
+    def facts(self, platform: Platform | None = None) -> HostFacts:
         """The runner as a host, as far as decide() asks: a declared tool or device stands
-        for one the host probe would find there."""
+        for one the host probe would find there (cross-compiler: the platform's cross
+        compilers; arm64-cpu on another arch: the platform's emulator and its sysroot)."""
+        programs: dict[str, Tool] = {}
+        dirs: set[str] = set()
+        declared = f"(declared for runner {self.name})"
+        prefix = platform.toolchain.cross_prefix if platform else None
+        if prefix and Requirement.CROSS_COMPILER in self.provides:
+            names = (f"{prefix}{tool}" for tool in ("gcc", "g++", "nm"))
+            programs |= {name: Tool(name=name, path=declared) for name in names}
+        emulator = platform.emulator if platform else None
+        if emulator and Requirement.ARM64_CPU in self.provides and self.arch != "arm64":
+            programs[emulator.program] = Tool(name=emulator.program, path=declared)
+            dirs |= {emulator.sysroot} if emulator.sysroot else set()
 
         def tool(req: Requirement, name: str) -> Tool | None:
             return (
@@ -73,6 +85,8 @@ class Runner:
             android_device_reason=missing,
             ios_device=device(Requirement.IOS_DEVICE),
             ios_device_reason=missing,
+            programs=programs,
+            existing_dirs=frozenset(dirs),
         )
 
 
@@ -163,7 +177,7 @@ def build_runner(platform: Platform, runners: Sequence[Runner]) -> tuple[Runner 
     for runner in runners:
         if runner.device:
             continue
-        can = decide(runner.facts(), platform)
+        can = decide(runner.facts(platform), platform)
         if can.can_build:
             return runner, can.build_reason
         reasons.append(f"{runner.name} {can.build_reason.split('; this host is')[0]}")
@@ -213,7 +227,7 @@ def plan_pipeline(matrix: Matrix, runners: Sequence[Runner]) -> Pipeline:
             continue
         runner = runner_for_labels(runners, platform.ci_runner)
         assert runner is not None  # checked above
-        can = decide(runner.facts(), platform)
+        can = decide(runner.facts(platform), platform)
         if not can.can_run:
             reason = f"its runner {runner.name} cannot run it: {can.run_reason.split('; this host is')[0]}"
             omitted.append(Omitted(platform=platform.id, what="check jobs", reason=reason))

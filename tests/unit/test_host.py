@@ -151,7 +151,7 @@ CASES = {
     "macOS on a Mac": Case(MAC, MACOS, True, True, ("Xcode 15.4",), ("Apple Silicon (Apple M2)",)),
     "linux x86-64 target on an arm64 linux host": Case(
         replace(LINUX, arch="arm64", cpu_flags=frozenset()), LINUX_CPU, False, False,
-        ("needs a linux/x86_64 host (no cross toolchain is set up for linux targets)",),
+        ("needs a linux/x86_64 host (the platform declares no cross toolchain)",),
         ("needs an x86-64-v3 CPU",),
     ),
     "android on a Mac": Case(replace(MAC, android_ndk="/opt/ndk"), ANDROID, True, False),
