@@ -20,6 +20,7 @@ from eliza.app.checks.common import now
 from eliza.app.checks.gate_fallthrough import run_gate_fallthrough
 from eliza.app.checks.selector import run_selector
 from eliza.app.errors import NotHere, UsageError
+from eliza.app.exclusive import exclusive
 from eliza.app.options import Parser, strict_requested
 from eliza.app.project import capability, current, host_facts
 from eliza.app.recording import resolve_artifact
@@ -211,6 +212,13 @@ def build_with_evidence(
     """`nox -s build-<platform>[.<gates>]`: builds the cells and records their build and abi
     evidence, so the report shows them built without a verify. One line sums up the
     evidence; the checks' own lines are in the evidence files."""
+    with exclusive("nox -s build-*", log):
+        return _build_with_evidence(matrix, cell_ids, argv, log)
+
+
+def _build_with_evidence(
+    matrix: Matrix, cell_ids: Sequence[str], argv: Sequence[str], log: Log
+) -> list[BuiltCell]:
     built = build_session(matrix, cell_ids, argv, log)
     if not built:
         return built
@@ -300,48 +308,50 @@ def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
             if not (can.can_build and can.can_run):
                 raise NotHere(f"{pid}: {can.build_reason if not can.can_build else can.run_reason}")
 
-    run = start_run(project, matrix, host_facts(), log, bundle=ensure_tiny_bundle(), only=only)
-    run.verbose = args.verbose
-    reference: Path | None = None
-    for platform in matrix.platforms:
-        if only is not None and platform.id not in wanted_platforms:
-            continue
-        can = capability(platform)
-        if not can.can_build:
-            log(f"{platform.id}: not buildable here — {can.build_reason}")
-            continue
-        if platform.slow_build and only is None and not llama_package_cached(platform):
-            reason = (
-                f"slow build not started by verify: run `nox -s build-{platform.id}` once, then verify again"
+    with exclusive("nox -s verify", log):
+        run = start_run(project, matrix, host_facts(), log, bundle=ensure_tiny_bundle(), only=only)
+        run.verbose = args.verbose
+        reference: Path | None = None
+        for platform in matrix.platforms:
+            if only is not None and platform.id not in wanted_platforms:
+                continue
+            can = capability(platform)
+            if not can.can_build:
+                log(f"{platform.id}: not buildable here — {can.build_reason}")
+                continue
+            if platform.slow_build and only is None and not llama_package_cached(platform):
+                reason = (
+                    f"slow build not started by verify: run `nox -s build-{platform.id}` once, "
+                    "then verify again"
+                )
+                log(f"{platform.id}: {reason}")
+                skip_platform(run, platform, reason)
+                continue
+            log(f"{platform.id}: building and running its checks")
+            built = run_platform_checks(
+                run,
+                platform,
+                rerun=args.rerun,
+                bench=not args.no_bench,
+                baseline=baseline,
+                no_baseline=no_baseline,
             )
-            log(f"{platform.id}: {reason}")
-            skip_platform(run, platform, reason)
-            continue
-        log(f"{platform.id}: building and running its checks")
-        built = run_platform_checks(
-            run,
-            platform,
-            rerun=args.rerun,
-            bench=not args.no_bench,
-            baseline=baseline,
-            no_baseline=no_baseline,
-        )
-        reference = reference or next((b.library for b in built if b.cell_id.endswith(".none")), None)
+            reference = reference or next((b.library for b in built if b.cell_id.endswith(".none")), None)
 
-    if reference is not None:
-        prompt = "Once upon a time there was"
-        _, text = generate_text(reference, run.bundle, prompt)
-        shown = prompt + text.decode("utf-8", errors="replace")
-        log(f"generated through the C ABI: {shown!r}")
-        log(f"library: {reference}")
-    paths, report = render(
-        matrix, [run.evidence_dir, *project.default_evidence_dirs()[1:]], project.report_dir, run.bundle
-    )
-    log(describe_paths(paths, screenshot(paths.html, project.report_dir / "report.png")))
-    log(summary_line(report))
-    failed = [o for o in run.written if o.status in (Status.FAILED, Status.ERROR)]
-    if failed:
-        raise ChecksFailed(
-            f"{len(failed)} check(s) failed: " + ", ".join(f"{o.cell}/{o.check}" for o in failed)
+        if reference is not None:
+            prompt = "Once upon a time there was"
+            _, text = generate_text(reference, run.bundle, prompt)
+            shown = prompt + text.decode("utf-8", errors="replace")
+            log(f"generated through the C ABI: {shown!r}")
+            log(f"library: {reference}")
+        paths, report = render(
+            matrix, [run.evidence_dir, *project.default_evidence_dirs()[1:]], project.report_dir, run.bundle
         )
-    return paths.html
+        log(describe_paths(paths, screenshot(paths.html, project.report_dir / "report.png")))
+        log(summary_line(report))
+        failed = [o for o in run.written if o.status in (Status.FAILED, Status.ERROR)]
+        if failed:
+            raise ChecksFailed(
+                f"{len(failed)} check(s) failed: " + ", ".join(f"{o.cell}/{o.check}" for o in failed)
+            )
+        return paths.html
