@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-
 # Descriptors every child inherits: the checkout's lock (eliza.adapters.checkout_lock), so
 # a build that a killed session leaves running keeps the checkout locked until it ends.
 _inherited: set[int] = set()

@@ -18,6 +18,7 @@ from eliza.app.checks.build import build_outcome
 from eliza.app.checks.byte_identity import IDENTITY_KINDS, run_bench
 from eliza.app.checks.common import now
 from eliza.app.checks.gate_fallthrough import run_gate_fallthrough
+from eliza.app.checks.native_suite import run_native_suite
 from eliza.app.checks.selector import run_selector
 from eliza.app.errors import NotHere, UsageError
 from eliza.app.exclusive import exclusive
@@ -33,7 +34,7 @@ from eliza.core.outcome import CheckOutcome, skipped
 
 Log = Callable[[str], None]
 
-RUNTIME_KINDS = {CheckKind.SELECTOR, CheckKind.GATE_FALLTHROUGH, *IDENTITY_KINDS}
+RUNTIME_KINDS = {CheckKind.SELECTOR, CheckKind.GATE_FALLTHROUGH, CheckKind.NATIVE_SUITE, *IDENTITY_KINDS}
 
 
 class ChecksFailed(RuntimeError):
@@ -103,6 +104,8 @@ def run_platform_checks(
         run_selector(run, cells, existing)
     if CheckKind.GATE_FALLTHROUGH in runnable:
         run_gate_fallthrough(run, platform, cells, existing)
+    if CheckKind.NATIVE_SUITE in runnable:
+        run_native_suite(run, cells, {b.cell_id: b.library for b in built}, existing)
     if bench and runnable & IDENTITY_KINDS:
         if identity_is_fresh(run, cells, existing, baseline):
             run.log(
