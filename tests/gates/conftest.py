@@ -16,9 +16,7 @@ NO_GATE_CELL = next(c.id for c in MATRIX.cells_of(PLATFORM) if not c.gates)
 _ONLY = test_cells(PLATFORM)
 # Cells of the default build variant: a sanitizer variant's library loads only with its
 # runtime preloaded, which its own native-suite check does.
-CELLS = tuple(
-    c.id for c in MATRIX.cells_of(PLATFORM) if c.variant is None and (not _ONLY or c.id in _ONLY)
-)
+CELLS = tuple(c.id for c in MATRIX.cells_of(PLATFORM) if c.variant is None and (not _ONLY or c.id in _ONLY))
 GATED_CELLS = tuple(c for c in CELLS if c != NO_GATE_CELL)
 GATES = MATRIX.gates
 

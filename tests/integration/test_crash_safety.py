@@ -99,7 +99,8 @@ def test_verify_waits_for_the_checkout_lock(tmp_path: Path) -> None:
             text=True,
         )
         said = "".join(_read_until(verify, "waiting for the session"))
-        assert f"nox -s verify: waiting for the session that holds {checkout / 'build' / '.eliza.lock'}" in said
+        lock = checkout / "build" / ".eliza.lock"
+        assert f"nox -s verify: waiting for the session that holds {lock}" in said
         assert f"pid {holder.pid}" in said
         assert not (checkout / "build" / "evidence").exists()  # nothing written while waiting
     finally:

@@ -59,7 +59,7 @@ def hostile_directory(root: Path) -> dict[str, str]:
     put("nested__a.json", json.dumps(_valid(details={"n": nested})).encode(), "nested deeper than")
     put("surrogate__a.json", json.dumps(_valid(reason="\ud800")).encode(), "unpaired surrogate")
     put("bigint__a.json", b'{"schema_version": ' + b"9" * 6000 + b"}", "not valid JSON")
-    nan = json.dumps(_valid()).replace("\"duration_s\": 5.25", "\"duration_s\": NaN").encode()
+    nan = json.dumps(_valid()).replace('"duration_s": 5.25', '"duration_s": NaN').encode()
     put("nan__a.json", nan, "duration_s")
     put("list__a.json", b"[1, 2, 3]", "expected a JSON object")
     put("empty__a.json", b"", "not valid JSON")
@@ -102,9 +102,9 @@ def _read_as_nobody(directory: Path) -> dict[str, str]:
     code = (
         "import json, os, sys; "
         "from eliza.formats.evidence_json import read_records; "
-        "os.setgid(%d); os.setuid(%d); "  # after the imports: /root is private
+        f"os.setgid({NOBODY}); os.setuid({NOBODY}); "  # after the imports: /root is private
         "print(json.dumps({str(i.path): i.problem for i in read_records([sys.argv[1]]) if i.problem}))"
-    ) % (NOBODY, NOBODY)
+    )
     done = subprocess.run(
         [sys.executable, "-c", code, str(directory)],
         capture_output=True,

@@ -67,7 +67,7 @@ def test_cancel_races_next_a_thousand_times(ctx: Context) -> None:
             tokens: list[int] = []
             outcome: list[object] = []
 
-            def generate() -> None:
+            def generate(tokens: list[int], outcome: list[object]) -> None:
                 try:
                     while True:
                         step = stream.next()
@@ -79,7 +79,7 @@ def test_cancel_races_next_a_thousand_times(ctx: Context) -> None:
                 except ElizaError as exc:
                     outcome.append(exc.code)
 
-            worker = threading.Thread(target=generate)
+            worker = threading.Thread(target=generate, args=(tokens, outcome))
             worker.start()
             _spin((i * 37) % 4000)
             assert stream.cancel() == 0
@@ -113,14 +113,14 @@ def test_cancel_races_prefill_a_thousand_times(ctx: Context) -> None:
             assert stream.reset() == 0
             outcome: list[object] = []
 
-            def prefill() -> None:
+            def prefill(outcome: list[object]) -> None:
                 try:
                     stream.prefill(long_prompt)
                     outcome.append("done")
                 except ElizaError as exc:
                     outcome.append(exc.code)
 
-            worker = threading.Thread(target=prefill)
+            worker = threading.Thread(target=prefill, args=(outcome,))
             worker.start()
             _spin((i * 53) % 6000)
             assert stream.cancel() == 0
@@ -138,7 +138,9 @@ def test_cancel_races_prefill_a_thousand_times(ctx: Context) -> None:
     _record_figures("cancel_vs_prefill", counts)
 
 
-def test_destroy_with_open_streams_keeps_them_working(lib: Library, tiny_bundle: Path, tmp_path: Path) -> None:
+def test_destroy_with_open_streams_keeps_them_working(
+    lib: Library, tiny_bundle: Path, tmp_path: Path
+) -> None:
     with lib.open_context(tiny_bundle) as ctx:
         reference = _reference(ctx, PROMPT, 16)
         prompt = ctx.tokenize(PROMPT)
@@ -167,12 +169,12 @@ def test_destroy_while_a_stream_decodes_on_another_thread(lib: Library, tiny_bun
         first_step = threading.Event()
         tokens: list[int] = []
 
-        def generate() -> None:
+        def generate(stream: Stream, tokens: list[int], first_step: threading.Event) -> None:
             for step in stream.steps():
                 tokens.extend(step.tokens)
                 first_step.set()
 
-        worker = threading.Thread(target=generate)
+        worker = threading.Thread(target=generate, args=(stream, tokens, first_step))
         worker.start()
         first_step.wait(HANG_S)
         _spin(round_ * 500)
@@ -188,7 +190,8 @@ def test_parallel_contexts_and_streams_match_serial_runs(
     """Three contexts with two streams each, all six decoding at once, each cancelling
     nothing: every output equals its serial run (the budget shares threads, never state)."""
     monkeypatch.setenv("ELIZA_N_THREADS", "2")
-    prompts = [PROMPT, "The quick brown fox", "naïve café — 東京 and", "Hello world, this is", "The price", "A"]
+    prompts = [PROMPT, "The quick brown fox", "naïve café — 東京 and", "Hello world, this is", "The price"]
+    prompts.append("A")
     contexts = [lib.open_context(tiny_bundle) for _ in range(3)]
     try:
         serial = [_reference(contexts[0], p, 20) for p in prompts]
