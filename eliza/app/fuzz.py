@@ -208,10 +208,10 @@ def fuzz(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
         log(f"summary: {summary}; findings and logs under {summary.parent}/<target>/")
     bad = [r for r in results if not r.ok]
     if bad:
-        said = [
+        problems = [
             f"{r.target}: "
             + (", ".join(r.findings) or f"exit status {r.exit_status}, {r.executions} executions")
             for r in bad
         ]
-        raise FuzzFailed("; ".join(said))
+        raise FuzzFailed("; ".join(problems))
     return summary
