@@ -30,7 +30,7 @@ from eliza.app.project import current
 from eliza.core.evidence import utc_timestamp
 from eliza.core.matrix import Cell, Matrix
 from eliza.core.matrix_rules import unknown_cell
-from eliza.formats.files import atomic_write_text
+from eliza.formats.files import atomic_write_text, tree_hash
 
 Log = Callable[[str], None]
 
@@ -56,6 +56,11 @@ class TargetResult:
     @property
     def ok(self) -> bool:
         return not self.findings and self.exit_status == 0 and self.executions > 0
+
+
+def fuzz_inputs(repo: Path) -> str:
+    """What a fuzz run's figures describe: the library's sources and the targets."""
+    return tree_hash(repo, ["native", "tests/fuzz"])
 
 
 def targets_of(repo: Path) -> list[str]:
@@ -189,6 +194,7 @@ def fuzz(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
                     "sanitizers": list(cell.variant.sanitizers) if cell.variant else [],
                     "seconds_per_target": args.seconds,
                     "finished_at": utc_timestamp(now()),
+                    "inputs": fuzz_inputs(project.repo),
                     "targets": {
                         r.target: {
                             "executions": r.executions,
