@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from eliza.app.bench_options import parse_bench_args, settings_description
 from eliza.app.build import BUILD_ERRORS, build_cells, describe_build
 from eliza.app.bundle import ensure_tiny_bundle, tiny_bundle_default
-from eliza.app.checks.byte_identity import run_bench
+from eliza.app.checks.byte_identity import IDENTITY_KINDS, run_bench
 from eliza.app.errors import NotHere
 from eliza.app.exclusive import exclusive
 from eliza.app.project import capability, current, host_facts
@@ -49,7 +49,10 @@ def bench(matrix: Matrix, platform_id: str, argv: Sequence[str], log: Log) -> No
         )
         try:
             built = build_cells(
-                matrix.cells_of(platform_id),
+                # cells without a byte-identity check (a sanitizer variant's) are not benched
+                tuple(
+                    c for c in matrix.cells_of(platform_id) if any(k.kind in IDENTITY_KINDS for k in c.checks)
+                ),
                 matrix,
                 echo=opts.verbose,
                 on_built=lambda b: log(describe_build(b)),

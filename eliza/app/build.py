@@ -186,6 +186,6 @@ def describe_build(cell: BuiltCell) -> str:
     return f"{cell.cell_id}: {cell.library} ({cell.seconds:.1f}s; llama.cpp {how}: package {package})"
 
 
-def llama_package_cached(platform: Platform) -> bool:
+def llama_package_cached(platform: Platform, sanitize: str = "none") -> bool:
     project = current()
-    return conan.package_cached(project.cache, platform, conan.llama_source_version(project.env))
+    return conan.package_cached(project.cache, platform, conan.llama_source_version(project.env), sanitize)

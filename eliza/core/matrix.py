@@ -93,6 +93,8 @@ class Variant:
     id: str  # "asan-ubsan"
     description: str
     sanitizers: tuple[str, ...] = ()  # "address", "undefined"
+    # verify builds its cells only once their llama.cpp package is cached, or with --cell
+    slow_build: bool = False
 
     @property
     def sanitize_option(self) -> str:

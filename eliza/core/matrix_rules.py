@@ -423,7 +423,12 @@ def _cell_id(key: tuple[str, tuple[str, ...]]) -> str:
 
 
 def _variant(v: Mapping[str, Any]) -> Variant:
-    return Variant(id=v["id"], description=v["description"], sanitizers=tuple(v.get("sanitizers", [])))
+    return Variant(
+        id=v["id"],
+        description=v["description"],
+        sanitizers=tuple(v.get("sanitizers", [])),
+        slow_build=bool(v.get("slow_build", False)),
+    )
 
 
 def _platform(p: Mapping[str, Any]) -> Platform:
