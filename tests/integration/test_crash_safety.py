@@ -210,3 +210,49 @@ def test_exclusive_removes_stale_temporaries_of_the_checkout(tmp_path: Path) -> 
     assert "removed 1 temporary file(s) an interrupted run left: build/report/.report.html" in done.stdout
     assert not stale.exists()
     assert json.dumps(done.stdout).count("inside") == 1
+
+
+def test_kill_9_in_the_middle_of_a_build_then_the_next_build_recovers(
+    library_path: Path, tmp_path: Path
+) -> None:
+    """A build session killed with its whole process group (Conan, CMake, Ninja, the
+    compilers) in the middle of compiling the library: the next build in that checkout
+    succeeds and gives the same bytes as an undisturbed build, and nothing half-written is
+    left as evidence."""
+    from eliza.formats.files import sha256_file
+
+    checkout = copy_working_tree(REPO_ROOT, tmp_path / "checkout")
+    argv = [sys.executable, "-m", "nox", "-s", "build-linux-cpu.none"]
+    env = {**ENV, "PYTHONPATH": str(checkout)}
+    build = subprocess.Popen(
+        argv,
+        cwd=checkout,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    objects = checkout / "build" / "linux-cpu" / "none" / "build"
+    try:
+        import time
+
+        deadline = time.monotonic() + 900
+        while build.poll() is None and time.monotonic() < deadline:
+            if any(objects.rglob("*.o")):  # compiling has begun
+                break
+            time.sleep(0.2)
+        assert build.poll() is None, "the build ended before it could be killed"
+        os.killpg(build.pid, signal.SIGKILL)
+        build.wait()
+    finally:
+        if build.poll() is None:
+            os.killpg(build.pid, signal.SIGKILL)
+            build.wait()
+    evidence = checkout / "build" / "evidence"
+    assert all(item.ok for item in read_records([evidence])) if evidence.is_dir() else True
+    again = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, text=True, timeout=1800)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    rebuilt = checkout / "build" / "linux-cpu" / "none" / "build" / "libelizainference.so"
+    assert sha256_file(rebuilt) == sha256_file(library_path)
+    assert all(item.ok for item in read_records([evidence]))
+    assert not stale_temporaries(checkout / "build")
