@@ -118,7 +118,7 @@ def run_target(
     )
     (work / "fuzz.log").write_text(done.output, encoding="utf-8")
     found = [p.name for p in sorted(findings_dir.iterdir()) if p.name.startswith(FINDING_PREFIXES)]
-    found += [f"sanitizer {p.name}" for p in sanitizer.reports(reports_dir)]
+    found += [f"sanitizer {line[:200]}" for line in sanitizer.findings(reports_dir)[0]]
     return TargetResult(
         target=target,
         executions=executions(done.output),

@@ -86,7 +86,7 @@ def native_suite_outcome(run: Run, cell: Cell, check_id: str, library: Path) -> 
     junit = run.project.build_root / "junit" / f"native-{cell.id}.xml"
     result = run_pytest(run.project.repo, SUITE, junit, env)
     bench = _bench_tools_case(library, run.bundle, cell, work, env)
-    found = sanitizer.reports(report_dir)
+    found, foreign_leaks = sanitizer.findings(report_dir)
     sanitized = bool(cell.variant and cell.variant.sanitizers)
     clean = CaseResult(
         name="sanitizer reports: none" if sanitized else "no sanitizer in this variant (nothing to report)",
@@ -100,7 +100,7 @@ def native_suite_outcome(run: Run, cell: Cell, check_id: str, library: Path) -> 
         [*result.cases, bench, clean] if not result.error else [],
         result.log,
         watch.span(),
-        (junit, *found),
+        (junit,),
         error=result.error
         + (f"; sanitizer reports: {sanitizer.summary(found)}" if found and result.error else ""),
     )
@@ -108,6 +108,7 @@ def native_suite_outcome(run: Run, cell: Cell, check_id: str, library: Path) -> 
     metrics: dict[str, float | int | str] = {
         "tests_ran": len([c for c in result.cases if not c.skipped]),
         "sanitizer_reports": len(found),
+        "foreign_leak_reports": foreign_leaks,
         "duration_s": round(watch.seconds(), 1),
     }
     for name, counts in sorted(races.items()):
