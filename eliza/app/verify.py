@@ -237,6 +237,8 @@ def build_with_evidence(
     """`nox -s build-<platform>[.<gates>]`: builds the cells and records their build and abi
     evidence, so the report shows them built without a verify. One line sums up the
     evidence; the checks' own lines are in the evidence files."""
+    # Options first (a typo or --help ends here, without waiting for another session).
+    Parser("nox -s build-* --", skippable=True).parse_args(list(argv))
     with exclusive("nox -s build-*", log):
         return _build_with_evidence(matrix, cell_ids, argv, log)
 
