@@ -87,6 +87,18 @@ def binary_remote() -> BinaryRemote | None:
         raise UsageError(str(exc)) from None
 
 
+def preflight(cells: tuple[Cell, ...]) -> BinaryRemote | None:
+    """What build_cells refuses before building anything: a malformed remote setting
+    (UsageError), a platform this host cannot build (NotBuildableHere). Sessions call it
+    before they wait for the checkout lock. Returns the remote, if one is set."""
+    remote = binary_remote()
+    for platform in {c.platform.id: c.platform for c in cells}.values():
+        can = capability(platform)
+        if not can.can_build:
+            raise NotBuildableHere(f"{platform.id} cannot be built on this host: {can.build_reason}")
+    return remote
+
+
 def build_cells(
     cells: tuple[Cell, ...],
     matrix: Matrix,
@@ -109,11 +121,7 @@ def build_cells(
             if on_built:
                 on_built(done)
         return loaded
-    remote = binary_remote()
-    for platform in {c.platform.id: c.platform for c in cells}.values():
-        can = capability(platform)
-        if not can.can_build:
-            raise NotBuildableHere(f"{platform.id} cannot be built on this host: {can.build_reason}")
+    remote = preflight(cells)
     project = current()
     conan.prepare_conan_home(project.cache, project.repo)
     source = conan.resolve_llama_source(project.cache, project.env)

@@ -11,7 +11,15 @@ from pathlib import Path
 from eliza.adapters.browser import screenshot
 from eliza.app.baseline import BaselineError, resolve_commit
 from eliza.app.bench_options import parse_bench_args
-from eliza.app.build import BuiltCell, build_cells, build_session, describe_build, llama_package_cached
+from eliza.app.build import (
+    PREBUILT_VARIABLE,
+    BuiltCell,
+    build_cells,
+    build_session,
+    describe_build,
+    llama_package_cached,
+    preflight,
+)
 from eliza.app.bundle import ensure_tiny_bundle, generate_text
 from eliza.app.checks.abi import abi_outcome
 from eliza.app.checks.build import build_outcome
@@ -237,8 +245,11 @@ def build_with_evidence(
     """`nox -s build-<platform>[.<gates>]`: builds the cells and records their build and abi
     evidence, so the report shows them built without a verify. One line sums up the
     evidence; the checks' own lines are in the evidence files."""
-    # Options first (a typo or --help ends here, without waiting for another session).
+    # Options first, and what cannot be built here: a typo, --help or "needs Xcode" ends
+    # here, without waiting for another session.
     Parser("nox -s build-* --", skippable=True).parse_args(list(argv))
+    if current().env.get(PREBUILT_VARIABLE) != "1":
+        preflight(tuple(matrix.cell(c) for c in cell_ids))
     with exclusive("nox -s build-*", log):
         return _build_with_evidence(matrix, cell_ids, argv, log)
 
