@@ -38,6 +38,15 @@ def runtime_library(name: str, compiler: str = "c++") -> Path:
     return path.resolve()
 
 
+def cxx_runtime(compiler: str = "c++") -> Path:
+    """The C++ runtime the compiler links (libstdc++)."""
+    done = proc.run([compiler, "-print-file-name=libstdc++.so"])
+    path = Path(done.stdout.strip()) if done.ok else Path("libstdc++.so")
+    if not path.is_absolute() or not path.exists():
+        raise SanitizerError(f"{compiler} has no libstdc++.so: {done.output.strip()}")
+    return path.resolve()
+
+
 def runtime_env(
     sanitizers: Sequence[str], report_dir: Path, env: Mapping[str, str] | None = None
 ) -> dict[str, str]:
@@ -55,7 +64,10 @@ def runtime_env(
     report_dir.mkdir(parents=True, exist_ok=True)
     base = dict(os.environ if env is None else env)
     first = "address" if "address" in sanitizers else sanitizers[0]
-    preload = [str(runtime_library(first))]
+    # libstdc++ too: ASan finds the real __cxa_throw when it starts; in a process that
+    # loads the C++ runtime only later (Python dlopening the library), every C++
+    # exception thrown inside the library would end in an ASan CHECK failure.
+    preload = [str(runtime_library(first)), str(cxx_runtime())]
     if base.get("LD_PRELOAD"):
         preload.append(base["LD_PRELOAD"])
     common = f"halt_on_error=1:print_stacktrace=1:log_path={report_dir / 'report'}"

@@ -111,12 +111,15 @@ def run_platform_checks(
             f"{platform.id}: {can.run_reason}; device-free checks run on the {how} ({can.fallback_reason})"
         )
         run.ran_on[platform.id] = how
+    # The suites run for the cells whose evidence this run records (--cell): the no-gate
+    # cell built beside them is a reference for the comparing checks, not a subject.
+    recorded = tuple(c for c in cells if run.only is None or c.id in run.only)
     if CheckKind.SELECTOR in runnable:
-        run_selector(run, cells, existing)
+        run_selector(run, recorded, existing)
     if CheckKind.GATE_FALLTHROUGH in runnable:
-        run_gate_fallthrough(run, platform, cells, existing)
+        run_gate_fallthrough(run, platform, recorded, existing)
     if CheckKind.NATIVE_SUITE in runnable:
-        run_native_suite(run, cells, {b.cell_id: b.library for b in built}, existing)
+        run_native_suite(run, recorded, {b.cell_id: b.library for b in built}, existing)
     if bench and runnable & IDENTITY_KINDS:
         if identity_is_fresh(run, cells, existing, baseline):
             run.log(

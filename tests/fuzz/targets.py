@@ -10,6 +10,7 @@ suite. The inputs that once broke something are kept under `regressions/<target>
 
 from __future__ import annotations
 
+import ctypes
 import struct
 import tempfile
 from collections.abc import Callable
@@ -61,6 +62,9 @@ class Harness:
             s.next()
             s.save_slot(self.slot)
         self.slot_bytes = self.slot.read_bytes()
+        # The handles as pointers in C memory: a fuzzer ends the process without closing
+        # them, and the leak checker must see them held, not lost.
+        self._held = (ctypes.c_void_p * 2)(self.ctx.handle, self.stream.handle)
 
     def _vocab_size(self) -> int:
         low, high = 0, 1 << 20  # the largest id detokenize accepts, + 1
