@@ -68,3 +68,18 @@ def test_no_reports_no_findings(tmp_path: Path) -> None:
     assert findings(tmp_path / "missing") == ([], 0)
     (tmp_path / "report.1").write_text(PYTHON_EXIT_LEAKS)
     assert findings(tmp_path) == ([], 2)
+
+
+def test_the_runtime_env_preloads_asan_first_and_the_cxx_runtime(tmp_path: Path) -> None:
+    """A Python host loads libstdc++ only with the library: unless it is preloaded, ASan
+    cannot find the real __cxa_throw and the first C++ exception inside the library ends
+    in an ASan CHECK failure (found by the bundle fuzz target on an empty GGUF)."""
+    from eliza.adapters.sanitizer import runtime_env
+
+    env = runtime_env(("address", "undefined"), tmp_path / "reports", {"LD_PRELOAD": "/x/libfoo.so"})
+    preload = env["LD_PRELOAD"].split(":")
+    assert "libasan.so" in preload[0] and "libstdc++.so" in preload[1] and preload[2] == "/x/libfoo.so"
+    assert "detect_leaks=1" in env["ASAN_OPTIONS"] and "halt_on_error=1" in env["ASAN_OPTIONS"]
+    assert "halt_on_error=1" in env["UBSAN_OPTIONS"]
+    assert env["LSAN_OPTIONS"] == "exitcode=0" and env["PYTHONMALLOC"] == "malloc"
+    assert runtime_env((), tmp_path) == {}
