@@ -82,4 +82,6 @@ def test_the_runtime_env_preloads_asan_first_and_the_cxx_runtime(tmp_path: Path)
     assert "detect_leaks=1" in env["ASAN_OPTIONS"] and "halt_on_error=1" in env["ASAN_OPTIONS"]
     assert "halt_on_error=1" in env["UBSAN_OPTIONS"]
     assert env["LSAN_OPTIONS"] == "exitcode=0" and env["PYTHONMALLOC"] == "malloc"
+    # exitcode is shared by the three runtimes: set anywhere else, it would override LSan's
+    assert "exitcode" not in env["ASAN_OPTIONS"] and "exitcode" not in env["UBSAN_OPTIONS"]
     assert runtime_env((), tmp_path) == {}

@@ -87,6 +87,7 @@ def native_suite_outcome(run: Run, cell: Cell, check_id: str, library: Path) -> 
     result = run_pytest(run.project.repo, SUITE, junit, env)
     bench = _bench_tools_case(library, run.bundle, cell, work, env)
     found, foreign_leaks = sanitizer.findings(report_dir)
+    found += sanitizer.findings_in_output(result.log)
     sanitized = bool(cell.variant and cell.variant.sanitizers)
     clean = CaseResult(
         name="sanitizer reports: none" if sanitized else "no sanitizer in this variant (nothing to report)",
