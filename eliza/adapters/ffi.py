@@ -204,7 +204,8 @@ class _HeldHandles:
         self.free: list[int] = []
         try:
             process = ctypes.CDLL(None)
-            ignore = process.__lsan_ignore_object
+            # getattr: written as an attribute inside a class, the name would be mangled
+            ignore = getattr(process, "__lsan_ignore_object")  # noqa: B009
         except (OSError, AttributeError):
             return
         process.calloc.restype = ctypes.c_void_p
