@@ -205,7 +205,7 @@ class _HeldHandles:
         try:
             process = ctypes.CDLL(None)
             # getattr: written as an attribute inside a class, the name would be mangled
-            ignore = getattr(process, "__lsan_ignore_object")  # noqa: B009
+            ignore = getattr(process, "__lsan_ignore_object")
         except (OSError, AttributeError):
             return
         process.calloc.restype = ctypes.c_void_p
