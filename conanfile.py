@@ -80,8 +80,12 @@ class ElizaInferenceConan(ConanFile):
     name = "elizainference"
     package_type = "shared-library"
     settings = "os", "arch", "compiler", "build_type"
-    options = {gate: [True, False] for gate in GATES} | {"with_test_kit": [True, False]}
-    default_options = {gate: False for gate in GATES} | {"with_test_kit": False}
+    options = {gate: [True, False] for gate in GATES} | {
+        "with_test_kit": [True, False],
+        # A build variant's sanitizers (matrix.yaml `variants`), as llama-cpp's option.
+        "sanitize": ["none", "address", "undefined", "address+undefined"],
+    }
+    default_options = {gate: False for gate in GATES} | {"with_test_kit": False, "sanitize": "none"}
 
     def _llama_version(self):
         return str(self.conf.get("user.eliza:llama_cpp_version", default="0.3.36"))
@@ -107,6 +111,7 @@ class ElizaInferenceConan(ConanFile):
         tc.cache_variables["ELIZA_EXPORT_CONTROL"] = str(
             self.conf.get("user.eliza:export_control", default="gnu-version-script")
         )
+        tc.cache_variables["ELIZA_SANITIZE"] = str(self.options.sanitize)
         llama = self.dependencies["llama-cpp"]
         tc.cache_variables["ELIZA_LLAMA_BUILD_FACTS"] = os.path.join(
             llama.package_folder, "res", "eliza-llama-build.json"

@@ -20,6 +20,8 @@ from eliza.app import build, ci_files, ci_pipeline, ci_rehearsal, project
 from eliza.app.abi_baseline import BaselineRefused, abi_baseline_session
 from eliza.app.bench import bench
 from eliza.app.errors import NotHere, UsageError
+from eliza.app.fuzz import FuzzFailed
+from eliza.app.fuzz import fuzz as fuzz_targets
 from eliza.app.generate import generate as generate_text
 from eliza.app.import_evidence import import_evidence
 from eliza.app.options import strict_requested
@@ -62,6 +64,7 @@ def _guarded(session: nox.Session, work: Callable[[], object]) -> None:
         ci_pipeline.CiFailed,
         ci_files.CiFilesFailed,
         BaselineRefused,
+        FuzzFailed,
     ) as exc:
         session.error(str(exc))
 
@@ -120,6 +123,12 @@ def generate(session: nox.Session) -> None:
 def verify(session: nox.Session) -> None:
     """The main job: build every cell this host can build, generate text, run the checks, write the report."""
     _guarded(session, lambda: verify_all(MATRIX, session.posargs, session.log))
+
+
+@nox.session(python=False)
+def fuzz(session: nox.Session) -> None:
+    """Fuzz the C ABI with atheris under the sanitizer cell: `-- [--seconds N] [--target NAME]`."""
+    _guarded(session, lambda: print(fuzz_targets(MATRIX, session.posargs, session.log)))
 
 
 @nox.session(name="import-evidence", python=False)

@@ -185,8 +185,9 @@ def run_build(
     )
 
 
-def package_cached(cache: Path, platform: Platform, llama_version: str) -> bool:
-    """Whether the Conan cache already holds llama.cpp built with this platform's options."""
+def package_cached(cache: Path, platform: Platform, llama_version: str, sanitize: str = "none") -> bool:
+    """Whether the Conan cache already holds llama.cpp built with this platform's options
+    (and a build variant's sanitizers: `sanitize`, "none" for the default variant)."""
     if not conan_home(cache).is_dir():
         return False
     args = ["list", f"{LLAMA_PACKAGE}/{llama_version}:*", "--format", "json"]
@@ -198,6 +199,8 @@ def package_cached(cache: Path, platform: Platform, llama_version: str) -> bool:
         for rev in ref.get("revisions", {}).values():
             for pkg in rev.get("packages", {}).values():
                 options = pkg.get("info", {}).get("options", {})
-                if all(options.get(k) == v for k, v in wanted.items()):
+                if all(options.get(k) == v for k, v in wanted.items()) and (
+                    options.get("sanitize", "none") == sanitize
+                ):
                     return True
     return False

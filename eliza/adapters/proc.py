@@ -13,6 +13,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+# Descriptors every child inherits: the checkout's lock (eliza.adapters.checkout_lock), so
+# a build that a killed session leaves running keeps the checkout locked until it ends.
+_inherited: set[int] = set()
+
+
+def inherit_in_children(fd: int) -> None:
+    _inherited.add(fd)
+
+
+def stop_inheriting(fd: int) -> None:
+    _inherited.discard(fd)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Completed:
@@ -53,6 +65,7 @@ def run(
             timeout=timeout,
             stdin=subprocess.DEVNULL,
             check=False,
+            pass_fds=tuple(sorted(_inherited)),
         )
     except subprocess.TimeoutExpired:
         return Completed(
@@ -82,6 +95,7 @@ def stream(
             stderr=subprocess.PIPE,
             text=True,
             errors="replace",
+            pass_fds=tuple(sorted(_inherited)),
         )
         assert child.stderr is not None
         for line in child.stderr:

@@ -89,6 +89,18 @@ def binary_remote() -> BinaryRemote | None:
         raise UsageError(str(exc)) from None
 
 
+def preflight(cells: tuple[Cell, ...]) -> BinaryRemote | None:
+    """What build_cells refuses before building anything: a malformed remote setting
+    (UsageError), a platform this host cannot build (NotBuildableHere). Sessions call it
+    before they wait for the checkout lock. Returns the remote, if one is set."""
+    remote = binary_remote()
+    for platform in {c.platform.id: c.platform for c in cells}.values():
+        can = capability(platform)
+        if not can.can_build:
+            raise NotBuildableHere(f"{platform.id} cannot be built on this host: {can.build_reason}")
+    return remote
+
+
 def build_cells(
     cells: tuple[Cell, ...],
     matrix: Matrix,
@@ -111,11 +123,7 @@ def build_cells(
             if on_built:
                 on_built(done)
         return loaded
-    remote = binary_remote()
-    for platform in {c.platform.id: c.platform for c in cells}.values():
-        can = capability(platform)
-        if not can.can_build:
-            raise NotBuildableHere(f"{platform.id} cannot be built on this host: {can.build_reason}")
+    remote = preflight(cells)
     project = current()
     conan.prepare_conan_home(project.cache, project.repo, conan_profiles_for(c.platform for c in cells))
     source = conan.resolve_llama_source(project.cache, project.env)
@@ -188,6 +196,6 @@ def describe_build(cell: BuiltCell) -> str:
     return f"{cell.cell_id}: {cell.library} ({cell.seconds:.1f}s; llama.cpp {how}: package {package})"
 
 
-def llama_package_cached(platform: Platform) -> bool:
+def llama_package_cached(platform: Platform, sanitize: str = "none") -> bool:
     project = current()
-    return conan.package_cached(project.cache, platform, conan.llama_source_version(project.env))
+    return conan.package_cached(project.cache, platform, conan.llama_source_version(project.env), sanitize)

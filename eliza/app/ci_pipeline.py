@@ -33,10 +33,11 @@ from eliza.app.report import report as render_report
 from eliza.app.run import start_run
 from eliza.app.verify import verify
 from eliza.core.ci_jobs import PipelineError
-from eliza.core.layout import cell_build_dir
+from eliza.core.layout import cell_build_dir, library_path
 from eliza.core.matrix import Cell, Matrix
 from eliza.core.matrix_rules import unknown_cell
 from eliza.core.outcome import skipped
+from eliza.core.target import library_file
 from eliza.formats.ci_workflow import RunnersError, pipeline_of
 from eliza.formats.files import atomic_write_text, sha256_file
 
@@ -90,7 +91,7 @@ def load_prebuilt(cell: Cell) -> BuiltCell:
         file = repo / rel
         if not file.is_file() or sha256_file(file) != digest:
             raise CiFailed(f"{cell.id}: {rel} is missing or differs from the build job's manifest")
-    library = cell_build_dir(cell.id, repo) / "build" / "libelizainference.so"
+    library = library_path(cell.id, repo, library_file(cell.platform))
     return BuiltCell(
         cell_id=cell.id,
         library=library,

@@ -74,6 +74,15 @@ def input_hashes(
         prompts=sha256_file(prompts) if prompts.is_file() else "absent",
         selector_tests=tree_hash(repo, ["tests/selector", *TEST_HARNESS]),
         gate_tests=tree_hash(repo, ["tests/gates", *TEST_HARNESS]),
+        native_tests=tree_hash(
+            repo,
+            [
+                "tests/native",
+                *TEST_HARNESS,
+                "eliza/app/checks/native_suite.py",
+                "eliza/adapters/sanitizer.py",
+            ],
+        ),
         bench=hashlib.sha256(tree_hash(repo, BENCH_INPUTS).encode() + bench_settings.encode()).hexdigest(),
         llama_source=llama_source,
         tools=tools,

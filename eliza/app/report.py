@@ -4,6 +4,7 @@ and render the report (HTML, Markdown, JSON)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from eliza.adapters import git
@@ -22,7 +23,9 @@ from eliza.core.evidence import InputFingerprint, utc_timestamp
 from eliza.core.layout import default_prompts
 from eliza.core.matrix import Cell, Check, Matrix
 from eliza.core.report import GridState, HeaderFacts, PlatformCapability, Report, build_report
+from eliza.core.report.model import Figure, LoadProblem, cell_anchor
 from eliza.formats.evidence_json import read_records
+from eliza.formats.fuzz_json import FuzzSummaryError, read_fuzz_summary
 from eliza.formats.report_render import ReportPaths, render_report
 
 Log = Callable[[str], None]
@@ -94,7 +97,41 @@ def render(
             host=f"{host.describe()} ({cpu}, {host.cpu_count} threads)",
         ),
     )
+    report = with_fuzz_figures(report, project.build_root / "fuzz" / "summary.json", project.repo)
     return render_report(report, out_dir), report
+
+
+def with_fuzz_figures(report: Report, summary_path: Path, repo: Path) -> Report:
+    """The last `nox -s fuzz` run's executions, corpus size and findings per target, as
+    figures of its cell (current while the library's sources and the targets are)."""
+    from eliza.app.fuzz import fuzz_inputs
+
+    try:
+        summary = read_fuzz_summary(summary_path)
+    except FuzzSummaryError as exc:
+        problem = LoadProblem(path=str(summary_path), message=str(exc).removeprefix(f"{summary_path}: "))
+        return replace(report, problems=(*report.problems, problem))
+    if summary is None:
+        return report
+    fresh = summary.inputs == fuzz_inputs(repo)
+    figures = [
+        Figure(
+            cell=summary.cell,
+            check="fuzz",
+            name=f"fuzz.{t.name}.{name}",
+            value=value,
+            measured_at=summary.finished_at,
+            fresh=fresh,
+            anchor=cell_anchor(summary.cell),
+        )
+        for t in summary.targets
+        for name, value in (
+            ("executions", f"{t.executions} in {t.seconds:.0f} s"),
+            ("corpus_files", str(t.corpus_files)),
+            ("findings", ", ".join(t.findings) or "0"),
+        )
+    ]
+    return replace(report, figures=(*report.figures, *figures))
 
 
 def describe_paths(paths: ReportPaths, png: Path | None) -> str:

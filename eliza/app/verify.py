@@ -11,16 +11,26 @@ from pathlib import Path
 from eliza.adapters.browser import screenshot
 from eliza.app.baseline import BaselineError, resolve_commit
 from eliza.app.bench_options import parse_bench_args
-from eliza.app.build import BuiltCell, build_cells, build_session, describe_build, llama_package_cached
+from eliza.app.build import (
+    PREBUILT_VARIABLE,
+    BuiltCell,
+    build_cells,
+    build_session,
+    describe_build,
+    llama_package_cached,
+    preflight,
+)
 from eliza.app.bundle import ensure_tiny_bundle, generate_text
 from eliza.app.checks.abi import abi_outcome
 from eliza.app.checks.build import build_outcome
 from eliza.app.checks.byte_identity import IDENTITY_KINDS, run_bench
 from eliza.app.checks.common import now
 from eliza.app.checks.gate_fallthrough import run_gate_fallthrough
+from eliza.app.checks.native_suite import run_native_suite
 from eliza.app.checks.selector import run_selector
 from eliza.app.checks.target_cases import run_gate_fallthrough_on_target, run_selector_on_target
 from eliza.app.errors import NotHere, UsageError
+from eliza.app.exclusive import exclusive
 from eliza.app.options import Parser, strict_requested
 from eliza.app.project import capability, current, host_facts
 from eliza.app.recording import resolve_artifact
@@ -34,7 +44,7 @@ from eliza.core.target import TargetRunner
 
 Log = Callable[[str], None]
 
-RUNTIME_KINDS = {CheckKind.SELECTOR, CheckKind.GATE_FALLTHROUGH, *IDENTITY_KINDS}
+RUNTIME_KINDS = {CheckKind.SELECTOR, CheckKind.GATE_FALLTHROUGH, CheckKind.NATIVE_SUITE, *IDENTITY_KINDS}
 
 
 class ChecksFailed(RuntimeError):
@@ -67,7 +77,10 @@ def run_platform_checks(
     matrix = run.matrix
     # With --cell, the platform's no-gate cell is built too: gates and abi compare with it.
     cells = tuple(
-        c for c in matrix.cells_of(platform.id) if run.only is None or c.id in run.only or not c.gates
+        c
+        for c in matrix.cells_of(platform.id)
+        if (run.only is None or c.id in run.only or (not c.gates and c.variant is None))
+        and not slow_variant_skipped(run, c)
     )
     can = capability(platform)
     built: list[BuiltCell] = []
@@ -111,10 +124,15 @@ def run_platform_checks(
             f"{platform.id}: {can.run_reason}; device-free checks run on the {how} ({can.fallback_reason})"
         )
         run.ran_on[platform.id] = how
+    # The suites run for the cells whose evidence this run records (--cell): the no-gate
+    # cell built beside them is a reference for the comparing checks, not a subject.
+    recorded = tuple(c for c in cells if run.only is None or c.id in run.only)
     if CheckKind.SELECTOR in runnable:
-        run_selector(run, cells, existing)
+        run_selector(run, recorded, existing)
     if CheckKind.GATE_FALLTHROUGH in runnable:
-        run_gate_fallthrough(run, platform, cells, existing)
+        run_gate_fallthrough(run, platform, recorded, existing)
+    if CheckKind.NATIVE_SUITE in runnable:
+        run_native_suite(run, recorded, {b.cell_id: b.library for b in built}, existing)
     if bench and runnable & IDENTITY_KINDS:
         if identity_is_fresh(run, cells, existing, baseline):
             run.log(
@@ -129,6 +147,25 @@ def run_platform_checks(
             opts = replace(opts, no_baseline_reason=no_baseline)
         run_bench(run, platform, {b.cell_id: b.library for b in built}, opts)
     return built
+
+
+def slow_variant_skipped(run: Run, cell: Cell) -> bool:
+    """A cell of a slow-build variant (ASan llama.cpp) that verify does not build now: its
+    llama.cpp package is not cached yet and --cell did not name it. Its checks get skipped
+    evidence saying how to run them."""
+    variant = cell.variant
+    if variant is None or not variant.slow_build or (run.only is not None and cell.id in run.only):
+        return False
+    if llama_package_cached(cell.platform, variant.sanitize_option):
+        return False
+    reason = (
+        f"slow build not started by verify: run `nox -s build-{cell.id}` once (llama.cpp with "
+        f"{variant.sanitize_option}), then verify again, or `nox -s verify -- --cell {cell.id}`"
+    )
+    run.log(f"{cell.id}: {reason}")
+    at = now()
+    run.record([skipped(cell.id, k.id, reason, at) for k in cell.checks])
+    return True
 
 
 def identity_is_fresh(
@@ -224,6 +261,18 @@ def build_with_evidence(
     """`nox -s build-<platform>[.<gates>]`: builds the cells and records their build and abi
     evidence, so the report shows them built without a verify. One line sums up the
     evidence; the checks' own lines are in the evidence files."""
+    # Options first, and what cannot be built here: a typo, --help or "needs Xcode" ends
+    # here, without waiting for another session.
+    Parser("nox -s build-* --", skippable=True).parse_args(list(argv))
+    if current().env.get(PREBUILT_VARIABLE) != "1":
+        preflight(tuple(matrix.cell(c) for c in cell_ids))
+    with exclusive("nox -s build-*", log):
+        return _build_with_evidence(matrix, cell_ids, argv, log)
+
+
+def _build_with_evidence(
+    matrix: Matrix, cell_ids: Sequence[str], argv: Sequence[str], log: Log
+) -> list[BuiltCell]:
     built = build_session(matrix, cell_ids, argv, log)
     if not built:
         return built
@@ -313,48 +362,50 @@ def verify(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
             if not (can.can_build and can.can_run):
                 raise NotHere(f"{pid}: {can.build_reason if not can.can_build else can.run_reason}")
 
-    run = start_run(project, matrix, host_facts(), log, bundle=ensure_tiny_bundle(), only=only)
-    run.verbose = args.verbose
-    reference: Path | None = None
-    for platform in matrix.platforms:
-        if only is not None and platform.id not in wanted_platforms:
-            continue
-        can = capability(platform)
-        if not can.can_build:
-            log(f"{platform.id}: not buildable here — {can.build_reason}")
-            continue
-        if platform.slow_build and only is None and not llama_package_cached(platform):
-            reason = (
-                f"slow build not started by verify: run `nox -s build-{platform.id}` once, then verify again"
+    with exclusive("nox -s verify", log):
+        run = start_run(project, matrix, host_facts(), log, bundle=ensure_tiny_bundle(), only=only)
+        run.verbose = args.verbose
+        reference: Path | None = None
+        for platform in matrix.platforms:
+            if only is not None and platform.id not in wanted_platforms:
+                continue
+            can = capability(platform)
+            if not can.can_build:
+                log(f"{platform.id}: not buildable here — {can.build_reason}")
+                continue
+            if platform.slow_build and only is None and not llama_package_cached(platform):
+                reason = (
+                    f"slow build not started by verify: run `nox -s build-{platform.id}` once, "
+                    "then verify again"
+                )
+                log(f"{platform.id}: {reason}")
+                skip_platform(run, platform, reason)
+                continue
+            log(f"{platform.id}: building and running its checks")
+            built = run_platform_checks(
+                run,
+                platform,
+                rerun=args.rerun,
+                bench=not args.no_bench,
+                baseline=baseline,
+                no_baseline=no_baseline,
             )
-            log(f"{platform.id}: {reason}")
-            skip_platform(run, platform, reason)
-            continue
-        log(f"{platform.id}: building and running its checks")
-        built = run_platform_checks(
-            run,
-            platform,
-            rerun=args.rerun,
-            bench=not args.no_bench,
-            baseline=baseline,
-            no_baseline=no_baseline,
-        )
-        reference = reference or next((b.library for b in built if b.cell_id.endswith(".none")), None)
+            reference = reference or next((b.library for b in built if b.cell_id.endswith(".none")), None)
 
-    if reference is not None:
-        prompt = "Once upon a time there was"
-        _, text = generate_text(reference, run.bundle, prompt)
-        shown = prompt + text.decode("utf-8", errors="replace")
-        log(f"generated through the C ABI: {shown!r}")
-        log(f"library: {reference}")
-    paths, report = render(
-        matrix, [run.evidence_dir, *project.default_evidence_dirs()[1:]], project.report_dir, run.bundle
-    )
-    log(describe_paths(paths, screenshot(paths.html, project.report_dir / "report.png")))
-    log(summary_line(report))
-    failed = [o for o in run.written if o.status in (Status.FAILED, Status.ERROR)]
-    if failed:
-        raise ChecksFailed(
-            f"{len(failed)} check(s) failed: " + ", ".join(f"{o.cell}/{o.check}" for o in failed)
+        if reference is not None:
+            prompt = "Once upon a time there was"
+            _, text = generate_text(reference, run.bundle, prompt)
+            shown = prompt + text.decode("utf-8", errors="replace")
+            log(f"generated through the C ABI: {shown!r}")
+            log(f"library: {reference}")
+        paths, report = render(
+            matrix, [run.evidence_dir, *project.default_evidence_dirs()[1:]], project.report_dir, run.bundle
         )
-    return paths.html
+        log(describe_paths(paths, screenshot(paths.html, project.report_dir / "report.png")))
+        log(summary_line(report))
+        failed = [o for o in run.written if o.status in (Status.FAILED, Status.ERROR)]
+        if failed:
+            raise ChecksFailed(
+                f"{len(failed)} check(s) failed: " + ", ".join(f"{o.cell}/{o.check}" for o in failed)
+            )
+        return paths.html

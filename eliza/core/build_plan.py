@@ -95,6 +95,9 @@ def plan_cell_build(
         "-o",
         f"&:with_test_kit={'True' if with_test_kit else 'False'}",
     ]
+    if cell.variant is not None:  # its own llama.cpp package and the library's flags
+        sanitize = cell.variant.sanitize_option
+        argv += ["-o", f"{LLAMA_PACKAGE}/*:sanitize={sanitize}", "-o", f"&:sanitize={sanitize}"]
     for key, value in sorted((extra_conf or {}).items()):
         argv += ["--conf", f"{key}={value}"]
     return CellBuildPlan(

@@ -28,6 +28,7 @@ class InputHashes:
     tools: Mapping[str, str]  # tool name -> version
     build_check: str = ""  # the code that judges a build
     abi_check: str = ""  # the code that judges an ABI (surface cut, baseline, abidiff)
+    native_tests: str = ""  # tests/native and the harness: the native-suite check's cases
 
 
 def _matrix_entries(cell: Cell, check: Check) -> str:
@@ -37,6 +38,8 @@ def _matrix_entries(cell: Cell, check: Check) -> str:
         "gates": [asdict(g) for g in cell.gates],
         "check": asdict(check),
     }
+    if cell.variant is not None:
+        payload["variant"] = asdict(cell.variant)
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -77,6 +80,9 @@ def fingerprint_for(
         parts["bench"] = hashes.bench
     if kind is CheckKind.BYTE_IDENTITY_BASELINE:
         parts["baseline"] = baseline_commit or "none"
+    if kind is CheckKind.NATIVE_SUITE:
+        parts["tests"] = hashes.native_tests
+        parts["bundle"] = hashes.bundle
     if kind is CheckKind.ABI:
         parts["check_code"] = hashes.abi_check
         build_tools.append("abidiff")

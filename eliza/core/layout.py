@@ -50,8 +50,9 @@ def cell_build_dir(cell_id: str, repo: Path) -> Path:
     return build_root(repo) / platform / (gates or "none")
 
 
-def library_path(cell_id: str, repo: Path) -> Path:
-    return cell_build_dir(cell_id, repo) / "build" / LIBRARY_NAME
+def library_path(cell_id: str, repo: Path, file_name: str = LIBRARY_NAME) -> Path:
+    """file_name: eliza.core.target.library_file(platform) for a platform that is not ELF."""
+    return cell_build_dir(cell_id, repo) / "build" / file_name
 
 
 def tiny_bundle_dir(repo: Path) -> Path:

@@ -43,6 +43,7 @@ class CheckKind(StrEnum):
     BYTE_IDENTITY_DRAFTER = "byte-identity-drafter"  # greedy with a drafter vs without, same build
     ABI = "abi"  # exports and abidiff vs the no-gate cell
     CROSS_ARCH_AGREEMENT = "cross-arch-agreement"  # greedy output vs the reference platform's
+    NATIVE_SUITE = "native-suite"  # the C ABI suite (races included) and the bench tools on this build
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,10 +122,29 @@ class Check:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Variant:
+    """A build variant (matrix.yaml `variants`): the first declared one is the default, whose
+    cells carry no suffix; another one names its cells <platform>.<gates>@<variant>, and
+    builds llama.cpp and the library with its sanitizers (its own llama.cpp package)."""
+
+    id: str  # "asan-ubsan"
+    description: str
+    sanitizers: tuple[str, ...] = ()  # "address", "undefined"
+    # verify builds its cells only once their llama.cpp package is cached, or with --cell
+    slow_build: bool = False
+
+    @property
+    def sanitize_option(self) -> str:
+        """The Conan option value of llama.cpp and the library: "none", "address+undefined"."""
+        return "+".join(sorted(self.sanitizers)) or "none"
+
+
+@dataclass(frozen=True, kw_only=True)
 class Cell:
     platform: Platform
     gates: tuple[Gate, ...]  # sorted by gate id
     checks: tuple[Check, ...]
+    variant: Variant | None = None  # None: the default variant (no suffix in the id)
 
     @property
     def gate_key(self) -> str:
@@ -133,8 +153,10 @@ class Cell:
 
     @property
     def id(self) -> str:
-        """ "<platform>.<gate_key>", e.g. "linux-cpu.litert+mlx"."""
-        return f"{self.platform.id}.{self.gate_key}"
+        """ "<platform>.<gate_key>[@<variant>]", e.g. "linux-cpu.litert+mlx",
+        "linux-cpu.none@asan-ubsan"."""
+        suffix = f"@{self.variant.id}" if self.variant is not None else ""
+        return f"{self.platform.id}.{self.gate_key}{suffix}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,6 +208,8 @@ class ChecklistScope:
     gates: str = "any"  # "none" (no-gate cells) | "some" (gated cells) | "any"
 
     def contains(self, cell: Cell) -> bool:
+        if cell.variant is not None:  # milestone boxes judge the default (release) builds
+            return False
         platform = cell.platform
         if self.os is not None and platform.os != self.os:
             return False
@@ -244,6 +268,7 @@ class Matrix:
     baseline: Baseline | None = None
     verifiable_here: tuple[VerifiableItem, ...] = ()
     warnings: tuple[Problem, ...] = ()  # not fatal, e.g. an exclude that matches nothing
+    variants: tuple[Variant, ...] = ()  # the first is the default; () means release only
 
     def platform(self, platform_id: str) -> Platform:
         for p in self.platforms:

@@ -30,6 +30,7 @@ from eliza.core.matrix import (
     Problem,
     Requirement,
     Toolchain,
+    Variant,
     VerifiableItem,
 )
 
@@ -84,6 +85,10 @@ class MatrixRules:
         # Platforms whose allowed_gates name an unknown gate: judging gate sets against a
         # list with a typo in it would only repeat the same finding.
         self.unsure_allowed: set[str] = set()
+        # Cells of a non-default build variant (cells.include with `variant:`), keyed by
+        # (platform, gates, variant).
+        self.variant_ids: list[str] = []
+        self.variant_specs: dict[tuple[str, tuple[str, ...], str], _CellSpec] = {}
 
     # findings
 
@@ -116,6 +121,7 @@ class MatrixRules:
         platform_ids = self.unique_ids("platforms", "platform")
         gate_ids = self.unique_ids("gates", "gate")
         check_ids = self.unique_ids("checks", "check")
+        self.variant_ids = self.unique_ids("variants", "variant")
         self.unique_ids("device_gated", "device-gated item")
         self.check_gates(platform_ids)
         self.check_platforms(gate_ids)
@@ -156,6 +162,19 @@ class MatrixRules:
                     "checks with gated_cells_only apply only to cells with at least one gate",
                 )
             cells.append(cell)
+        variants = {v["id"]: _variant(v) for v in d.get("variants", [])}
+        for (pid, gate_key, vid), spec in self.variant_specs.items():
+            wanted = set(spec.checks if spec.checks is not None else default)
+            cell_checks = tuple(c for c in checks if c.id in wanted and (gate_key or not c.gated_cells_only))
+            cells.append(
+                Cell(
+                    platform=by_platform[pid],
+                    gates=tuple(gates[g] for g in gate_key),
+                    checks=cell_checks,
+                    variant=variants[vid],
+                )
+            )
+        cells.sort(key=lambda c: order[c.platform.id])  # stable: a platform's variant cells last
         self.check_comparisons(cells, specs)
         if self.errors:
             raise MatrixError(self.errors)
@@ -178,6 +197,7 @@ class MatrixRules:
                 for r in d.get("verifiable_here", [])
             ),
             warnings=tuple(self.warnings),
+            variants=tuple(variants.values()),
         )
 
     # semantics
@@ -419,6 +439,22 @@ class MatrixRules:
             key = (pid, tuple(sorted(entry["gates"])))
             if not self.allowed(pid, key[1], (*base, "gates")):
                 continue
+            variant = entry.get("variant")
+            if variant is not None and not self.ref(variant, self.variant_ids, "variant", (*base, "variant")):
+                continue
+            if variant is not None and variant != self.variant_ids[0]:  # the first is the default
+                vkey = (pid, key[1], variant)
+                if vkey in self.variant_specs:
+                    self.error(
+                        base,
+                        f"cell {_cell_id(key)}@{variant} is included twice",
+                        f"first at {self.where(self.variant_specs[vkey].origin)}",
+                    )
+                    continue
+                self.variant_specs[vkey] = _CellSpec(
+                    tuple(entry["checks"]) if "checks" in entry else None, base
+                )
+                continue
             if key in cells:
                 self.error(
                     base,
@@ -440,6 +476,15 @@ class MatrixRules:
 
 def _cell_id(key: tuple[str, tuple[str, ...]]) -> str:
     return f"{key[0]}.{'+'.join(key[1]) or 'none'}"
+
+
+def _variant(v: Mapping[str, Any]) -> Variant:
+    return Variant(
+        id=v["id"],
+        description=v["description"],
+        sanitizers=tuple(v.get("sanitizers", [])),
+        slow_build=bool(v.get("slow_build", False)),
+    )
 
 
 def _platform(p: Mapping[str, Any]) -> Platform:

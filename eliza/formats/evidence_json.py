@@ -4,6 +4,8 @@ tolerant reader (`read_records` never raises for a bad file: it reports it)."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
@@ -170,13 +172,6 @@ def write_record(directory: Path, record: EvidenceRecord) -> Path:
     return atomic_write_text(Path(directory) / record_filename(record.cell, record.check), to_json(record))
 
 
-def _is_record_file(path: Path, root: Path) -> bool:
-    relative = path.relative_to(root)
-    if any(part.startswith(".") for part in relative.parts):
-        return False
-    return path.name.endswith(RECORD_SUFFIX) and _NAME_SEPARATOR in path.name and path.is_file()
-
-
 def _hint(data: JsonValue, name: str) -> str | None:
     if isinstance(data, dict):
         value = data.get(name)
@@ -185,29 +180,149 @@ def _hint(data: JsonValue, name: str) -> str | None:
     return None
 
 
+# A record is a few KiB; anything far larger is not one (and is not read into memory).
+MAX_RECORD_BYTES = 8 * 1024 * 1024
+# Deeper than any record this package writes; deeper structures are refused before the
+# schema check (whose recursion a hostile file could otherwise exhaust).
+MAX_RECORD_DEPTH = 64
+
+
+def _read_regular_file(path: Path) -> bytes:
+    """The bytes of a regular file, refusing anything else without blocking on it (a FIFO,
+    a device, a symbolic link) and anything larger than a record can be."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if path.is_symlink():
+            raise _Refused("is a symbolic link; evidence must be a regular file") from None
+        raise _Refused(f"cannot read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Refused("is not a regular file")
+        if info.st_size > MAX_RECORD_BYTES:
+            raise _Refused(
+                f"is {info.st_size} bytes, larger than a record may be ({MAX_RECORD_BYTES} bytes); not read"
+            )
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > MAX_RECORD_BYTES:  # grew while being read
+                raise _Refused(f"is larger than a record may be ({MAX_RECORD_BYTES} bytes); not read")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise _Refused(f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+class _Refused(Exception):
+    pass
+
+
+def _depth_and_text_problem(data: JsonValue) -> str | None:
+    """Too deep a structure, or a string that is not valid Unicode (a lone surrogate from a
+    `\\ud800` escape cannot be written into a UTF-8 report)."""
+    stack: list[tuple[JsonValue, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_RECORD_DEPTH:
+            return f"nested deeper than {MAX_RECORD_DEPTH} levels"
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if _bad_text(key):
+                    return "a key is not valid Unicode (an unpaired surrogate)"
+                stack.append((item, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
+        elif isinstance(value, str) and _bad_text(value):
+            return "a string is not valid Unicode (an unpaired surrogate)"
+    return None
+
+
+def _bad_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def load_record(path: Path) -> LoadedRecord:
+    """One file as a record, or as a load problem that names it: never an exception,
+    whatever the file holds."""
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return LoadedRecord(path=path, problem=f"{source}: cannot read: {exc}")
+        raw = _read_regular_file(path)
+    except _Refused as exc:
+        return LoadedRecord(path=path, problem=f"{source}: {exc}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        problem = f"{source}: cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        return LoadedRecord(path=path, problem=problem)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         return LoadedRecord(path=path, problem=f"{source}: {_json_problem(exc)}")
+    except RecursionError:
+        return LoadedRecord(path=path, problem=f"{source}: not a record: nested too deeply to parse")
+    except ValueError as exc:  # e.g. an integer longer than Python converts
+        return LoadedRecord(path=path, problem=f"{source}: not valid JSON: {exc}")
+    shape = _depth_and_text_problem(data)
+    if shape is not None:
+        return LoadedRecord(path=path, problem=f"{source}: not a record: {shape}")
     try:
         record = record_from_dict(data, source)
     except EvidenceError as exc:
         return LoadedRecord(path=path, problem=str(exc), cell=_hint(data, "cell"), check=_hint(data, "check"))
+    except (RecursionError, ValueError, TypeError, OverflowError) as exc:
+        return LoadedRecord(
+            path=path,
+            problem=f"{source}: not a record: {type(exc).__name__}: {exc}",
+            cell=_hint(data, "cell"),
+            check=_hint(data, "check"),
+        )
     return LoadedRecord(path=path, record=record, cell=record.cell, check=record.check)
+
+
+def _record_files(root: Path, problems: list[LoadedRecord]) -> list[Path]:
+    """Candidate record files under root, in path order: names ``*__*.json``, hidden
+    entries skipped, symbolic links to directories not followed (a link loop, or a link
+    out of an artifact folder, must not take the walk elsewhere). An unreadable
+    directory becomes a load problem."""
+    found: list[Path] = []
+
+    def unreadable(exc: OSError) -> None:
+        where = exc.filename or root
+        problem = f"{where}: cannot list the directory: {exc.strerror}"
+        problems.append(LoadedRecord(path=Path(where), problem=problem))
+
+    for current, dirs, files in os.walk(root, onerror=unreadable, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in files:
+            if name.startswith(".") or not name.endswith(RECORD_SUFFIX) or _NAME_SEPARATOR not in name:
+                continue
+            found.append(Path(current) / name)
+        # A link to a directory shows in `dirs` and is not descended; one named like a
+        # record is worth a problem rather than silence.
+        for name in dirs:
+            link = Path(current) / name
+            if link.is_symlink() and name.endswith(RECORD_SUFFIX) and _NAME_SEPARATOR in name:
+                found.append(link)
+    return sorted(found)
 
 
 def read_records(directories: Iterable[Path]) -> list[LoadedRecord]:
     """Every ``*__*.json`` under the directories (recursively, hidden entries skipped).
 
     CI artifacts arrive as one subdirectory per job, hence the recursion. A directory that
-    is missing, or a file that is unreadable or invalid, becomes a `LoadedRecord` with a
-    `problem` rather than an exception: one bad file must not hide the rest of the evidence.
+    is missing or unreadable, or a file that is unreadable, not a regular file, too large,
+    too deep or invalid, becomes a `LoadedRecord` with a `problem` rather than an
+    exception: one bad file must not hide the rest of the evidence.
     """
     loaded: list[LoadedRecord] = []
     seen: set[Path] = set()
@@ -217,12 +332,13 @@ def read_records(directories: Iterable[Path]) -> list[LoadedRecord]:
             what = "is not a directory" if root.exists() else "does not exist"
             loaded.append(LoadedRecord(path=root, problem=f"{root}: evidence directory {what}"))
             continue
-        for path in sorted(root.rglob(f"*{RECORD_SUFFIX}")):
-            if not _is_record_file(path, root):
-                continue
-            resolved = path.resolve()
-            if resolved in seen:
-                continue
-            seen.add(resolved)
+        problems: list[LoadedRecord] = []
+        for path in _record_files(root, problems):
+            if not path.is_symlink():  # a link is a load problem of its own, never a duplicate
+                resolved = Path(os.path.realpath(path))
+                if resolved in seen:
+                    continue
+                seen.add(resolved)
             loaded.append(load_record(path))
+        loaded.extend(problems)
     return loaded

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -18,10 +19,56 @@ from pathlib import Path
 _IGNORED_NAMES = frozenset({"CMakeUserPresets.json", "__pycache__", ".pytest_cache"})
 
 
+TEMP_SUFFIX = ".tmp"
+# A temporary of an atomic write: ".<target name>.<pid of the writer>.<random>.tmp".
+_TEMPORARY = re.compile(r"^\.(?P<target>.+)\.(?P<pid>[0-9]+)\.[A-Za-z0-9_]+\.tmp$")
+
+
+def _temporary_prefix(path: Path) -> str:
+    return f".{path.name}.{os.getpid()}."
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def stale_temporaries(directory: Path) -> list[Path]:
+    """Temporaries of atomic writes under `directory` whose writer is gone (killed in the
+    middle of a write: `kill -9`, a power cut). Symbolic links are not followed."""
+    found: list[Path] = []
+    if not directory.is_dir():
+        return found
+    for root, dirs, files in os.walk(directory, followlinks=False):
+        dirs[:] = sorted(dirs)
+        for name in sorted(files):
+            match = _TEMPORARY.match(name)
+            if match and not _process_alive(int(match["pid"])):
+                found.append(Path(root) / name)
+    return found
+
+
+def remove_stale_temporaries(directories: Iterable[Path]) -> list[Path]:
+    """Removes what `stale_temporaries` finds; returns the paths removed. The targets
+    themselves are whole (the old file or the new one): a rename is the only way in."""
+    removed: list[Path] = []
+    for directory in directories:
+        for tmp in stale_temporaries(directory):
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+                removed.append(tmp)
+    return removed
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
     """Write via a private temporary file in the same directory, fsync, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=_temporary_prefix(path), suffix=TEMP_SUFFIX)
     tmp = Path(tmp_name)
     try:
         # mkstemp creates 0600; evidence and reports are shared (CI artifacts, a web server),
@@ -53,7 +100,7 @@ def atomic_write_with(path: Path, write: Callable[[Path], None]) -> Path:
     """For writers that need a path (a GGUF writer): `write` fills a temporary file beside
     `path`, which then replaces it; on failure nothing is left behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=_temporary_prefix(path), suffix=TEMP_SUFFIX)
     os.close(fd)
     tmp = Path(tmp_name)
     try:

@@ -67,7 +67,13 @@ ELIZA_API void eliza_inference_free_string(char * s);
  */
 ELIZA_API EliInferenceContext * eliza_inference_create(const char * bundle_dir, char ** out_error);
 
-/* Frees the context. All of its streams must be closed first. NULL-safe. */
+/*
+ * Releases the context. NULL-safe. With no stream open it is freed now. Streams still open
+ * on it keep it alive and keep working (generation, slot files, reset): it is freed when
+ * the last of them is closed, so closing streams after their context is never a
+ * use-after-free. Tokenize/detokenize and _open on a destroyed context are the caller's
+ * error, like a second _destroy of one context.
+ */
 ELIZA_API void eliza_inference_destroy(EliInferenceContext * ctx);
 
 /* ---- Tokenizer (ABI v9) ------------------------------------------------------------ */

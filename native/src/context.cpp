@@ -294,4 +294,15 @@ void destroy_context(EliInferenceContext * ctx) {
     llama_model_free(model);
 }
 
+void retain_context(EliInferenceContext * ctx) {
+    if (ctx != nullptr) ctx->holders.fetch_add(1, std::memory_order_relaxed);
+}
+
+void release_context(EliInferenceContext * ctx) {
+    // acq_rel: every stream's last use of the model happens before the free.
+    if (ctx != nullptr && ctx->holders.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        destroy_context(ctx);
+    }
+}
+
 }  // namespace eliza

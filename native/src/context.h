@@ -86,6 +86,11 @@ struct EliInferenceContext {
     RuntimeLimits limits;
     size_t max_piece_bytes = 0;  // longest text one token renders to
     uint64_t model_id = 0;       // XXH64 of the whole model file (slot files carry it)
+    // The owner's handle plus one per open stream: eliza_inference_destroy drops the
+    // owner's, _close a stream's, and the last one frees the context. A context destroyed
+    // while streams are open thus stays alive (and its streams keep working) until the
+    // last of them is closed: never a use-after-free.
+    std::atomic<int> holders{1};
 };
 
 namespace eliza {
@@ -110,5 +115,10 @@ std::string token_piece(const llama_vocab * vocab, llama_token token);
 
 // Frees the context inside the caller's guard (llama_model_free may reach a ggml assert).
 void destroy_context(EliInferenceContext * ctx);
+
+// One more holder of the context (a stream opened on it).
+void retain_context(EliInferenceContext * ctx);
+// One holder less; the last one frees the context (destroy_context), inside the guard.
+void release_context(EliInferenceContext * ctx);
 
 }  // namespace eliza

@@ -21,6 +21,7 @@ struct EliLlmStream {
     std::unique_ptr<LlmBackendSession> backend;  // non-null: an alternate runtime owns this stream
     std::string backend_name;                    // its factory's name, for messages
     std::unique_ptr<LlamaStream> llama;          // in-tree llama.cpp path
+    EliInferenceContext * context = nullptr;     // held (retain_context) while the stream is open
 };
 
 const char * llm_backend_context_bundle_dir(const EliInferenceContext * ctx) {
@@ -118,7 +119,7 @@ EliInferenceContext * eliza_inference_create(const char * bundle_dir, char ** ou
 void eliza_inference_destroy(EliInferenceContext * ctx) {
     if (ctx == nullptr) return;
     guarded("eliza_inference_destroy", nullptr, [&] {
-        eliza::destroy_context(ctx);
+        eliza::release_context(ctx);  // freed now, or when its last open stream closes
         return ELIZA_OK;
     });
 }
@@ -252,6 +253,8 @@ EliLlmStream * eliza_inference_llm_stream_open(EliInferenceContext * ctx, const 
                 return fail(out_error, ELIZA_ERR_NOT_IMPLEMENTED,
                             std::string(fn) + ": backend '" + stream->backend_name + "' could not open: " + why);
             }
+            eliza::retain_context(ctx);
+            stream->context = ctx;
             result = stream.release();
             return ELIZA_OK;
         }
@@ -263,6 +266,8 @@ EliLlmStream * eliza_inference_llm_stream_open(EliInferenceContext * ctx, const 
         if (!stream->llama) {
             return report(fn, out_error, code, message);
         }
+        eliza::retain_context(ctx);
+        stream->context = ctx;
         result = stream.release();
         return ELIZA_OK;
     });
@@ -382,7 +387,12 @@ void eliza_inference_llm_stream_close(EliLlmStream * stream) {
     if (stream == nullptr) return;
     guarded("eliza_inference_llm_stream_close", nullptr, [&] {
         if (stream->llama) stream->llama->shutdown();
+        EliInferenceContext * context = stream->context;
+        // A poisoned stream leaks its llama.cpp objects (see shutdown), which may still
+        // point into the model: it keeps its hold on the context, so the model stays too.
+        const bool keep_context = stream->llama && stream->llama->poisoned();
         delete stream;
+        if (!keep_context) eliza::release_context(context);
         return ELIZA_OK;
     });
 }

@@ -983,17 +983,18 @@ int LlamaStream::restore_slot(const char * filename, std::string & message) {
 
     const unsigned char * p = reinterpret_cast<const unsigned char *>(body.data());
     std::vector<llama_token> history(h.n_history);
-    std::memcpy(history.data(), p, history.size() * sizeof(llama_token));
+    // memcpy with an empty vector's null data() is undefined even for 0 bytes (UBSan).
+    if (!history.empty()) std::memcpy(history.data(), p, history.size() * sizeof(llama_token));
     p += history.size() * sizeof(llama_token);
     std::vector<llama_token> accepted(h.n_accepted);
-    std::memcpy(accepted.data(), p, accepted.size() * sizeof(llama_token));
+    if (!accepted.empty()) std::memcpy(accepted.data(), p, accepted.size() * sizeof(llama_token));
     p += accepted.size() * sizeof(llama_token);
     std::string pending(reinterpret_cast<const char *>(p), h.n_pending);
     p += h.n_pending;
     std::vector<float> logits;
     if (have_logits) {
         logits.resize(h.n_vocab);
-        std::memcpy(logits.data(), p, logits.size() * sizeof(float));
+        if (!logits.empty()) std::memcpy(logits.data(), p, logits.size() * sizeof(float));
         p += logits.size() * sizeof(float);
     }
     const uint8_t * state = p;

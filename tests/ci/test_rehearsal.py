@@ -1,6 +1,6 @@
 """The local rehearsal of the pipeline for linux-cpu: the build job compiles llama.cpp
-once, the four check jobs compile nothing, and the merged report agrees with
-`nox -s verify` on this host.
+once per build variant (release, ASan+UBSan), the check jobs compile nothing, and the
+merged report agrees with `nox -s verify` on this host.
 
 Slow (a cold llama.cpp build in the build job's empty Conan home, then every check of
 four cells): ELIZA_SLOW_TESTS=1 runs it.
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from eliza.app.project import load_project_matrix
 from tests.ci.helpers import env_for, git_copy, nox
 
 pytestmark = pytest.mark.skipif(
@@ -21,8 +22,19 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+SLOW_VARIANT_CELLS = [
+    c.id
+    for c in load_project_matrix().cells_of("linux-cpu")
+    if c.variant is not None and c.variant.slow_build
+]
+
+
 def test_the_rehearsal_compiles_llama_once_and_agrees_with_verify(tmp_path: Path) -> None:
     host = git_copy(tmp_path / "verify")
+    # the sanitizer cell is a slow-build variant: verify includes it once it is built
+    for cell in SLOW_VARIANT_CELLS:
+        built = nox(host, "-s", f"build-{cell}", env=env_for(host))
+        assert built.returncode == 0, built.stderr[-4000:]
     verified = nox(host, "-s", "verify", env=env_for(host))
     assert verified.returncode == 0, verified.stderr[-4000:]
     rehearsed = nox(
@@ -39,7 +51,10 @@ def test_the_rehearsal_compiles_llama_once_and_agrees_with_verify(tmp_path: Path
         env=env_for(host),
     )
     assert rehearsed.returncode == 0, rehearsed.stderr[-6000:]
-    assert "llama.cpp compiled 1 time(s) in all" in rehearsed.stderr
+    # once per build variant of the platform: release, and each sanitizer variant
+    assert f"llama.cpp compiled {1 + len(SLOW_VARIANT_CELLS)} time(s) in all" in rehearsed.stderr
     assert "agrees with" in rehearsed.stderr
-    for cell in ("linux-cpu_none", "linux-cpu_litert", "linux-cpu_mlx", "linux-cpu_litert-mlx"):
+    jobs = ["linux-cpu_none", "linux-cpu_litert", "linux-cpu_mlx", "linux-cpu_litert-mlx"]
+    jobs += [c.replace(".", "_").replace("@", "_") for c in SLOW_VARIANT_CELLS]
+    for cell in jobs:
         assert f"{cell}: passed" in rehearsed.stderr

@@ -19,7 +19,7 @@ def option_values(argv: tuple[str, ...]) -> dict[str, str]:
 
 
 def test_gate_cells_share_llama_options_and_differ_only_in_gates(tmp_path: Path) -> None:
-    cells = MATRIX.cells_of("linux-cpu")
+    cells = tuple(c for c in MATRIX.cells_of("linux-cpu") if c.variant is None)
     plans = [
         plan_cell_build(c, repo=tmp_path, all_gate_options=GATE_OPTIONS, llama_version="0.3.36")
         for c in cells
@@ -34,6 +34,24 @@ def test_gate_cells_share_llama_options_and_differ_only_in_gates(tmp_path: Path)
         assert {o: values[f"&:{o}"] for o in GATE_OPTIONS} == {o: str(o in enabled) for o in GATE_OPTIONS}
     assert len({p.output_dir for p in plans}) == len(cells)
     assert all(p.output_dir.is_relative_to(tmp_path / "build" / "linux-cpu") for p in plans)
+
+
+def test_a_sanitizer_variant_gets_its_own_llama_package_and_flags(tmp_path: Path) -> None:
+    release = MATRIX.cell("linux-cpu.none")
+    asan = MATRIX.cell("linux-cpu.none@asan-ubsan")
+    assert asan.variant is not None and asan.variant.sanitizers == ("address", "undefined")
+    plans = [
+        plan_cell_build(c, repo=tmp_path, all_gate_options=GATE_OPTIONS, llama_version="0.3.36")
+        for c in (release, asan)
+    ]
+    before, after = (option_values(p.argv) for p in plans)
+    # the release command is what it was before variants existed: no sanitize option at all
+    assert not any("sanitize" in key for key in before)
+    assert after["llama-cpp/*:sanitize"] == "address+undefined"
+    assert after["&:sanitize"] == "address+undefined"
+    assert {k: v for k, v in after.items() if "sanitize" not in k} == before
+    assert plans[1].output_dir == tmp_path / "build" / "linux-cpu" / "none@asan-ubsan"
+    assert plans[0].output_dir != plans[1].output_dir
 
 
 def test_cuda_platform_turns_on_cuda_with_matrix_architectures() -> None:

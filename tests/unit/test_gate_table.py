@@ -52,7 +52,8 @@ def test_conan_recipe_passes_the_matrix_gate_table() -> None:
     assert [tuple(row.split("|")) for row in cmake_table.split(";")] == rows
     assert {g.conan_option: g.cmake_option for g in MATRIX.gates} == module.GATES
     assert set(module.ElizaInferenceConan.options) == {g.conan_option for g in MATRIX.gates} | {
-        "with_test_kit"
+        "with_test_kit",
+        "sanitize",  # a build variant's sanitizers
     }
 
 

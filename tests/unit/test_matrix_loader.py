@@ -116,10 +116,21 @@ def test_shipped_matrix_cells_follow_its_cells_section(shipped: Matrix) -> None:
                 and (x.get("gates") is None or tuple(sorted(x["gates"])) == k[1])
             )
         }
-    expected |= {(i["platform"], tuple(sorted(i["gates"]))) for i in raw["cells"].get("include", [])}
-    got = [(c.platform.id, tuple(g.id for g in c.gates)) for c in shipped.cells]
+    default_variant = raw["variants"][0]["id"]
+    expected |= {
+        (i["platform"], tuple(sorted(i["gates"])))
+        for i in raw["cells"].get("include", [])
+        if i.get("variant", default_variant) == default_variant
+    }
+    variant_cells = {
+        f"{i['platform']}.{'+'.join(sorted(i['gates'])) or 'none'}@{i['variant']}"
+        for i in raw["cells"].get("include", [])
+        if i.get("variant", default_variant) != default_variant
+    }
+    got = [(c.platform.id, tuple(g.id for g in c.gates)) for c in shipped.cells if c.variant is None]
     assert sorted(got) == sorted(expected)
     assert got == sorted(got, key=lambda k: (order.index(k[0]), len(k[1]), k[1]))
+    assert {c.id for c in shipped.cells if c.variant is not None} == variant_cells
     assert shipped.warnings == ()
 
 
@@ -127,7 +138,7 @@ def test_shipped_matrix_checks_per_cell(shipped: Matrix) -> None:
     raw = yaml.safe_load(MATRIX_FILE.read_text())
     default = raw.get("default_checks", [c["id"] for c in raw["checks"]])
     own = {pid: e["checks"] for e in raw["cells"]["product"] if "checks" in e for pid in e["platforms"]}
-    for cell in shipped.cells:
+    for cell in (c for c in shipped.cells if c.variant is None):
         listed = own.get(cell.platform.id, default)
         wanted = [c.id for c in shipped.checks if c.id in listed and (cell.gates or not c.gated_cells_only)]
         assert [c.id for c in cell.checks] == wanted, cell.id
@@ -724,3 +735,62 @@ def test_setup_installs_the_packages_the_matrix_names(shipped: Matrix) -> None:
         for package in (platform.toolchain.package, platform.emulator.package if platform.emulator else None):
             if package:
                 assert f"missing+=({package})" in setup, (platform.id, package)
+
+
+VARIANTS = """\
+variants:
+  - id: release
+    description: what ships
+  - id: asan-ubsan
+    description: sanitizers
+    sanitizers: [address, undefined]
+"""
+
+
+def test_a_variant_cell_is_named_after_its_variant_and_keeps_its_checks() -> None:
+    text = edit("cells:\n", VARIANTS + "cells:\n") + (
+        "  include:\n"
+        "    - {platform: linux-cpu, gates: [], variant: asan-ubsan, checks: [build]}\n"
+        "    - {platform: android-arm64, gates: [npu], variant: asan-ubsan}\n"
+    )
+    m = parse_matrix(text, SOURCE)
+    ids = [c.id for c in m.cells]
+    assert ids.index("linux-cpu.none@asan-ubsan") == 4  # after the platform's release cells
+    assert ids[-1] == "android-arm64.npu@asan-ubsan"
+    asan = m.cell("linux-cpu.none@asan-ubsan")
+    assert asan.variant is not None and asan.variant.sanitize_option == "address+undefined"
+    assert [c.id for c in asan.checks] == ["build"]
+    assert [c.id for c in m.cell("android-arm64.npu@asan-ubsan").checks] == ["build", "byte-identity-gates"]
+    assert m.cell("linux-cpu.none").variant is None
+    assert [v.id for v in m.variants] == ["release", "asan-ubsan"]
+    # milestone boxes judge release builds only
+    from eliza.core.matrix import ChecklistScope
+
+    assert not ChecklistScope(gates="none").contains(asan)
+    assert ChecklistScope(gates="none").contains(m.cell("linux-cpu.none"))
+
+
+def test_naming_the_default_variant_adds_a_release_cell() -> None:
+    text = edit("cells:\n", VARIANTS + "cells:\n") + (
+        "  exclude:\n    - {platform: android-arm64, gates: [npu]}\n"
+        "  include:\n    - {platform: android-arm64, gates: [npu], variant: release}\n"
+    )
+    assert "android-arm64.npu" in [c.id for c in parse_matrix(text, SOURCE).cells]
+
+
+def test_unknown_and_repeated_variants_are_located_errors() -> None:
+    text = edit("cells:\n", VARIANTS + "cells:\n") + (
+        "  include:\n"
+        "    - {platform: linux-cpu, gates: [], variant: asan}\n"
+        "    - {platform: linux-cpu, gates: [], variant: asan-ubsan}\n"
+        "    - {platform: linux-cpu, gates: [], variant: asan-ubsan}\n"
+    )
+    found = problems(text)
+    assert [(p.key_path, p.message) for p in found] == [
+        ("cells.include[0].variant", "unknown variant 'asan'"),
+        ("cells.include[2]", "cell linux-cpu.none@asan-ubsan is included twice"),
+    ]
+    assert found[0].line == 59
+    clean = edit("cells:\n", VARIANTS + "cells:\n")
+    bad = only_problem(edit("    sanitizers: [address, undefined]", "    sanitizers: [thread]", clean))
+    assert "sanitizers[0]" in bad.key_path

@@ -83,6 +83,22 @@ def build_outcome(
         )
     )
     llama = info.get("llama_cpp") or {}
+    if cell.variant is not None and cell.variant.sanitizers:
+        # a build variant: the library and its llama.cpp package carry its sanitizers
+        wanted = cell.variant.sanitize_option
+        said = (info.get("sanitize"), llama.get("sanitize"))
+        subs.append(
+            SubCheck(
+                name=f"built with {wanted} (library and llama.cpp)",
+                ok=said == (wanted, wanted),
+                detail=f"build-info says library {said[0]}, llama.cpp {said[1]}",
+            )
+        )
+        if "address" in cell.variant.sanitizers:
+            deps = proc.run(["ldd", built.library]).stdout
+            subs.append(
+                SubCheck(name="links libasan", ok="libasan" in deps, detail=_ldd_line(deps, "libasan"))
+            )
     if cell.platform.llama_backend == "cuda":
         deps = proc.run(["ldd", built.library]).stdout
         for lib in ("libcudart", "libcublas"):

@@ -39,7 +39,11 @@ FIGURE_METRICS = (
     "first_token_ms",
     "peak_rss_kb",
     "drafter_acceptance",
+    "sanitizer_reports",  # the native-suite check of a sanitizer cell
+    "tests_ran",
 )
+# Families of figures: the thread races' counts (race.<race>.<count>).
+FIGURE_PREFIXES = ("race.",)
 
 # --------------------------------------------------------------------------- assembly
 
@@ -175,7 +179,7 @@ def build_report(
         for e in all_entries
         if e.evidence is not None
         for m in e.evidence.metrics
-        if m.name in FIGURE_METRICS
+        if m.name in FIGURE_METRICS or m.name.startswith(FIGURE_PREFIXES)
     )
     return Report(
         header=header,

@@ -10,7 +10,8 @@ Project-owned recipe served from the local recipe index in ``conan/index``. Two 
   ``fork.<content-hash>`` and passes the checkout in ``ELIZA_LLAMA_CPP_DIR``.
 
 The CPU instruction-set level is an option, never ``-march=native``, so packages are
-reproducible across machines; it is recorded in ``res/eliza-llama-build.json``.
+reproducible across machines; it is recorded in ``res/eliza-llama-build.json``. So is the
+``sanitize`` option of a build variant (ASan/UBSan): each variant is a package of its own.
 
 Reproducible whatever the Conan home: the source folder is mapped to its path relative to
 the build folder (``-ffile-prefix-map``), which is also what ccache passes the compiler when
@@ -58,12 +59,15 @@ class LlamaCppConan(ConanFile):
         "arm_isa": _ARM_ISA,
         "with_cuda": [True, False],
         "cuda_architectures": ["ANY"],
+        # A build variant's sanitizers (matrix.yaml `variants`): its own package.
+        "sanitize": ["none", "address", "undefined", "address+undefined"],
     }
     default_options = {
         "cpu_isa": "x86-64-v3",
         "arm_isa": "armv8.2-a+dotprod",
         "with_cuda": False,
         "cuda_architectures": "90",
+        "sanitize": "none",
     }
 
     def config_options(self):
@@ -76,6 +80,17 @@ class LlamaCppConan(ConanFile):
         if not self.options.with_cuda:
             self.options.rm_safe("cuda_architectures")
 
+    def package_id(self):
+        # Without sanitizers the package id is the one it was before the option existed.
+        if self.info.options.get_safe("sanitize") == "none":
+            self.info.options.rm_safe("sanitize")
+
+    def _sanitize_flags(self):
+        sanitize = str(self.options.get_safe("sanitize") or "none")
+        if sanitize == "none":
+            return []
+        return [f"-fsanitize={sanitize.replace('+', ',')}", "-fno-omit-frame-pointer"]
+
     def layout(self):
         cmake_layout(self, src_folder="src")
 
@@ -85,6 +100,8 @@ class LlamaCppConan(ConanFile):
             check_min_cppstd(self, 17)
         if self.options.with_cuda and self.settings.os != "Linux":
             raise ConanInvalidConfiguration(f"{self.ref}: with_cuda is only supported on Linux")
+        if self.options.with_cuda and self.options.get_safe("sanitize", "none") != "none":
+            raise ConanInvalidConfiguration(f"{self.ref}: sanitize is for CPU builds (with_cuda=False)")
 
     def _is_fork(self):
         return str(self.version).startswith("fork.")
@@ -138,6 +155,11 @@ class LlamaCppConan(ConanFile):
         if arm:
             tc.cache_variables["GGML_CPU_ARM_ARCH"] = str(arm)
         self._reproducible(tc)
+        sanitize = self._sanitize_flags()
+        tc.extra_cflags += sanitize
+        tc.extra_cxxflags += sanitize
+        tc.extra_sharedlinkflags += sanitize
+        tc.extra_exelinkflags += sanitize
         tc.cache_variables["GGML_CUDA"] = bool(self.options.with_cuda)
         if self.options.with_cuda:
             tc.cache_variables["CMAKE_CUDA_ARCHITECTURES"] = str(self.options.cuda_architectures)
@@ -205,6 +227,7 @@ class LlamaCppConan(ConanFile):
             "with_cuda": bool(self.options.with_cuda),
             "cuda_architectures": str(self.options.get_safe("cuda_architectures") or ""),
             "build_type": str(self.settings.build_type),
+            "sanitize": str(self.options.get_safe("sanitize") or "none"),
             "compiler": f"{self.settings.compiler} {self.settings.compiler.version}",
         }
         save(self, os.path.join(self.package_folder, "res", "eliza-llama-build.json"),
@@ -219,6 +242,10 @@ class LlamaCppConan(ConanFile):
         libs += ["ggml-cpu", "ggml-base"]
         self.cpp_info.libs = libs
         self.cpp_info.resdirs = ["res"]
+        sanitize = self._sanitize_flags()
+        if sanitize:  # instrumented archives need the runtime on the consumer's link line
+            self.cpp_info.sharedlinkflags = sanitize
+            self.cpp_info.exelinkflags = sanitize
         if self.settings.os in ("Linux", "FreeBSD"):
             self.cpp_info.system_libs = ["pthread", "m", "dl"]
         if self.options.with_cuda:
