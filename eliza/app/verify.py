@@ -57,7 +57,7 @@ def cpu_reference_for(run: Run, platform: Platform) -> Path | None:
         return run.cpu_reference
     for other in run.matrix.platforms:
         if other.llama_backend == "cpu" and (other.os, other.arch) == (platform.os, platform.arch):
-            cell = next((c for c in run.matrix.cells_of(other.id) if not c.gates), None)
+            cell = next((c for c in run.matrix.cells_of(other.id) if not c.gates and c.variant is None), None)
             if cell is not None and capability(other).can_build:
                 run.cpu_reference = build_cells((cell,), run.matrix, echo=False)[0].library
                 return run.cpu_reference

@@ -499,7 +499,7 @@ def run_bench(
 
     def reference_run(platform_id: str) -> tuple[BenchRun, Path]:
         """The reference platform's no-gate FFI run, here, with the same settings."""
-        cell = next(c for c in run.matrix.cells_of(platform_id) if not c.gates)
+        cell = next(c for c in run.matrix.cells_of(platform_id) if not c.gates and c.variant is None)
         built = build_cells((cell,), run.matrix, echo=False)[0]
         out = opts.out_dir / platform_id / "none" / "agreement-reference.jsonl"
         argv = bench_argv(built.library.parent, built.library, opts.settings, cell.id, out)
