@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from eliza.app.bench_options import parse_bench_args, settings_description
+from eliza.app.bench_options import options_description, parse_bench_args
 from eliza.app.build import BUILD_ERRORS, build_cells, describe_build
 from eliza.app.bundle import ensure_tiny_bundle, tiny_bundle_default
 from eliza.app.checks.byte_identity import IDENTITY_KINDS, run_bench
@@ -45,7 +45,7 @@ def bench(matrix: Matrix, platform_id: str, argv: Sequence[str], log: Log) -> No
             log,
             bundle=bundle,
             prompts=opts.settings.prompts,
-            bench_settings=settings_description(opts.settings, project.env),
+            bench_settings=options_description(opts, project.env),
         )
         try:
             built = build_cells(

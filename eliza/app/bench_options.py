@@ -114,12 +114,28 @@ def check_bundle(path: Path) -> None:
         raise UsageError(f"--bundle {path}: no text/*.gguf in it (a bundle is <dir>/text/<model>.gguf)")
 
 
-def settings_description(settings: BenchSettings, env: Mapping[str, str]) -> str:
+def settings_description(
+    settings: BenchSettings,
+    env: Mapping[str, str],
+    *,
+    draft_max: int = BenchOptions.draft_max,
+    drafter_pairs: int = BenchOptions.drafter_pairs,
+) -> str:
     """What of the settings decides the output: everything but the bundle and prompt paths
-    (their contents are fingerprinted on their own), plus the context-size override."""
-    chosen = {k: v for k, v in asdict(settings).items() if k not in ("bundle", "prompts")}
+    (their contents are fingerprinted on their own), the drafter's proposal length and
+    rounds (the drafter checks' stats and speedup), plus the context-size override."""
+    chosen: dict[str, object] = {k: v for k, v in asdict(settings).items() if k not in ("bundle", "prompts")}
+    chosen["draft_max"] = draft_max
+    chosen["drafter_pairs"] = drafter_pairs
     chosen["ELIZA_N_CTX"] = env.get("ELIZA_N_CTX", "")
     return json.dumps(chosen, sort_keys=True)
+
+
+def options_description(opts: BenchOptions, env: Mapping[str, str]) -> str:
+    """settings_description of a bench session's options."""
+    return settings_description(
+        opts.settings, env, draft_max=opts.draft_max, drafter_pairs=opts.drafter_pairs
+    )
 
 
 def default_settings_description(env: Mapping[str, str]) -> str:
