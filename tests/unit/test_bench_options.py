@@ -51,6 +51,13 @@ def test_every_option_that_changes_the_figures_changes_the_description(
     assert json.loads(described)[key] == value
 
 
+def test_a_bench_session_measures_the_speedup_on_every_cell(repo: Path) -> None:
+    opts = parse_bench_args(
+        ["--prompts", str(repo / "bench" / "prompts.txt")], default_bundle=repo / "tiny", repo=repo
+    )
+    assert opts.speedup_on_every_cell and opts.drafter_pairs >= 3
+
+
 def test_the_context_override_is_part_of_the_description() -> None:
     assert default_settings_description({"ELIZA_N_CTX": "512"}) != default_settings_description({})
 

@@ -231,9 +231,10 @@ def bench_platform(
             elif check.kind is CheckKind.BYTE_IDENTITY_BASELINE:
                 outcomes.append(baseline_outcome(cell, check.id, r, opts, log, baseline_library))
             elif check.kind is CheckKind.BYTE_IDENTITY_DRAFTER:
-                # The speedup's rounds on the no-gate cell; one round (identity and stats)
-                # on gated cells, whose llama.cpp path is the same code (byte-identity-gates).
-                rounds = opts.drafter_pairs if not cell.gates else 1
+                # The speedup's rounds on the no-gate cell; in verify one round (identity and
+                # stats) on gated cells, whose llama.cpp path is the same code
+                # (byte-identity-gates); a bench session measures every cell.
+                rounds = opts.drafter_pairs if not cell.gates or opts.speedup_on_every_cell else 1
                 outcomes.append(drafter_outcome(r, check.id, opts, log, rounds))
             elif check.kind is CheckKind.CROSS_ARCH_AGREEMENT:
                 outcomes.append(agreement_outcome(r, check.id, reference_run, log))
