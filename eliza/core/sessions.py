@@ -64,6 +64,12 @@ def matrix_sessions(matrix: Matrix) -> tuple[SessionSpec, ...]:
                 name=bench_session_name(platform),
                 description=(
                     f"Byte-identity bench diffs and seam-overhead benchmark for every {platform.id} cell"
+                    + (
+                        f" (under {platform.emulator.program} on a host that cannot run "
+                        f"{platform.arch}: no seam-overhead timing there)"
+                        if platform.emulator
+                        else ""
+                    )
                 ),
                 kind=SessionKind.BENCH_PLATFORM,
                 platform=platform.id,
@@ -73,7 +79,8 @@ def matrix_sessions(matrix: Matrix) -> tuple[SessionSpec, ...]:
             specs.append(
                 SessionSpec(
                     name=cell_session_name(cell),
-                    description=f"Build the {platform.id} cell with {_gates_words(cell)} only",
+                    description=f"Build the {platform.id} cell with {_gates_words(cell)} only"
+                    + (f", {cell.variant.id} variant: {cell.variant.description}" if cell.variant else ""),
                     kind=SessionKind.BUILD_CELL,
                     platform=platform.id,
                     cell=cell.id,

@@ -85,3 +85,17 @@ def test_session_table_covers_every_platform_and_cell() -> None:
     cells = len(MATRIX.cells_of("linux-cpu"))
     assert linux.kind is SessionKind.BUILD_PLATFORM and f"{cells} cells" in linux.description
     assert all(s.description for s in specs)
+
+
+def test_session_descriptions_say_what_a_variant_or_an_emulator_changes() -> None:
+    specs = {s.name: s for s in matrix_sessions(MATRIX)}
+    for cell in MATRIX.cells:
+        described = specs[f"build-{cell.id}"].description
+        assert (cell.variant is not None and f"{cell.variant.id} variant" in described) or (
+            cell.variant is None and "variant" not in described
+        ), cell.id
+    for platform in MATRIX.platforms:
+        if not MATRIX.cells_of(platform.id):
+            continue
+        bench = specs[f"bench-{platform.id}"].description
+        assert (platform.emulator is not None) == ("no seam-overhead timing" in bench), platform.id
