@@ -12,6 +12,7 @@ from pathlib import Path
 
 from eliza.adapters import proc
 from eliza.app.checks.common import Stopwatch
+from eliza.app.checks.gate_fallthrough import fallthrough_to_run
 from eliza.app.run import Run
 from eliza.core.evidence import LoadedRecord
 from eliza.core.matrix import Cell, CheckKind, Gate, Platform
@@ -112,12 +113,8 @@ def run_gate_fallthrough_on_target(
     existing: dict[tuple[str, str], LoadedRecord],
     runner: TargetRunner,
 ) -> None:
-    wanted = [(c, k) for c in cells if (k := run.check_of(c, CheckKind.GATE_FALLTHROUGH)) is not None]
-    if not wanted or all(run.fresh_pass(c, k, existing) for c, k in wanted):
-        if wanted:
-            run.log(
-                f"  {platform.id}: gate-fallthrough has fresh passing evidence for every cell; not re-run"
-            )
+    wanted = fallthrough_to_run(run, platform, cells, existing)
+    if not wanted:
         return
     repo = run.project.repo
     table_path = repo / GATE_TABLE
