@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters import proc
@@ -70,7 +71,8 @@ def runtime_env(
     preload = [str(runtime_library(first)), str(cxx_runtime())]
     if base.get("LD_PRELOAD"):
         preload.append(base["LD_PRELOAD"])
-    common = f"halt_on_error=1:print_stacktrace=1:log_path={report_dir / 'report'}"
+    # log_exe_name: report files are report.<program>.<pid>, so a report names its process
+    common = f"halt_on_error=1:print_stacktrace=1:log_exe_name=1:log_path={report_dir / 'report'}"
     return {
         "LD_PRELOAD": ":".join(preload),
         # exitcode is one flag shared by ASan, LSan and UBSan in one runtime: set once, 0,
@@ -121,11 +123,28 @@ def _leak_blocks(text: str) -> list[str]:
     return blocks
 
 
-def findings(report_dir: Path) -> tuple[list[str], int]:
-    """(the reports that count, the number of leak reports left aside): every ASan or
-    UBSan error counts; a leak counts when a frame of its allocation is ours (OURS)."""
+# What LeakSanitizer prints when its stop-the-world tracer dies while scanning the
+# process (an intermittent failure of the runtime itself: google/sanitizers#1353). The
+# leak check of that process did not run: neither a clean result nor a leak.
+TRACER_FAILED = "LeakSanitizer has encountered a fatal error"
+
+
+@dataclass(frozen=True)
+class Findings:
+    counted: tuple[str, ...]
+    """reports that count: every ASan or UBSan error, and leaks a frame of ours allocated"""
+    foreign_leaks: int
+    """leak reports left aside: allocated by the interpreter or a program a test started"""
+    incomplete_leak_checks: tuple[str, ...]
+    """report files of processes whose leak check LeakSanitizer could not finish"""
+
+
+def findings(report_dir: Path) -> Findings:
+    """Every report file of report_dir, sorted into what counts, foreign leaks, and leak
+    checks that could not finish (OURS decides whose a leak is)."""
     counted: list[str] = []
-    ignored = 0
+    foreign = 0
+    incomplete: list[str] = []
     for path in report_files(report_dir):
         text = path.read_text(encoding="utf-8", errors="replace")
         errors = [
@@ -140,8 +159,20 @@ def findings(report_dir: Path) -> tuple[list[str], int]:
             if any(mark in block for mark in OURS):
                 counted.append(f"{path.name}: " + " | ".join(block.splitlines()[:8]))
             else:
-                ignored += 1
-    return counted, ignored
+                foreign += 1
+        if TRACER_FAILED in text:
+            incomplete.append(path.name)
+    return Findings(tuple(counted), foreign, tuple(incomplete))
+
+
+# Programs whose leak check matters: the interpreter that loads the library through
+# ctypes, and the tools linked against it (report.<program>.<pid>, see log_exe_name).
+HOSTS_OF_OURS = ("python", "e2e_loop_bench", "reference_runner", "case_runner")
+
+
+def of_ours(report_name: str) -> bool:
+    program = report_name.removeprefix("report.").rsplit(".", 1)[0]
+    return program.startswith(HOSTS_OF_OURS)
 
 
 def findings_in_output(text: str) -> list[str]:

@@ -129,6 +129,7 @@ def with_fuzz_figures(report: Report, summary_path: Path, repo: Path) -> Report:
             ("executions", f"{t.executions} in {t.seconds:.0f} s"),
             ("corpus_files", str(t.corpus_files)),
             ("findings", ", ".join(t.findings) or "0"),
+            ("leak_check", t.leak_check),
         )
     ]
     return replace(report, figures=(*report.figures, *figures))

@@ -18,6 +18,7 @@ class FuzzTarget:
     seconds: float
     corpus_files: int
     findings: tuple[str, ...]
+    leak_check: str  # "done", "off", "unfinished: ..." or "not recorded" (older summaries)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +48,7 @@ def read_fuzz_summary(path: Path) -> FuzzSummary | None:
                 seconds=float(t["seconds"]),
                 corpus_files=int(t["corpus_files"]),
                 findings=tuple(str(f) for f in t["findings"]),
+                leak_check=str(t.get("leak_check", "not recorded")),
             )
             for name, t in sorted(data["targets"].items())
         )

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eliza.adapters.sanitizer import findings
+from eliza.adapters.sanitizer import Findings, findings, of_ours
+from eliza.app.fuzz import leak_checker_died
 
 PYTHON_EXIT_LEAKS = """\
 =================================================================
@@ -46,6 +47,14 @@ SUMMARY: AddressSanitizer: heap-buffer-overflow /eliza/native/src/llama_stream.c
 
 UBSAN = "/eliza/native/src/context.cpp:12:5: runtime error: signed integer overflow\n"
 
+# As LeakSanitizer wrote it when its tracer crashed in a native-suite run of this project.
+TRACER_CRASH = """\
+Tracer caught signal 11: addr=0x48 pc=0x7f0ddb0e80f0 sp=0x7f0dc8cbad10
+==28160==LeakSanitizer has encountered a fatal error.
+==28160==HINT: For debugging, try setting environment variable LSAN_OPTIONS=verbosity=1:log_threads=1
+==28160==HINT: LeakSanitizer does not work under ptrace (strace, gdb, etc)
+"""
+
 
 def test_interpreter_leaks_are_left_aside_library_leaks_and_errors_count(tmp_path: Path) -> None:
     (tmp_path / "report.123").write_text(PYTHON_EXIT_LEAKS)
@@ -54,7 +63,9 @@ def test_interpreter_leaks_are_left_aside_library_leaks_and_errors_count(tmp_pat
     (tmp_path / "report.126").write_text(UBSAN)
     (tmp_path / "report.127").write_text("")  # a process that wrote nothing
     (tmp_path / "other.txt").write_text(HEAP_OVERFLOW)  # not a report file
-    counted, ignored = findings(tmp_path)
+    found = findings(tmp_path)
+    counted, ignored = found.counted, found.foreign_leaks
+    assert found.incomplete_leak_checks == ()
     assert ignored == 2
     assert len(counted) == 3
     assert (
@@ -65,9 +76,35 @@ def test_interpreter_leaks_are_left_aside_library_leaks_and_errors_count(tmp_pat
 
 
 def test_no_reports_no_findings(tmp_path: Path) -> None:
-    assert findings(tmp_path / "missing") == ([], 0)
+    assert findings(tmp_path / "missing") == Findings((), 0, ())
     (tmp_path / "report.1").write_text(PYTHON_EXIT_LEAKS)
-    assert findings(tmp_path) == ([], 2)
+    assert findings(tmp_path) == Findings((), 2, ())
+
+
+def test_a_crashed_leak_tracer_is_an_unfinished_check_not_a_report(tmp_path: Path) -> None:
+    """The leak check of that process never ran: it neither passes nor counts as a
+    library report, and the file names the process it happened in."""
+    (tmp_path / "report.python3.11.28160").write_text(TRACER_CRASH)
+    (tmp_path / "report.bash.28161").write_text(TRACER_CRASH)
+    (tmp_path / "report.python3.11.28162").write_text(PYTHON_EXIT_LEAKS)
+    found = findings(tmp_path)
+    assert found.counted == ()
+    assert found.foreign_leaks == 2
+    assert found.incomplete_leak_checks == ("report.bash.28161", "report.python3.11.28160")
+    assert [of_ours(name) for name in found.incomplete_leak_checks] == [False, True]
+    assert of_ours("report.e2e_loop_bench.7") and of_ours("report.case_runner.8")
+    assert not of_ours("report.git.9")
+
+
+def test_a_fuzz_crash_input_is_the_tracers_only_when_nothing_else_ended_the_run(tmp_path: Path) -> None:
+    (tmp_path / "report.python.1").write_text(TRACER_CRASH)
+    tracer_only = findings(tmp_path)
+    assert leak_checker_died(tracer_only, "MS: 0 ; base unit: 0000\nTest unit written to crash-da39")
+    assert not leak_checker_died(tracer_only, "==1== ERROR: libFuzzer: deadly signal")
+    assert not leak_checker_died(tracer_only, "=== Uncaught Python exception: ===\nViolation: x")
+    (tmp_path / "report.python.2").write_text(HEAP_OVERFLOW)
+    assert not leak_checker_died(findings(tmp_path), "Test unit written to crash-da39")
+    assert not leak_checker_died(findings(tmp_path / "none"), "Test unit written to crash-da39")
 
 
 def test_the_runtime_env_preloads_asan_first_and_the_cxx_runtime(tmp_path: Path) -> None:
@@ -80,6 +117,7 @@ def test_the_runtime_env_preloads_asan_first_and_the_cxx_runtime(tmp_path: Path)
     preload = env["LD_PRELOAD"].split(":")
     assert "libasan.so" in preload[0] and "libstdc++.so" in preload[1] and preload[2] == "/x/libfoo.so"
     assert "detect_leaks=1" in env["ASAN_OPTIONS"] and "halt_on_error=1" in env["ASAN_OPTIONS"]
+    assert "log_exe_name=1" in env["ASAN_OPTIONS"]  # report files name their process
     assert "halt_on_error=1" in env["UBSAN_OPTIONS"]
     assert env["LSAN_OPTIONS"] == "exitcode=0" and env["PYTHONMALLOC"] == "malloc"
     # exitcode is shared by the three runtimes: set anywhere else, it would override LSan's

@@ -18,7 +18,7 @@ from eliza.adapters.pytest_runner import run_pytest
 from eliza.app.checks.common import Stopwatch
 from eliza.app.run import RUN_ERRORS, Run, errored
 from eliza.core.bench_diff import compare_identity
-from eliza.core.evidence import LoadedRecord
+from eliza.core.evidence import LoadedRecord, Status
 from eliza.core.matrix import Cell, CheckKind
 from eliza.core.outcome import CaseResult, CheckOutcome, cases_outcome
 
@@ -86,8 +86,11 @@ def native_suite_outcome(run: Run, cell: Cell, check_id: str, library: Path) -> 
     junit = run.project.build_root / "junit" / f"native-{cell.id}.xml"
     result = run_pytest(run.project.repo, SUITE, junit, env)
     bench = _bench_tools_case(library, run.bundle, cell, work, env)
-    found, foreign_leaks = sanitizer.findings(report_dir)
-    found += sanitizer.findings_in_output(result.log)
+    reports = sanitizer.findings(report_dir)
+    found = [*reports.counted, *sanitizer.findings_in_output(result.log)]
+    # A process of ours whose leak check could not finish leaves the check without a
+    # verdict on leaks: an error (verify runs it again), not a pass and not a failure.
+    unfinished = [name for name in reports.incomplete_leak_checks if sanitizer.of_ours(name)]
     sanitized = bool(cell.variant and cell.variant.sanitizers)
     clean = CaseResult(
         name="sanitizer reports: none" if sanitized else "no sanitizer in this variant (nothing to report)",
@@ -105,11 +108,24 @@ def native_suite_outcome(run: Run, cell: Cell, check_id: str, library: Path) -> 
         error=result.error
         + (f"; sanitizer reports: {sanitizer.summary(found)}" if found and result.error else ""),
     )
+    if unfinished and outcome.status is Status.PASSED:
+        outcome = cases_outcome(
+            cell.id,
+            check_id,
+            [],
+            result.log,
+            watch.span(),
+            (junit,),
+            error=f"the leak check of {', '.join(unfinished)} did not finish: "
+            f"{sanitizer.TRACER_FAILED} (its stop-the-world tracer crashed, an intermittent "
+            "failure of the runtime, not a report against the library); run the check again",
+        )
     races = json.loads(figures.read_text(encoding="utf-8")) if figures.is_file() else {}
     metrics: dict[str, float | int | str] = {
         "tests_ran": len([c for c in result.cases if not c.skipped]),
         "sanitizer_reports": len(found),
-        "foreign_leak_reports": foreign_leaks,
+        "foreign_leak_reports": reports.foreign_leaks,
+        "leak_checks_unfinished": len(reports.incomplete_leak_checks),
         "duration_s": round(watch.seconds(), 1),
     }
     for name, counts in sorted(races.items()):
@@ -119,6 +135,7 @@ def native_suite_outcome(run: Run, cell: Cell, check_id: str, library: Path) -> 
         **outcome.details,
         "sanitizers": list(cell.variant.sanitizers) if cell.variant else [],
         "sanitizer_reports": sanitizer.summary(found),
+        "leak_checks_unfinished": list(reports.incomplete_leak_checks),
         "bench_tools": bench.message,
         "skipped": [c.name for c in result.cases if c.skipped],
     }
