@@ -16,7 +16,6 @@
 // Output, one line each: "ok <case>", "FAIL <case>: <why>", "output <case> <prompt#> <ids> |
 // <hex text>" (greedy output, compared across cells by eliza), then "summary <ran> <passed>".
 // Exit status: 0 when every case passed, 1 when one failed, 2 on bad usage or input.
-#include <dlfcn.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "abi_loader.h"
 #include "eliza-inference-ffi.h"
 
 namespace {
@@ -81,22 +81,12 @@ bool parse_env(const std::string & field, bool * set, std::string * value) {
     return true;
 }
 
+constexpr const char * TOOL = "case_runner";
+using abi_loader::Api;
+using abi_loader::owned;
+
 template <typename F> bool resolve(void * handle, const char * name, F & fn) {
-    fn = reinterpret_cast<F>(dlsym(handle, name));
-    if (!fn) std::fprintf(stderr, "case_runner: symbol %s missing from the library\n", name);
-    return fn != nullptr;
-}
-
-void * open_library(const std::string & path) {
-    void * handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) std::fprintf(stderr, "case_runner: cannot load '%s': %s\n", path.c_str(), dlerror());
-    return handle;
-}
-
-std::string owned(decltype(&eliza_inference_free_string) free_string, char * s) {
-    std::string out = s ? s : "";
-    free_string(s);
-    return out;
+    return abi_loader::resolve(TOOL, handle, name, fn);
 }
 
 // Every "&&"-separated text of `expected` occurs in `got`.
@@ -155,7 +145,7 @@ bool register_fakes(const Kit & kit, const std::string & field, std::string * wh
 }
 
 int run_selector(const std::string & kit_path, const std::string & cases_path) {
-    void * handle = open_library(kit_path);
+    void * handle = abi_loader::open_library(TOOL, kit_path);
     Kit kit{};
     if (!handle || !resolve(handle, "eliza_inference_free_string", kit.free_string) ||
         !resolve(handle, "eliza_testkit_clear_registry", kit.clear) ||
@@ -219,18 +209,6 @@ int run_selector(const std::string & kit_path, const std::string & cases_path) {
 
 // --- gate fall-through through the shipped library -------------------------------------------
 
-struct Api {
-    decltype(&eliza_inference_free_string) free_string;
-    decltype(&eliza_inference_create) create;
-    decltype(&eliza_inference_destroy) destroy;
-    decltype(&eliza_inference_tokenize) tokenize;
-    decltype(&eliza_inference_free_tokens) free_tokens;
-    decltype(&eliza_inference_llm_stream_open) open;
-    decltype(&eliza_inference_llm_stream_prefill) prefill;
-    decltype(&eliza_inference_llm_stream_next) next;
-    decltype(&eliza_inference_llm_stream_close) close;
-};
-
 std::string hex(const std::string & bytes) {
     static const char digits[] = "0123456789abcdef";
     std::string out;
@@ -285,19 +263,8 @@ std::string generate(const Api & api, EliInferenceContext * ctx, const std::stri
 
 int run_fallthrough(const std::string & library, const std::string & plan_path, const std::string & prompts_path,
                     int max_tokens) {
-    void * handle = open_library(library);
     Api api{};
-    if (!handle || !resolve(handle, "eliza_inference_free_string", api.free_string) ||
-        !resolve(handle, "eliza_inference_create", api.create) ||
-        !resolve(handle, "eliza_inference_destroy", api.destroy) ||
-        !resolve(handle, "eliza_inference_tokenize", api.tokenize) ||
-        !resolve(handle, "eliza_inference_free_tokens", api.free_tokens) ||
-        !resolve(handle, "eliza_inference_llm_stream_open", api.open) ||
-        !resolve(handle, "eliza_inference_llm_stream_prefill", api.prefill) ||
-        !resolve(handle, "eliza_inference_llm_stream_next", api.next) ||
-        !resolve(handle, "eliza_inference_llm_stream_close", api.close)) {
-        return 2;
-    }
+    if (!abi_loader::load_api(TOOL, library, api)) return 2;
     std::vector<std::string> plan;
     std::vector<std::string> prompts;
     if (!read_lines(plan_path, plan) || !read_lines(prompts_path, prompts)) return 2;

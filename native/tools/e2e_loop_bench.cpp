@@ -3,8 +3,6 @@
 // The library is loaded with dlopen from --library, so one bench binary measures any
 // build of libelizainference, including a baseline built from an older commit.
 // With --streams it measures concurrent streams instead (see run_concurrent).
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -14,47 +12,14 @@
 #include <thread>
 #include <vector>
 
+#include "abi_loader.h"
 #include "bench_common.h"
 #include "eliza-inference-ffi.h"
 
 namespace {
 
-struct Api {
-    decltype(&eliza_inference_abi_version) abi_version;
-    decltype(&eliza_inference_free_string) free_string;
-    decltype(&eliza_inference_create) create;
-    decltype(&eliza_inference_destroy) destroy;
-    decltype(&eliza_inference_tokenize) tokenize;
-    decltype(&eliza_inference_free_tokens) free_tokens;
-    decltype(&eliza_inference_llm_stream_open) open;
-    decltype(&eliza_inference_llm_stream_prefill) prefill;
-    decltype(&eliza_inference_llm_stream_next) next;
-    decltype(&eliza_inference_llm_stream_close) close;
-};
-
-template <typename F> bool resolve(void * handle, const char * name, F & fn) {
-    fn = reinterpret_cast<F>(dlsym(handle, name));
-    if (!fn) std::fprintf(stderr, "e2e_loop_bench: symbol %s missing from the library\n", name);
-    return fn != nullptr;
-}
-
-bool load_api(const std::string & path, Api & api) {
-    void * handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-        std::fprintf(stderr, "e2e_loop_bench: cannot load library '%s': %s\n", path.c_str(), dlerror());
-        return false;
-    }
-    return resolve(handle, "eliza_inference_abi_version", api.abi_version) &&
-           resolve(handle, "eliza_inference_free_string", api.free_string) &&
-           resolve(handle, "eliza_inference_create", api.create) &&
-           resolve(handle, "eliza_inference_destroy", api.destroy) &&
-           resolve(handle, "eliza_inference_tokenize", api.tokenize) &&
-           resolve(handle, "eliza_inference_free_tokens", api.free_tokens) &&
-           resolve(handle, "eliza_inference_llm_stream_open", api.open) &&
-           resolve(handle, "eliza_inference_llm_stream_prefill", api.prefill) &&
-           resolve(handle, "eliza_inference_llm_stream_next", api.next) &&
-           resolve(handle, "eliza_inference_llm_stream_close", api.close);
-}
+constexpr const char * TOOL = "e2e_loop_bench";
+using abi_loader::Api;
 
 int report(const Api & api, const char * what, char * error) {
     std::fprintf(stderr, "e2e_loop_bench: %s failed: %s\n", what, error ? error : "(no message)");
@@ -270,7 +235,7 @@ int main(int argc, char ** argv) {
         return 2;
     }
     Api api{};
-    if (!load_api(opt.library, api)) return 1;
+    if (!abi_loader::load_api(TOOL, opt.library, api)) return 1;
     if (std::string(api.abi_version()) != std::to_string(ELIZA_INFERENCE_ABI_VERSION)) {
         std::fprintf(stderr, "e2e_loop_bench: library ABI %s, expected %d\n", api.abi_version(),
                      ELIZA_INFERENCE_ABI_VERSION);
