@@ -98,7 +98,8 @@ for _spec in matrix_sessions(MATRIX):
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
     """The pytest suite: unit tests of the pure modules, the C ABI, the selector and the gate cells."""
-    session.run("python", "-m", "pytest", *session.posargs)
+    # the slowest tests, so a suite that grows toward CI's time limit shows where
+    session.run("python", "-m", "pytest", "--durations=15", *session.posargs)
 
 
 @nox.session(name="test-selector", python=False)

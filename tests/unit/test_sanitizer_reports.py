@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from eliza.adapters.sanitizer import Findings, findings, of_ours
+from eliza.app.checks.native_suite import unfinished_leak_checks
 from eliza.app.fuzz import leak_checker_died
 
 PYTHON_EXIT_LEAKS = """\
@@ -94,6 +95,10 @@ def test_a_crashed_leak_tracer_is_an_unfinished_check_not_a_report(tmp_path: Pat
     assert [of_ours(name) for name in found.incomplete_leak_checks] == [False, True]
     assert of_ours("report.e2e_loop_bench.7") and of_ours("report.case_runner.8")
     assert not of_ours("report.git.9")
+    # the native-suite check has no verdict on leaks for the Python process: an error
+    why = unfinished_leak_checks(found)
+    assert "report.python3.11.28160" in why and "report.bash" not in why and "run the check again" in why
+    assert unfinished_leak_checks(Findings((), 0, ("report.bash.1",))) == ""
 
 
 def test_a_fuzz_crash_input_is_the_tracers_only_when_nothing_else_ended_the_run(tmp_path: Path) -> None:

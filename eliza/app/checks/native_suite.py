@@ -55,6 +55,20 @@ def _bench_tools_case(
     return CaseResult(name=name, passed=result.identical, skipped=False, message=result.summary())
 
 
+def unfinished_leak_checks(reports: sanitizer.Findings) -> str:
+    """Why the suite has no verdict on leaks, or "": a process of ours (the interpreter
+    that loads the library, a tool linked to it) whose leak check could not finish. Not a
+    pass and not a failure: an error, which verify runs again."""
+    ours = [name for name in reports.incomplete_leak_checks if sanitizer.of_ours(name)]
+    if not ours:
+        return ""
+    return (
+        f"the leak check of {', '.join(ours)} did not finish: {sanitizer.TRACER_FAILED} (its "
+        "stop-the-world tracer crashed, an intermittent failure of the runtime, not a report "
+        "against the library); run the check again"
+    )
+
+
 def run_native_suite(
     run: Run,
     cells: Sequence[Cell],
@@ -88,9 +102,6 @@ def native_suite_outcome(run: Run, cell: Cell, check_id: str, library: Path) -> 
     bench = _bench_tools_case(library, run.bundle, cell, work, env)
     reports = sanitizer.findings(report_dir)
     found = [*reports.counted, *sanitizer.findings_in_output(result.log)]
-    # A process of ours whose leak check could not finish leaves the check without a
-    # verdict on leaks: an error (verify runs it again), not a pass and not a failure.
-    unfinished = [name for name in reports.incomplete_leak_checks if sanitizer.of_ours(name)]
     sanitized = bool(cell.variant and cell.variant.sanitizers)
     clean = CaseResult(
         name="sanitizer reports: none" if sanitized else "no sanitizer in this variant (nothing to report)",
@@ -108,18 +119,9 @@ def native_suite_outcome(run: Run, cell: Cell, check_id: str, library: Path) -> 
         error=result.error
         + (f"; sanitizer reports: {sanitizer.summary(found)}" if found and result.error else ""),
     )
+    unfinished = unfinished_leak_checks(reports)
     if unfinished and outcome.status is Status.PASSED:
-        outcome = cases_outcome(
-            cell.id,
-            check_id,
-            [],
-            result.log,
-            watch.span(),
-            (junit,),
-            error=f"the leak check of {', '.join(unfinished)} did not finish: "
-            f"{sanitizer.TRACER_FAILED} (its stop-the-world tracer crashed, an intermittent "
-            "failure of the runtime, not a report against the library); run the check again",
-        )
+        outcome = cases_outcome(cell.id, check_id, [], result.log, watch.span(), (junit,), error=unfinished)
     races = json.loads(figures.read_text(encoding="utf-8")) if figures.is_file() else {}
     metrics: dict[str, float | int | str] = {
         "tests_ran": len([c for c in result.cases if not c.skipped]),
