@@ -123,6 +123,8 @@ def test_the_runtime_env_preloads_asan_first_and_the_cxx_runtime(tmp_path: Path)
     assert "libasan.so" in preload[0] and "libstdc++.so" in preload[1] and preload[2] == "/x/libfoo.so"
     assert "detect_leaks=1" in env["ASAN_OPTIONS"] and "halt_on_error=1" in env["ASAN_OPTIONS"]
     assert "log_exe_name=1" in env["ASAN_OPTIONS"]  # report files name their process
+    # without it LeakSanitizer's tracer crashes on a bogus dynamic-TLS range (known-issues.md)
+    assert "intercept_tls_get_addr=0" in env["ASAN_OPTIONS"]
     assert "halt_on_error=1" in env["UBSAN_OPTIONS"]
     assert env["LSAN_OPTIONS"] == "exitcode=0" and env["PYTHONMALLOC"] == "malloc"
     # exitcode is shared by the three runtimes: set anywhere else, it would override LSan's
