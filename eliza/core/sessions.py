@@ -46,7 +46,8 @@ def matrix_sessions(matrix: Matrix) -> tuple[SessionSpec, ...]:
         cells = matrix.cells_of(platform.id)
         if not cells:
             continue
-        gate_sets = ", ".join(c.gate_key for c in cells)
+        # each cell as its id names it within the platform: "none", "litert+mlx", "none@asan-ubsan"
+        gate_sets = ", ".join(c.id.removeprefix(f"{platform.id}.") for c in cells)
         slow = " (slow: a cold llama.cpp build takes long)" if platform.slow_build else ""
         specs.append(
             SessionSpec(

@@ -40,7 +40,9 @@ def _summary(tmp_path: Path, inputs: str) -> Path:
                         "corpus_files": 7,
                         "findings": [],
                         "exit_status": 0,
+                        "leak_check": "done",
                     },
+                    # written before summaries recorded the leak check
                     "bundle": {
                         "executions": 900,
                         "seconds": 60.5,
@@ -64,9 +66,11 @@ def test_fuzz_figures_per_target_and_their_freshness(tmp_path: Path) -> None:
         ("linux-cpu.none@asan-ubsan", "fuzz", "fuzz.bundle.executions"): ("900 in 60 s", True),
         ("linux-cpu.none@asan-ubsan", "fuzz", "fuzz.bundle.corpus_files"): ("4", True),
         ("linux-cpu.none@asan-ubsan", "fuzz", "fuzz.bundle.findings"): ("crash-ab", True),
+        ("linux-cpu.none@asan-ubsan", "fuzz", "fuzz.bundle.leak_check"): ("not recorded", True),
         ("linux-cpu.none@asan-ubsan", "fuzz", "fuzz.tokenize.executions"): ("480000 in 61 s", True),
         ("linux-cpu.none@asan-ubsan", "fuzz", "fuzz.tokenize.corpus_files"): ("7", True),
         ("linux-cpu.none@asan-ubsan", "fuzz", "fuzz.tokenize.findings"): ("0", True),
+        ("linux-cpu.none@asan-ubsan", "fuzz", "fuzz.tokenize.leak_check"): ("done", True),
     }
     stale = with_fuzz_figures(empty, _summary(tmp_path, "other sources"), REPO_ROOT)
     assert not any(f.fresh for f in stale.figures)
