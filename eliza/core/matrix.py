@@ -152,11 +152,16 @@ class Cell:
         return "+".join(g.id for g in self.gates) or "none"
 
     @property
-    def id(self) -> str:
-        """ "<platform>.<gate_key>[@<variant>]", e.g. "linux-cpu.litert+mlx",
-        "linux-cpu.none@asan-ubsan"."""
+    def key(self) -> str:
+        """The cell within its platform: "<gate_key>[@<variant>]", e.g. "litert+mlx",
+        "none@asan-ubsan"."""
         suffix = f"@{self.variant.id}" if self.variant is not None else ""
-        return f"{self.platform.id}.{self.gate_key}{suffix}"
+        return f"{self.gate_key}{suffix}"
+
+    @property
+    def id(self) -> str:
+        """ "<platform>.<key>", e.g. "linux-cpu.litert+mlx", "linux-cpu.none@asan-ubsan"."""
+        return f"{self.platform.id}.{self.key}"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -46,8 +46,7 @@ def matrix_sessions(matrix: Matrix) -> tuple[SessionSpec, ...]:
         cells = matrix.cells_of(platform.id)
         if not cells:
             continue
-        # each cell as its id names it within the platform: "none", "litert+mlx", "none@asan-ubsan"
-        gate_sets = ", ".join(c.id.removeprefix(f"{platform.id}.") for c in cells)
+        gate_sets = ", ".join(c.key for c in cells)
         slow = " (slow: a cold llama.cpp build takes long)" if platform.slow_build else ""
         specs.append(
             SessionSpec(

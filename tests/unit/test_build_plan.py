@@ -84,6 +84,10 @@ def test_session_table_covers_every_platform_and_cell() -> None:
     linux = next(s for s in specs if s.name == "build-linux-cpu")
     cells = len(MATRIX.cells_of("linux-cpu"))
     assert linux.kind is SessionKind.BUILD_PLATFORM and f"{cells} cells" in linux.description
+    # each cell as it is named within the platform, a variant cell with its suffix
+    for cell in MATRIX.cells_of("linux-cpu"):
+        assert cell.id == f"linux-cpu.{cell.key}" and cell.key in linux.description.split("(")[1], cell.id
+    assert any("@" in c.key for c in MATRIX.cells_of("linux-cpu"))
     assert all(s.description for s in specs)
 
 
