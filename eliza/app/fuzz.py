@@ -193,6 +193,7 @@ def fuzz(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
             raise FuzzFailed(f"{cell.id} did not build: {exc}") from exc
         bundle = ensure_tiny_bundle()
         results: list[TargetResult] = []
+        width = max(len(t) for t in wanted)  # the figures line up in one column
         for target in wanted:
             log(f"fuzzing {target} for {args.seconds} s on {cell.id} ...")
             result = run_target(
@@ -207,7 +208,7 @@ def fuzz(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
             results.append(result)
             said = ", ".join(result.findings) or "no findings"
             log(
-                f"  {target:<12} {result.executions:>9} executions in {result.seconds:6.1f} s, "
+                f"  {target:<{width}} {result.executions:>9} executions in {result.seconds:6.1f} s, "
                 f"corpus {result.corpus_files} file(s), {said}"
                 + ("" if result.exit_status == 0 else f" (exit status {result.exit_status})")
                 + ("" if result.leak_check in ("done", "off") else f"; leak check {result.leak_check}")
