@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from eliza.core.cell_id import CellId
+
 
 class Requirement(StrEnum):
     """What a platform needs: tools to build it, hardware to run what was built."""
@@ -163,6 +165,23 @@ class Cell:
         """ "<platform>.<key>", e.g. "linux-cpu.litert+mlx", "linux-cpu.none@asan-ubsan"."""
         return f"{self.platform.id}.{self.key}"
 
+    @property
+    def ref(self) -> CellId:
+        """The cell's identity as a value (its `id` is the string form, for the edges)."""
+        return CellId(
+            platform=self.platform.id,
+            gates=tuple(g.id for g in self.gates),
+            variant=self.variant.id if self.variant is not None else None,
+        )
+
+    @property
+    def is_reference(self) -> bool:
+        """The platform's reference cell: no gate, the default (release) variant."""
+        return not self.gates and self.variant is None
+
+    def check_of(self, kind: CheckKind) -> Check | None:
+        return next((c for c in self.checks if c.kind is kind), None)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Problem:
@@ -296,8 +315,14 @@ class Matrix:
     def cells_of(self, platform_id: str) -> tuple[Cell, ...]:
         return tuple(c for c in self.cells if c.platform.id == platform_id)
 
-    def cell(self, cell_id: str) -> Cell:
+    def cell(self, cell_id: str | CellId) -> Cell:
+        wanted = str(cell_id)
         for c in self.cells:
-            if c.id == cell_id:
+            if c.id == wanted:
                 return c
-        raise KeyError(cell_id)
+        raise KeyError(wanted)
+
+    def reference_cell(self, platform_id: str) -> Cell | None:
+        """The reference cell of a platform: its no-gate cell of the default variant, which
+        gated cells, the ABI and other platforms compare with. The one place this is said."""
+        return next((c for c in self.cells_of(platform_id) if c.is_reference), None)

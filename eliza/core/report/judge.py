@@ -203,6 +203,15 @@ def _no_evidence(
     return GridState.NOT_RUN, "no evidence found", (), ()
 
 
+def unavailable_state(
+    cell: Cell, check: Check, capability: PlatformCapability, device_items: tuple[DeviceGatedItem, ...]
+) -> tuple[GridState, str]:
+    """The state and reason of a check this host will not run, as the report will judge it
+    without evidence: DEVICE-GATED, NOT BUILDABLE HERE, NOT RUNNABLE HERE or NOT RUN."""
+    state, reason, _, _ = _no_evidence(cell, check, capability, device_items)
+    return state, reason
+
+
 def evaluate(
     cell: Cell,
     check: Check,

@@ -1,0 +1,553 @@
+"""What `verify` will do, decided before anything is built: one pure function from the
+matrix, this host's capabilities, the user's selection and the evidence already on disk to
+a plan of frozen steps.
+
+- `Build(cell, role)`: a library some check needs, as its subject, as a reference another
+  check compares with, as the declared baseline, or as the CPU build a CUDA cell's
+  fallback run must equal.
+- `Run(cell, check)`: the check runs, and why (no evidence, inputs changed, ...).
+- `Keep(cell, check, evidence)`: fresh passing evidence of these very artifacts stands.
+- `Skip(cell, check, state, reason)`: it cannot or will not run here; some skips write
+  skipped evidence, so the report can say why.
+
+The executor (eliza.app.executor) carries a plan out and decides nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from eliza.core.cell_id import CellId
+from eliza.core.evidence import EvidenceRecord
+from eliza.core.fingerprint import InputHashes, fingerprint_for, is_fresh_pass
+from eliza.core.host import Capability
+from eliza.core.matrix import Cell, Check, CheckKind, Matrix, Platform
+from eliza.core.report.judge import unavailable_state
+from eliza.core.report.model import PlatformCapability
+from eliza.core.report.states import GridState
+
+__all__ = [
+    "IDENTITY_KINDS",
+    "PLATFORM_GROUPS",
+    "Build",
+    "BuildRole",
+    "Keep",
+    "KnownRecord",
+    "PlanFacts",
+    "Run",
+    "Selection",
+    "Skip",
+    "Step",
+    "VerifyPlan",
+    "plan",
+]
+
+# The byte-identity checks share one bench run of the platform's cells.
+IDENTITY_KINDS: frozenset[CheckKind] = frozenset(
+    {
+        CheckKind.BYTE_IDENTITY_REFERENCE,
+        CheckKind.BYTE_IDENTITY_GATES,
+        CheckKind.BYTE_IDENTITY_BASELINE,
+        CheckKind.BYTE_IDENTITY_DRAFTER,
+        CheckKind.CROSS_ARCH_AGREEMENT,
+    }
+)
+# Check kinds whose runner serves every cell of a platform at once: they run for all the
+# platform's cells or for none, and the group is kept only when every member would be.
+PLATFORM_GROUPS: Mapping[CheckKind, str] = {
+    **{kind: "bench" for kind in IDENTITY_KINDS},
+    CheckKind.GATE_FALLTHROUGH: "gate-fallthrough",
+}
+
+
+class BuildRole(StrEnum):
+    SUBJECT = "subject"  # its own checks run on it
+    REFERENCE = "reference"  # another cell's check compares with it
+    BASELINE = "baseline"  # the pre-M3 commit's library, for byte-identity-baseline
+    CPU_FALLBACK_REFERENCE = "cpu-fallback reference"  # a CUDA cell's CPU run must equal it
+
+
+@dataclass(frozen=True, kw_only=True)
+class Build:
+    cell: CellId
+    role: BuildRole
+    reason: str
+    commit: str = ""  # BASELINE: the commit whose library is built
+
+    def describe(self) -> str:
+        what = f"baseline {self.commit[:12]} of {self.cell.platform}" if self.commit else str(self.cell)
+        return f"build  {what} as {self.role.value}: {self.reason}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    cell: CellId
+    check: str
+    kind: CheckKind
+    reason: str  # why it runs
+    how: str = "native"  # "native", "emulated: ...", "CPU fallback, without nvidia-gpu"
+    needs: tuple[CellId, ...] = ()  # other cells' libraries it reads (references)
+    baseline_commit: str = ""  # byte-identity-baseline: the commit compared with
+
+    def describe(self) -> str:
+        where = "" if self.how == "native" else f" [{self.how}]"
+        return f"run    {self.check}{where}: {self.reason}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Keep:
+    cell: CellId
+    check: str
+    evidence: str  # the record's path
+    reason: str
+
+    def describe(self) -> str:
+        return f"keep   {self.check}: {self.reason} ({self.evidence})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Skip:
+    cell: CellId
+    check: str
+    state: GridState
+    reason: str
+    records: bool = False  # written as skipped evidence carrying the reason
+
+    def describe(self) -> str:
+        return f"skip   {self.check}: {self.state.label}: {self.reason}"
+
+
+Step = Build | Run | Keep | Skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnownRecord:
+    """A record on disk as the planner sees it: the record, where it is, and whether every
+    artifact it names is here and hashes as recorded (the app hashes them)."""
+
+    record: EvidenceRecord
+    path: str
+    artifacts_intact: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Selection:
+    """What the user asked for."""
+
+    cells: frozenset[CellId] | None = None  # --cell; None: every cell
+    rerun: bool = False
+    bench: bool = True  # False: --no-bench
+    baseline_commit: str | None = None  # what byte-identity-baseline compares with; None: not run
+    no_baseline_reason: str = ""  # why there is none (a shallow clone)
+    kinds: frozenset[CheckKind] | None = None  # build sessions: build and abi only
+    build_all: bool = False  # build sessions build every selected cell even when nothing runs
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanFacts:
+    """What the planner knows of this host and tree, gathered by the app beforehand."""
+
+    capabilities: Mapping[str, Capability]  # platform id -> what this host can do with it
+    hashes: InputHashes
+    cached_llama: frozenset[tuple[str, str]] = frozenset()  # (platform, sanitize option) in the cache
+    evidence: Mapping[tuple[str, str], KnownRecord] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyPlan:
+    steps: tuple[Step, ...]
+    notes: tuple[str, ...] = ()  # per-platform decisions in words ("linux-cuda: not buildable here — ...")
+
+    def of(self, kind: type[Step]) -> list[Step]:
+        return [s for s in self.steps if isinstance(s, kind)]
+
+    @property
+    def builds(self) -> list[Build]:
+        return [s for s in self.steps if isinstance(s, Build)]
+
+    @property
+    def runs(self) -> list[Run]:
+        return [s for s in self.steps if isinstance(s, Run)]
+
+    @property
+    def kept(self) -> list[Keep]:
+        return [s for s in self.steps if isinstance(s, Keep)]
+
+    @property
+    def skips(self) -> list[Skip]:
+        return [s for s in self.steps if isinstance(s, Skip)]
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "build": len(self.builds),
+            "run": len(self.runs),
+            "keep": len(self.kept),
+            "skip": len(self.skips),
+        }
+
+    def lines(self) -> list[str]:
+        """One line per step, grouped by cell, in matrix order; then the counts."""
+        out = list(self.notes)
+        order: list[str] = []
+        groups: dict[str, list[Step]] = {}
+        for step in self.steps:
+            name = (
+                str(step.cell)
+                if not (isinstance(step, Build) and step.commit)
+                else f"baseline {step.commit[:12]}"
+            )
+            if name not in groups:
+                order.append(name)
+            groups.setdefault(name, []).append(step)
+        for name in order:
+            out.append(f"{name}:")
+            out.extend(f"  {s.describe()}" for s in groups[name])
+        c = self.counts()
+        out.append(
+            f"plan: {c['build']} build(s), {c['run']} check(s) to run, {c['keep']} kept, {c['skip']} skipped"
+        )
+        return out
+
+    def as_dict(self) -> dict[str, object]:
+        def step(s: Step) -> dict[str, object]:
+            base: dict[str, object] = {"step": type(s).__name__.lower(), "cell": str(s.cell)}
+            if isinstance(s, Build):
+                base |= {"role": s.role.value, "reason": s.reason, "commit": s.commit}
+            elif isinstance(s, Run):
+                base |= {
+                    "check": s.check,
+                    "reason": s.reason,
+                    "how": s.how,
+                    "needs": [str(n) for n in s.needs],
+                    "baseline_commit": s.baseline_commit,
+                }
+            elif isinstance(s, Keep):
+                base |= {"check": s.check, "reason": s.reason, "evidence": s.evidence}
+            else:
+                base |= {"check": s.check, "state": s.state.value, "reason": s.reason, "records": s.records}
+            return base
+
+        return {"notes": list(self.notes), "counts": self.counts(), "steps": [step(s) for s in self.steps]}
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def _report_capability(can: Capability) -> PlatformCapability:
+    return PlatformCapability(
+        can_build=can.can_build,
+        build_reason=can.build_reason,
+        can_run=can.can_run,
+        run_reason=can.run_reason,
+        can_run_fallback=can.can_run_fallback,
+        fallback_reason=can.fallback_reason,
+    )
+
+
+def cpu_fallback_reference(matrix: Matrix, platform: Platform, facts: PlanFacts) -> Cell | None:
+    """The CPU reference cell a CUDA platform's fallback run is compared with: the reference
+    cell of a CPU platform of the same OS and architecture that this host can build."""
+    if platform.llama_backend != "cuda":
+        return None
+    for other in matrix.platforms:
+        if other.llama_backend == "cpu" and (other.os, other.arch) == (platform.os, platform.arch):
+            can = facts.capabilities.get(other.id)
+            cell = matrix.reference_cell(other.id)
+            if cell is not None and can is not None and can.can_build:
+                return cell
+    return None
+
+
+def _changed_parts(record: EvidenceRecord, current: Mapping[str, str]) -> list[str]:
+    old = record.fingerprint.parts
+    return sorted(k for k in {*old, *current} if old.get(k) != current.get(k))
+
+
+class _Planner:
+    def __init__(self, matrix: Matrix, facts: PlanFacts, selection: Selection) -> None:
+        self.matrix = matrix
+        self.facts = facts
+        self.selection = selection
+        self.steps: list[Step] = []
+        self.notes: list[str] = []
+
+    # -- evidence
+
+    def _wanted(self, check: Check) -> bool:
+        return self.selection.kinds is None or check.kind in self.selection.kinds
+
+    def verdict(self, cell: Cell, check: Check, baseline_commit: str = "", *, artifacts: bool) -> Keep | str:
+        """Keep when fresh passing evidence stands (and, when `artifacts`, every artifact
+        it names hashes as recorded); otherwise why the check must run."""
+        if self.selection.rerun:
+            return "--rerun"
+        known = self.facts.evidence.get((cell.id, check.id))
+        if known is None:
+            return "no evidence yet"
+        current = fingerprint_for(cell, check, self.facts.hashes, baseline_commit)
+        record = known.record
+        if record.fingerprint.key != current.key:
+            changed = ", ".join(_changed_parts(record, current.parts))
+            return f"inputs changed since {record.finished_at}: {changed}"
+        if not is_fresh_pass(record, current):
+            return f"last run {record.status.value} ({record.counts.passed}/{record.counts.ran} passed)"
+        if artifacts and not known.artifacts_intact:
+            return "an artifact it names is missing or its bytes changed"
+        return Keep(
+            cell=cell.ref,
+            check=check.id,
+            evidence=known.path,
+            reason=f"fresh passing evidence from {record.finished_at}",
+        )
+
+    # -- steps
+
+    def skip_all(
+        self,
+        cells: Iterable[Cell],
+        can: Capability,
+        *,
+        records_kind: CheckKind | None = None,
+        reason: str | None = None,
+    ) -> None:
+        for cell in cells:
+            for check in cell.checks:
+                if not self._wanted(check):
+                    continue
+                if reason is not None and (records_kind is None or check.kind is records_kind):
+                    self.steps.append(
+                        Skip(
+                            cell=cell.ref,
+                            check=check.id,
+                            state=GridState.NOT_RUN,
+                            reason=reason,
+                            records=True,
+                        )
+                    )
+                    continue
+                state, why = unavailable_state(cell, check, _report_capability(can), self.matrix.device_gated)
+                self.steps.append(Skip(cell=cell.ref, check=check.id, state=state, reason=why))
+
+    def plan_platform(self, platform: Platform) -> None:
+        matrix, selection = self.matrix, self.selection
+        can = self.facts.capabilities[platform.id]
+        subjects = [
+            c for c in matrix.cells_of(platform.id) if selection.cells is None or c.ref in selection.cells
+        ]
+        if not can.can_build:
+            self.notes.append(f"{platform.id}: not buildable here — {can.build_reason}")
+            self.skip_all(subjects, can)
+            return
+        if (
+            platform.slow_build
+            and selection.cells is None
+            and (platform.id, "none") not in self.facts.cached_llama
+        ):
+            reason = (
+                f"slow build not started by verify: run `nox -s build-{platform.id}` once, then verify again"
+            )
+            self.notes.append(f"{platform.id}: {reason}")
+            # Its build checks say so in evidence; the rest are judged as the host allows.
+            self.skip_all(subjects, can, records_kind=CheckKind.BUILD, reason=reason)
+            return
+        active: list[Cell] = []
+        for cell in subjects:
+            variant = cell.variant
+            if (
+                variant is not None
+                and variant.slow_build
+                and selection.cells is None
+                and (platform.id, variant.sanitize_option) not in self.facts.cached_llama
+            ):
+                reason = (
+                    f"slow build not started by verify: run `nox -s build-{cell.id}` once (llama.cpp with "
+                    f"{variant.sanitize_option}), then verify again, or `nox -s verify -- --cell {cell.id}`"
+                )
+                self.notes.append(f"{cell.id}: {reason}")
+                self.skip_all([cell], can, reason=reason)
+                continue
+            active.append(cell)
+        reference = matrix.reference_cell(platform.id)
+        for cell in active:
+            self.plan_inspections(cell, reference)
+        runtime = [(c, k) for c in active for k in c.checks if k.needs_run and self._wanted(k)]
+        if not runtime:
+            return
+        if not (can.can_run or can.can_run_fallback):
+            self.notes.append(f"{platform.id}: run-time checks not run here ({can.run_reason})")
+        elif can.emulated:
+            self.notes.append(f"{platform.id}: checks run as target binaries, {can.runner_words}")
+        elif not can.can_run:
+            how = can.how_it_runs(device_free=True)
+            self.notes.append(
+                f"{platform.id}: {can.run_reason}; device-free checks run on the {how} "
+                f"({can.fallback_reason})"
+            )
+        groups: dict[str, list[tuple[Cell, Check]]] = {}
+        for cell, check in runtime:
+            if not can.can_run_check(check.device_free):
+                state, why = unavailable_state(cell, check, _report_capability(can), matrix.device_gated)
+                self.steps.append(Skip(cell=cell.ref, check=check.id, state=state, reason=why))
+                continue
+            if can.emulated and check.kind is CheckKind.NATIVE_SUITE:
+                why = (
+                    "the native suite loads the library into this host's Python, "
+                    f"which cannot run {platform.arch}"
+                )
+                self.steps.append(
+                    Skip(cell=cell.ref, check=check.id, state=GridState.NOT_RUNNABLE_HERE, reason=why)
+                )
+                continue
+            if check.kind in IDENTITY_KINDS and not selection.bench:
+                self.steps.append(
+                    Skip(cell=cell.ref, check=check.id, state=GridState.NOT_RUN, reason="--no-bench")
+                )
+                continue
+            if check.kind is CheckKind.BYTE_IDENTITY_BASELINE and selection.baseline_commit is None:
+                why = (
+                    selection.no_baseline_reason or "no baseline declared (baseline: in matrix.yaml) or given"
+                )
+                self.steps.append(
+                    Skip(cell=cell.ref, check=check.id, state=GridState.NOT_RUN, reason=why, records=True)
+                )
+                continue
+            group = PLATFORM_GROUPS.get(check.kind)
+            if group is None:
+                self.plan_runtime([(cell, check)], can, reference, artifacts=False)
+            else:
+                groups.setdefault(group, []).append((cell, check))
+        for group, members in groups.items():
+            self.plan_runtime(members, can, reference, artifacts=group == "bench", group=group)
+
+    def plan_inspections(self, cell: Cell, reference: Cell | None) -> None:
+        """build and abi: they inspect what was built and stand while its bytes do."""
+        fallback = cpu_fallback_reference(self.matrix, cell.platform, self.facts)
+        for check in cell.checks:
+            if check.needs_run or not self._wanted(check):
+                continue
+            verdict = self.verdict(cell, check, artifacts=True)
+            needs: tuple[CellId, ...] = ()
+            known = self.facts.evidence.get((cell.id, check.id))
+            details = known.record.details if known is not None else {}
+            if check.kind is CheckKind.ABI and cell.gates and reference is not None:
+                needs = (reference.ref,)
+                if isinstance(verdict, Keep) and not details.get("compared_with_no_gate"):
+                    verdict = "made by a narrower build, without the no-gate cell to compare with"
+            if check.kind is CheckKind.BUILD and fallback is not None:
+                needs = (fallback.ref,)
+                names = [str(s.get("name", "")) for s in details.get("subchecks", []) if isinstance(s, dict)]
+                if isinstance(verdict, Keep) and not any(n.startswith("without a GPU") for n in names):
+                    verdict = "made without the CPU-fallback comparison"
+            if isinstance(verdict, Keep):
+                self.steps.append(verdict)
+            else:
+                self.steps.append(
+                    Run(cell=cell.ref, check=check.id, kind=check.kind, reason=verdict, needs=needs)
+                )
+
+    def plan_runtime(
+        self,
+        members: Sequence[tuple[Cell, Check]],
+        can: Capability,
+        reference: Cell | None,
+        *,
+        artifacts: bool,
+        group: str = "",
+    ) -> None:
+        commit = self.selection.baseline_commit or ""
+        verdicts = [
+            self.verdict(
+                c, k, commit if k.kind is CheckKind.BYTE_IDENTITY_BASELINE else "", artifacts=artifacts
+            )
+            for c, k in members
+        ]
+        stale = [v for v in verdicts if not isinstance(v, Keep)]
+        for (cell, check), verdict in zip(members, verdicts, strict=True):
+            if not stale and isinstance(verdict, Keep):
+                self.steps.append(verdict)
+                continue
+            reason = verdict if isinstance(verdict, str) else f"its platform's {group} runs again: {stale[0]}"
+            self.steps.append(
+                Run(
+                    cell=cell.ref,
+                    check=check.id,
+                    kind=check.kind,
+                    reason=reason,
+                    how=can.how_it_runs(check.device_free),
+                    needs=self._runtime_needs(cell, check, reference, group),
+                    baseline_commit=commit if check.kind is CheckKind.BYTE_IDENTITY_BASELINE else "",
+                )
+            )
+
+    def _runtime_needs(
+        self, cell: Cell, check: Check, reference: Cell | None, group: str
+    ) -> tuple[CellId, ...]:
+        needs: list[CellId] = []
+        if reference is not None and reference.ref != cell.ref and group:
+            needs.append(reference.ref)  # the gates' comparisons, the overhead run
+        if check.kind is CheckKind.CROSS_ARCH_AGREEMENT and cell.platform.agreement is not None:
+            other = self.matrix.reference_cell(cell.platform.agreement.reference)
+            if other is not None:
+                needs.append(other.ref)
+        return tuple(needs)
+
+    # -- builds
+
+    def builds(self) -> list[Build]:
+        """The libraries the Run steps need, each once, subjects first; a library whose
+        build evidence is kept is already here and needs no build (build_all aside)."""
+
+        def library_stands(ref: CellId) -> bool:
+            cell = self.matrix.cell(ref)
+            check = cell.check_of(CheckKind.BUILD)
+            return check is not None and isinstance(self.verdict(cell, check, artifacts=True), Keep)
+
+        roles: dict[CellId, tuple[BuildRole, str]] = {}
+        baselines: dict[str, tuple[CellId, str]] = {}
+        if self.selection.build_all:
+            for cell in self.matrix.cells:
+                if self.selection.cells is None or cell.ref in self.selection.cells:
+                    roles[cell.ref] = (BuildRole.SUBJECT, "asked for")
+        for run in (s for s in self.steps if isinstance(s, Run)):
+            roles.setdefault(run.cell, (BuildRole.SUBJECT, f"{run.check} runs on it"))
+        for run in (s for s in self.steps if isinstance(s, Run)):
+            for other in run.needs:
+                role = (
+                    BuildRole.CPU_FALLBACK_REFERENCE if run.kind is CheckKind.BUILD else BuildRole.REFERENCE
+                )
+                roles.setdefault(other, (role, f"{run.cell} {run.check} compares with it"))
+            if run.baseline_commit:
+                ref = self.matrix.reference_cell(run.cell.platform)
+                if ref is not None:
+                    baselines.setdefault(
+                        run.baseline_commit, (ref.ref, f"{run.cell} {run.check} compares with it")
+                    )
+        order = {c.ref: i for i, c in enumerate(self.matrix.cells)}
+        out = [
+            Build(cell=cell, role=role, reason=why)
+            for cell, (role, why) in sorted(roles.items(), key=lambda kv: order.get(kv[0], 0))
+            if self.selection.build_all or not library_stands(cell)
+        ]
+        out += [
+            Build(cell=cell, role=BuildRole.BASELINE, reason=why, commit=commit)
+            for commit, (cell, why) in baselines.items()
+        ]
+        return out
+
+
+def plan(matrix: Matrix, facts: PlanFacts, selection: Selection) -> VerifyPlan:
+    """Every decision of a verify, made from facts passed in."""
+    planner = _Planner(matrix, facts, selection)
+    wanted = {c.platform for c in selection.cells} if selection.cells is not None else None
+    for platform in matrix.platforms:
+        if wanted is not None and platform.id not in wanted:
+            continue
+        planner.plan_platform(platform)
+    builds = planner.builds()
+    return VerifyPlan(steps=(*builds, *planner.steps), notes=tuple(planner.notes))
+
+
+def steps_of(plan_: VerifyPlan, cell: CellId) -> Iterator[Step]:
+    return (s for s in plan_.steps if s.cell == cell)

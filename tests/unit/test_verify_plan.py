@@ -1,0 +1,408 @@
+"""The verify planner in-process: every decision verify makes, from matrices written into
+tmp_path, host facts and evidence made here. No compiler, no build."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+
+from eliza.core.cell_id import CellId
+from eliza.core.evidence import Counts, EvidenceRecord, HostInfo, Status
+from eliza.core.fingerprint import InputHashes, fingerprint_for
+from eliza.core.host import HostFacts, Tool, decide
+from eliza.core.layout import REPO_ROOT
+from eliza.core.matrix import CheckKind, Matrix
+from eliza.core.report.states import GridState
+from eliza.core.verify_plan import (
+    Build,
+    BuildRole,
+    Keep,
+    KnownRecord,
+    PlanFacts,
+    Run,
+    Selection,
+    Skip,
+    VerifyPlan,
+    plan,
+)
+from eliza.formats.matrix_yaml import load_matrix
+
+
+def tool(name: str) -> Tool:
+    return Tool(name=name, path=f"/usr/bin/{name}", version="1.0")
+
+
+# An x86-64-v3 Linux host with the arm64 cross compiler and qemu, nvcc and installable
+# cuBLAS, no GPU, no phone, no Mac: what this project's dev box has.
+HOST = HostFacts(
+    os="linux",
+    arch="x86_64",
+    cpu_count=2,
+    cpu_flags=frozenset(
+        {"cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3", "avx", "avx2"}
+        | {"bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
+    ),
+    compiler=tool("g++"),
+    conan=tool("conan"),
+    cmake=tool("cmake"),
+    ninja=tool("ninja"),
+    nvcc=tool("nvcc"),
+    cuda_version="13.0",
+    cublas_installable=True,
+    programs={n: tool(n) for n in ("aarch64-linux-gnu-g++", "aarch64-linux-gnu-gcc", "qemu-aarch64")},
+    existing_dirs=frozenset({"/usr/aarch64-linux-gnu"}),
+)
+HASHES = InputHashes(
+    native="n1",
+    recipes="r1",
+    bundle="b1",
+    prompts="p1",
+    selector_tests="s1",
+    gate_tests="g1",
+    bench="be1",
+    llama_source="0.3.36",
+    tools={
+        "compiler": "1.0",
+        "cmake": "1.0",
+        "conan": "1.0",
+        "ninja": "1.0",
+        "nvcc": "1.0",
+        "abidiff": "2.2",
+    },
+    build_check="bc1",
+    abi_check="ac1",
+    native_tests="nt1",
+)
+BASELINE = "808e7c19fbed23fc8ecaef52353f8dc0ab829031"
+
+
+@pytest.fixture()
+def matrix(tmp_path: Path) -> Matrix:
+    """The project's matrix, written into tmp_path (tests change their copy)."""
+    path = tmp_path / "matrix.yaml"
+    shutil.copy2(REPO_ROOT / "matrix.yaml", path)
+    return load_matrix(path)
+
+
+def facts(matrix: Matrix, **kw: object) -> PlanFacts:
+    caps = {p.id: decide(HOST, p) for p in matrix.platforms}
+    base = PlanFacts(capabilities=caps, hashes=HASHES, cached_llama=frozenset({("linux-cpu", "none")}))
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def evidence_for(
+    matrix: Matrix,
+    cells: list[str],
+    *,
+    status: Status = Status.PASSED,
+    intact: bool = True,
+    baseline: str = BASELINE,
+    details: dict[str, object] | None = None,
+) -> dict[tuple[str, str], KnownRecord]:
+    """Passing evidence of every check of the cells, fingerprinted against HASHES."""
+    out: dict[tuple[str, str], KnownRecord] = {}
+    for cell_id in cells:
+        cell = matrix.cell(cell_id)
+        for check in cell.checks:
+            commit = baseline if check.kind is CheckKind.BYTE_IDENTITY_BASELINE else ""
+            extra: dict[str, object] = {"compared_with_no_gate": True} if check.kind is CheckKind.ABI else {}
+            record = EvidenceRecord(
+                cell=cell.id,
+                check=check.id,
+                status=status,
+                reason="",
+                counts=Counts(
+                    ran=3,
+                    passed=3 if status is Status.PASSED else 1,
+                    failed=0 if status is Status.PASSED else 2,
+                ),
+                fingerprint=fingerprint_for(cell, check, HASHES, commit),
+                commit="c0ffee",
+                dirty=False,
+                host=HostInfo(os="linux", cpu="x86_64"),
+                started_at="2026-11-30T12:00:00Z",
+                finished_at="2026-11-30T12:00:10Z",
+                duration_s=10.0,
+                details={**extra, **(details or {})},
+            )
+            out[(cell.id, check.id)] = KnownRecord(
+                record=record, path=f"build/evidence/{cell.id}__{check.id}.json", artifacts_intact=intact
+            )
+    return out
+
+
+def steps_for(p: VerifyPlan, cell: str, check: str) -> list[object]:
+    wanted = CellId.parse(cell)
+    return [s for s in p.steps if s.cell == wanted and getattr(s, "check", None) == check]
+
+
+def only_step(p: VerifyPlan, cell: str, check: str) -> object:
+    found = steps_for(p, cell, check)
+    assert len(found) == 1, found
+    return found[0]
+
+
+LINUX_CPU = ["linux-cpu.none", "linux-cpu.litert", "linux-cpu.mlx", "linux-cpu.litert+mlx"]
+LINUX_ARM = ["linux-arm64.none", "linux-arm64.litert", "linux-arm64.mlx", "linux-arm64.litert+mlx"]
+SELECT_ALL = Selection(baseline_commit=BASELINE)
+
+
+# --- fresh versus stale ----------------------------------------------------------------
+
+
+def test_fresh_evidence_is_kept_and_nothing_is_built(matrix: Matrix) -> None:
+    p = plan(matrix, facts(matrix, evidence=evidence_for(matrix, LINUX_CPU + LINUX_ARM)), SELECT_ALL)
+    cpu_and_arm = [
+        s for s in p.steps if s.cell.platform in ("linux-cpu", "linux-arm64") and s.cell.variant is None
+    ]
+    assert cpu_and_arm and all(isinstance(s, Keep) for s in cpu_and_arm)
+    assert p.builds == [] and p.runs == []
+    keep = only_step(p, "linux-cpu.none", "selector")
+    assert isinstance(keep, Keep) and keep.evidence.endswith("linux-cpu.none__selector.json")
+
+
+def test_a_changed_native_tree_reruns_and_rebuilds_and_names_the_input(matrix: Matrix) -> None:
+    known = evidence_for(matrix, LINUX_CPU + LINUX_ARM)
+    p = plan(matrix, facts(matrix, evidence=known, hashes=replace(HASHES, native="n2")), SELECT_ALL)
+    assert not p.kept
+    built = {str(b.cell) for b in p.builds if not b.commit}
+    assert built == set(LINUX_CPU + LINUX_ARM)
+    run = only_step(p, "linux-cpu.mlx", "abi")
+    assert isinstance(run, Run) and "native" in run.reason
+
+
+def test_changed_selector_tests_rerun_only_the_selector_and_need_no_build(matrix: Matrix) -> None:
+    known = evidence_for(matrix, LINUX_CPU + LINUX_ARM)
+    p = plan(matrix, facts(matrix, evidence=known, hashes=replace(HASHES, selector_tests="s2")), SELECT_ALL)
+    assert {r.check for r in p.runs} == {"selector"}
+    assert len(p.runs) == 8
+    # the libraries stand (their build evidence is kept): nothing to build
+    assert p.builds == []
+
+
+def test_failed_evidence_and_missing_artifacts_rerun(matrix: Matrix) -> None:
+    failed = evidence_for(matrix, LINUX_CPU, status=Status.FAILED)
+    p = plan(matrix, facts(matrix, evidence=failed), SELECT_ALL)
+    run = only_step(p, "linux-cpu.none", "selector")
+    assert isinstance(run, Run) and run.reason.startswith("last run failed")
+    gone = evidence_for(matrix, LINUX_CPU, intact=False)
+    p = plan(matrix, facts(matrix, evidence=gone), SELECT_ALL)
+    build = only_step(p, "linux-cpu.none", "build")
+    assert isinstance(build, Run) and "artifact" in build.reason
+    # the selector judges no artifact of its own: it stands while its inputs do
+    assert isinstance(only_step(p, "linux-cpu.none", "selector"), Keep)
+
+
+def test_rerun_runs_everything_runnable(matrix: Matrix) -> None:
+    known = evidence_for(matrix, LINUX_CPU)
+    p = plan(matrix, facts(matrix, evidence=known), replace(SELECT_ALL, rerun=True))
+    assert not p.kept
+    assert all(r.reason == "--rerun" for r in p.runs)
+
+
+def test_abi_evidence_of_a_narrower_build_is_not_kept(matrix: Matrix) -> None:
+    known = evidence_for(matrix, LINUX_CPU)
+    narrow = known[("linux-cpu.mlx", "abi")]
+    known[("linux-cpu.mlx", "abi")] = replace(
+        narrow, record=replace(narrow.record, details={"compared_with_no_gate": False})
+    )
+    p = plan(matrix, facts(matrix, evidence=known), SELECT_ALL)
+    run = only_step(p, "linux-cpu.mlx", "abi")
+    assert isinstance(run, Run) and "narrower" in run.reason
+    assert run.needs == (CellId.parse("linux-cpu.none"),)
+
+
+# --- platform groups ---------------------------------------------------------------------
+
+
+def test_one_stale_gate_fallthrough_reruns_the_whole_platform(matrix: Matrix) -> None:
+    known = evidence_for(matrix, LINUX_CPU)
+    del known[("linux-cpu.mlx", "gate-fallthrough")]
+    p = plan(matrix, facts(matrix, evidence=known), SELECT_ALL)
+    runs = [r for r in p.runs if r.check == "gate-fallthrough" and r.cell.platform == "linux-cpu"]
+    assert len(runs) == 4
+    other = only_step(p, "linux-cpu.none", "gate-fallthrough")
+    assert isinstance(other, Run) and "gate-fallthrough runs again" in other.reason
+    # the bench group is untouched
+    assert isinstance(only_step(p, "linux-cpu.none", "byte-identity-reference"), Keep)
+
+
+def test_the_bench_group_needs_the_reference_cell_and_the_baseline(matrix: Matrix) -> None:
+    p = plan(matrix, facts(matrix), SELECT_ALL)
+    gates = only_step(p, "linux-cpu.mlx", "byte-identity-gates")
+    assert isinstance(gates, Run) and CellId.parse("linux-cpu.none") in gates.needs
+    base = only_step(p, "linux-cpu.mlx", "byte-identity-baseline")
+    assert isinstance(base, Run) and base.baseline_commit == BASELINE
+    baselines = [b for b in p.builds if b.role is BuildRole.BASELINE]
+    assert [(str(b.cell), b.commit) for b in baselines] == [("linux-cpu.none", BASELINE)]
+
+
+def test_without_a_baseline_commit_the_baseline_check_is_skipped_with_evidence(matrix: Matrix) -> None:
+    why = "the declared baseline is not in this clone (a shallow clone?)"
+    known = evidence_for(matrix, LINUX_CPU)
+    p = plan(matrix, facts(matrix, evidence=known), Selection(baseline_commit=None, no_baseline_reason=why))
+    skip = only_step(p, "linux-cpu.none", "byte-identity-baseline")
+    assert isinstance(skip, Skip) and skip.records and skip.reason == why
+    # and the rest of the bench group stands
+    assert isinstance(only_step(p, "linux-cpu.none", "byte-identity-drafter"), Keep)
+
+
+def test_no_bench_skips_the_identity_checks_without_evidence(matrix: Matrix) -> None:
+    p = plan(matrix, facts(matrix), replace(SELECT_ALL, bench=False))
+    skip = only_step(p, "linux-cpu.litert", "byte-identity-gates")
+    assert isinstance(skip, Skip) and skip.reason == "--no-bench" and not skip.records
+    assert isinstance(only_step(p, "linux-cpu.litert", "selector"), Run)
+
+
+# --- emulation, CPU fallback, slow builds, devices --------------------------------------
+
+
+def test_an_emulated_platform_runs_under_its_emulator(matrix: Matrix) -> None:
+    p = plan(matrix, facts(matrix), SELECT_ALL)
+    run = only_step(p, "linux-arm64.litert", "selector")
+    assert isinstance(run, Run) and run.how.startswith("emulated: ") and "qemu-aarch64" in run.how
+    assert any("linux-arm64: checks run as target binaries" in n for n in p.notes)
+
+
+def test_cross_arch_agreement_needs_the_reference_platform_cell(matrix: Matrix) -> None:
+    known = evidence_for(matrix, ["linux-cpu.none"])
+    p = plan(
+        matrix,
+        facts(matrix, evidence=known),
+        Selection(cells=frozenset({CellId.parse("linux-arm64.litert")})),
+    )
+    agree = only_step(p, "linux-arm64.litert", "cross-arch-agreement")
+    assert isinstance(agree, Run) and CellId.parse("linux-cpu.none") in agree.needs
+    # linux-cpu.none's build evidence stands, so its library needs no build
+    assert [str(b.cell) for b in p.builds] == ["linux-arm64.none", "linux-arm64.litert"]
+    roles = {str(b.cell): b.role for b in p.builds}
+    assert roles == {"linux-arm64.none": BuildRole.REFERENCE, "linux-arm64.litert": BuildRole.SUBJECT}
+
+
+def test_a_reference_cell_another_check_needs_is_built_as_reference(matrix: Matrix) -> None:
+    p = plan(matrix, facts(matrix), Selection(cells=frozenset({CellId.parse("linux-arm64.litert")})))
+    roles = {str(b.cell): b.role for b in p.builds}
+    assert roles["linux-cpu.none"] is BuildRole.REFERENCE
+    # only the selected cell is a subject: the references get no steps of their own
+    assert {str(s.cell) for s in p.steps if not isinstance(s, Build)} == {"linux-arm64.litert"}
+
+
+def test_cuda_runs_device_free_checks_on_the_cpu_fallback(matrix: Matrix) -> None:
+    cached = frozenset({("linux-cpu", "none"), ("linux-cuda", "none")})
+    p = plan(matrix, facts(matrix, cached_llama=cached), SELECT_ALL)
+    selector = only_step(p, "linux-cuda.mlx", "selector")
+    assert isinstance(selector, Run) and selector.how == "CPU fallback, without nvidia-gpu"
+    bench = only_step(p, "linux-cuda.mlx", "byte-identity-reference")
+    assert isinstance(bench, Skip) and bench.state in (GridState.NOT_RUNNABLE_HERE, GridState.DEVICE_GATED)
+    build = only_step(p, "linux-cuda.none", "build")
+    assert isinstance(build, Run) and build.needs == (CellId.parse("linux-cpu.none"),)
+
+
+def test_cuda_alone_builds_the_cpu_reference_for_its_fallback_check(matrix: Matrix) -> None:
+    p = plan(matrix, facts(matrix), Selection(cells=frozenset({CellId.parse("linux-cuda.none")})))
+    roles = {str(b.cell): b.role for b in p.builds}
+    assert roles == {"linux-cpu.none": BuildRole.CPU_FALLBACK_REFERENCE, "linux-cuda.none": BuildRole.SUBJECT}
+
+
+def test_a_slow_platform_not_cached_is_skipped_with_build_evidence(matrix: Matrix) -> None:
+    p = plan(matrix, facts(matrix), SELECT_ALL)
+    skip = only_step(p, "linux-cuda.none", "build")
+    assert isinstance(skip, Skip) and skip.records and "slow build not started" in skip.reason
+    assert not any(s.cell.platform == "linux-cuda" for s in p.steps if isinstance(s, (Run, Build)))
+    # its other checks write nothing: the report judges them as the host allows
+    other = only_step(p, "linux-cuda.none", "selector")
+    assert isinstance(other, Skip) and not other.records
+
+
+def test_a_slow_variant_not_cached_is_skipped_unless_named(matrix: Matrix) -> None:
+    p = plan(matrix, facts(matrix), SELECT_ALL)
+    skip = only_step(p, "linux-cpu.none@asan-ubsan", "native-suite")
+    assert isinstance(skip, Skip) and skip.records and "--cell linux-cpu.none@asan-ubsan" in skip.reason
+    named = Selection(cells=frozenset({CellId.parse("linux-cpu.none@asan-ubsan")}))
+    p = plan(matrix, facts(matrix), named)
+    assert isinstance(only_step(p, "linux-cpu.none@asan-ubsan", "native-suite"), Run)
+    cached = frozenset({("linux-cpu", "none"), ("linux-cpu", "address+undefined")})
+    p = plan(matrix, facts(matrix, cached_llama=cached), SELECT_ALL)
+    assert isinstance(only_step(p, "linux-cpu.none@asan-ubsan", "native-suite"), Run)
+
+
+def test_device_only_platforms_are_device_gated_or_not_buildable(matrix: Matrix) -> None:
+    p = plan(matrix, facts(matrix), SELECT_ALL)
+    run = only_step(p, "android-arm64.litert", "byte-identity-reference")
+    assert isinstance(run, Skip) and run.state is GridState.DEVICE_GATED and not run.records
+    build = only_step(p, "macos-arm64.none", "build")
+    assert isinstance(build, Skip) and build.state is GridState.NOT_BUILDABLE_HERE
+    assert "Xcode" in build.reason
+    assert any(n.startswith("macos-arm64: not buildable here") for n in p.notes)
+
+
+def test_a_platform_that_cannot_run_is_not_runnable_here(tmp_path: Path) -> None:
+    matrix = load_matrix(REPO_ROOT / "matrix.yaml")
+    no_qemu = replace(HOST, programs={n: tool(n) for n in ("aarch64-linux-gnu-g++", "aarch64-linux-gnu-gcc")})
+    caps = {p.id: decide(no_qemu, p) for p in matrix.platforms}
+    p = plan(matrix, replace(facts(matrix), capabilities=caps), SELECT_ALL)
+    skip = only_step(p, "linux-arm64.none", "selector")
+    assert (
+        isinstance(skip, Skip) and skip.state is GridState.NOT_RUNNABLE_HERE and "qemu-aarch64" in skip.reason
+    )
+    assert isinstance(only_step(p, "linux-arm64.none", "build"), Run)
+
+
+# --- selection, build sessions, the plan's forms ------------------------------------------
+
+
+def test_cell_selection_plans_that_cell_and_its_references_only(matrix: Matrix) -> None:
+    p = plan(
+        matrix,
+        facts(matrix),
+        Selection(cells=frozenset({CellId.parse("linux-cpu.mlx")}), baseline_commit=BASELINE),
+    )
+    subjects = {str(s.cell) for s in p.steps if not isinstance(s, Build)}
+    assert subjects == {"linux-cpu.mlx"}
+    roles = {str(b.cell): b.role for b in p.builds if not b.commit}
+    assert roles == {"linux-cpu.none": BuildRole.REFERENCE, "linux-cpu.mlx": BuildRole.SUBJECT}
+
+
+def test_a_build_session_plans_build_and_abi_and_builds_every_cell(matrix: Matrix) -> None:
+    known = evidence_for(matrix, LINUX_CPU)
+    kinds = frozenset({CheckKind.BUILD, CheckKind.ABI})
+    cells = frozenset(CellId.parse(c) for c in LINUX_CPU)
+    p = plan(matrix, facts(matrix, evidence=known), Selection(cells=cells, kinds=kinds, build_all=True))
+    assert {str(b.cell) for b in p.builds} == set(LINUX_CPU)
+    assert {s.check for s in p.steps if not isinstance(s, Build)} == {"build", "abi"}
+    assert all(isinstance(s, Keep) for s in p.steps if not isinstance(s, Build))
+
+
+def test_plan_lines_group_steps_by_cell_with_every_reason(matrix: Matrix) -> None:
+    known = evidence_for(matrix, LINUX_CPU)
+    p = plan(matrix, facts(matrix, evidence=known), SELECT_ALL)
+    lines = p.lines()
+    assert lines[-1].startswith("plan: ") and f"{len(p.kept)} kept" in lines[-1]
+    at = lines.index("linux-cpu.none:")
+    block = lines[at + 1 : at + 1 + len(list(steps_for(p, "linux-cpu.none", "build")))]
+    assert block and all(line.startswith("  keep ") for line in block)
+    assert all(("keep" not in line and "skip" not in line) or ": " in line for line in lines)
+    as_json = p.as_dict()
+    assert as_json["counts"] == p.counts()
+    assert len(as_json["steps"]) == len(p.steps)  # type: ignore[arg-type]
+
+
+def test_cell_ids_parse_and_print_round_trip() -> None:
+    for text in ("linux-cpu.none", "linux-cpu.litert+mlx", "linux-cpu.none@asan-ubsan"):
+        assert str(CellId.parse(text)) == text
+    assert CellId.parse("linux-cpu.none").is_reference
+    assert not CellId.parse("linux-cpu.none@asan-ubsan").is_reference
+    for bad in ("linux-cpu", "linux-cpu.mlx+litert", "linux-cpu.none@", ".none"):
+        with pytest.raises(ValueError, match=r"linux-cpu|none|@"):
+            CellId.parse(bad)
+
+
+def test_the_matrix_names_each_platform_reference_cell_once(matrix: Matrix) -> None:
+    for platform in matrix.platforms:
+        ref = matrix.reference_cell(platform.id)
+        assert ref is not None and ref.ref == CellId(platform=platform.id)
+        assert matrix.cell(ref.ref) is ref
