@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-
 from eliza.core.cell_id import CellId
 from eliza.core.evidence import Counts, EvidenceRecord, HostInfo, Status
 from eliza.core.fingerprint import InputHashes, fingerprint_for
