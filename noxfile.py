@@ -16,18 +16,20 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eliza.app import build, ci_files, ci_pipeline, ci_rehearsal, project
-from eliza.app.abi_baseline import BaselineRefused, abi_baseline_session
-from eliza.app.bench import bench
-from eliza.app.errors import NotHere, UsageError
-from eliza.app.fuzz import FuzzFailed
-from eliza.app.fuzz import fuzz as fuzz_targets
-from eliza.app.generate import generate as generate_text
-from eliza.app.import_evidence import import_evidence
+from eliza.app import project
+from eliza.app.context import current_context
+from eliza.app.errors import ElizaError, NotHere
 from eliza.app.options import strict_requested
-from eliza.app.report import report as render_report
-from eliza.app.verify import ChecksFailed, build_with_evidence
-from eliza.app.verify import verify as verify_all
+from eliza.app.services import ci_files
+from eliza.app.sessions import build, ci, ci_rehearsal
+from eliza.app.sessions import verify as verify_session
+from eliza.app.sessions.abi_baseline import abi_baseline_session
+from eliza.app.sessions.bench import bench
+from eliza.app.sessions.fuzz import fuzz as fuzz_targets
+from eliza.app.sessions.generate import generate as generate_text
+from eliza.app.sessions.import_evidence import import_evidence
+from eliza.app.sessions.report import report as render_report
+from eliza.core.cell_id import CellId
 from eliza.core.sessions import SessionKind, SessionSpec, matrix_sessions
 from eliza.formats.matrix_yaml import MatrixError
 
@@ -47,26 +49,19 @@ for _warning in MATRIX.warnings:  # every invocation (nox -l included) shows the
 
 
 def _guarded(session: nox.Session, work: Callable[[], object]) -> None:
-    """A user's mistake: one line, exit 2. Not possible here: a skip, or an error when
-    strict. A check or build that ran and failed: the session fails with its message."""
+    """Every error a session raises on purpose is an ElizaError: a user's mistake is one line
+    and exit 2; "not possible here" a skip, or exit 3 under --strict; what ran and failed
+    fails the session (exit 1) with its message."""
     try:
         work()
-    except UsageError as exc:
-        sys.stderr.write(f"nox > error: {exc}\n")
-        raise SystemExit(2) from None
     except NotHere as exc:
-        if strict_requested(session.posargs, project.current().env):
-            session.error(str(exc))
-        session.skip(str(exc))
-    except (
-        ChecksFailed,
-        build.BuildFailed,
-        ci_pipeline.CiFailed,
-        ci_files.CiFilesFailed,
-        BaselineRefused,
-        FuzzFailed,
-    ) as exc:
-        session.error(str(exc))
+        if not strict_requested(session.posargs, project.current().env):
+            session.skip(str(exc))
+        sys.stderr.write(f"nox > error: {exc}\n")
+        raise SystemExit(exc.exit_code) from None
+    except ElizaError as exc:
+        sys.stderr.write(f"nox > error: {exc}\n")
+        raise SystemExit(exc.exit_code) from None
 
 
 def _register(spec: SessionSpec) -> None:
@@ -82,7 +77,9 @@ def _register(spec: SessionSpec) -> None:
 
         def run(session: nox.Session) -> None:
             def work() -> None:
-                for built in build_with_evidence(MATRIX, cell_ids, session.posargs, session.log):
+                env = project.current().env
+                options = build.parse_options(session.posargs, env, [CellId.parse(c) for c in cell_ids])
+                for built in build.run(options, current_context(session.log, MATRIX)):
                     print(built.library)
 
             _guarded(session, work)
@@ -123,7 +120,12 @@ def generate(session: nox.Session) -> None:
 @nox.session(python=False)
 def verify(session: nox.Session) -> None:
     """The main job: build every cell this host can build, generate text, run the checks, write the report."""
-    _guarded(session, lambda: verify_all(MATRIX, session.posargs, session.log))
+
+    def work() -> None:
+        options = verify_session.parse_options(session.posargs, project.current().env, MATRIX)
+        verify_session.run(options, current_context(session.log, MATRIX))
+
+    _guarded(session, work)
 
 
 @nox.session(python=False)
@@ -174,19 +176,19 @@ def ci_files_session(session: nox.Session) -> None:
 @nox.session(name="ci-build", python=False)
 def ci_build(session: nox.Session) -> None:
     """CI build job: every cell of a platform, llama.cpp once (`-- --platform P --out DIR`)."""
-    _guarded(session, lambda: ci_pipeline.ci_build(MATRIX, session.posargs, session.log))
+    _guarded(session, lambda: ci.ci_build(MATRIX, session.posargs, session.log))
 
 
 @nox.session(name="ci-check", python=False)
 def ci_check(session: nox.Session) -> None:
     """CI check job: one cell's checks on the build job's cells, compiling nothing (`-- --cell C`)."""
-    _guarded(session, lambda: ci_pipeline.ci_check(MATRIX, session.posargs, session.log))
+    _guarded(session, lambda: ci.ci_check(MATRIX, session.posargs, session.log))
 
 
 @nox.session(name="ci-report", python=False)
 def ci_report(session: nox.Session) -> None:
     """CI report job: every job's evidence into one report (`-- --evidence DIR --artifacts DIR`)."""
-    _guarded(session, lambda: ci_pipeline.ci_report(MATRIX, session.posargs, session.log))
+    _guarded(session, lambda: ci.ci_report(MATRIX, session.posargs, session.log))
 
 
 @nox.session(name="ci-rehearse", python=False)

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check-matrix":
         return _check_matrix(args.path or current().matrix_path)
     if args.command == "ci-files":
-        from eliza.app.ci_files import write_or_check
+        from eliza.app.services.ci_files import write_or_check
 
         return write_or_check(check=args.check)
     return bench_diff([args.left, args.right])

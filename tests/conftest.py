@@ -18,7 +18,7 @@ test_cells(test_platform())
 
 @pytest.fixture(scope="session")
 def tiny_bundle() -> Path:
-    from eliza.app.bundle import ensure_tiny_bundle
+    from eliza.app.services.bundle import ensure_tiny_bundle
 
     return ensure_tiny_bundle()
 
@@ -27,7 +27,7 @@ def tiny_bundle() -> Path:
 def library_path() -> Path:
     """The library of ELIZA_TEST_CELL (default: the first no-gate cell): verify runs the
     native and selector suites once per cell this way."""
-    from eliza.app.build import ensure_cell_built
+    from eliza.app.services.build import ensure_cell_built
 
     return ensure_cell_built(TEST_CELL).library
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters import proc
+from eliza.adapters.errors import ToolError
 from eliza.core.layout import EXPORT_PREFIX, REPO_ROOT, public_headers_dir
 from eliza.core.matrix import Platform
 from eliza.core.target import exported_names, symbol_lister
@@ -19,11 +20,11 @@ ABIDIFF_ABI_CHANGE = 4
 ABIDIFF_ABI_INCOMPATIBLE_CHANGE = 8
 
 
-class AbiToolMissing(RuntimeError):
+class AbiToolMissing(ToolError):
     pass
 
 
-class SymbolListError(RuntimeError):
+class SymbolListError(ToolError):
     pass
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters import proc
+from eliza.adapters.errors import ToolError
 
 # Lints each file named on the command line with the package in argv[1]; prints JSON.
 _RUNNER = """
@@ -23,7 +24,7 @@ createLinter().then((lint) => {
 """
 
 
-class ActionlintError(RuntimeError):
+class ActionlintError(ToolError):
     pass
 
 

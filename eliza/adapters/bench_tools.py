@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters import proc
+from eliza.adapters.errors import ToolError
 from eliza.core.bench_records import BenchFormatError, BenchRun
 from eliza.core.layout import REPO_ROOT
 from eliza.core.target import TargetRunner
@@ -15,7 +16,7 @@ from eliza.formats.bench_jsonl import load_run
 DEFAULT_PROMPTS = REPO_ROOT / "native" / "tools" / "prompts" / "default.txt"
 
 
-class BenchToolError(RuntimeError):
+class BenchToolError(ToolError):
     pass
 
 

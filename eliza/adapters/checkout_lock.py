@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from eliza.adapters import proc
+from eliza.adapters.errors import ToolError
 
 Log = Callable[[str], None]
 
@@ -30,7 +31,7 @@ LOCK_NAME = ".eliza.lock"
 _held: dict[Path, int] = {}  # lock path -> nesting depth in this process
 
 
-class LockTimeout(RuntimeError):
+class LockTimeout(ToolError):
     """The lock was not free within the time given (only with `timeout_s`)."""
 
 

@@ -13,11 +13,12 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters import proc
+from eliza.adapters.errors import ToolError
 from eliza.adapters.llama_source import PINNED_VERSION, RECIPE_DIR, ensure_sdist
 from eliza.core.build_plan import LLAMA_PACKAGE, CellBuildPlan, llama_option_args
 from eliza.core.matrix import Platform
@@ -29,7 +30,7 @@ FORK_BUILD_INPUTS = ("CMakeLists.txt", "include", "src", "ggml", "cmake", "vendo
 INDEX_REMOTE = "eliza-index"
 
 
-class BuildError(RuntimeError):
+class BuildError(ToolError):
     pass
 
 
@@ -204,3 +205,29 @@ def package_cached(cache: Path, platform: Platform, llama_version: str, sanitize
                 ):
                     return True
     return False
+
+
+def cached_llama_variants(
+    cache: Path, platforms: Sequence[Platform], llama_version: str
+) -> frozenset[tuple[str, str]]:
+    """(platform id, sanitize option) of every llama.cpp package the Conan cache holds for
+    these platforms, from one `conan list`."""
+    if not conan_home(cache).is_dir():
+        return frozenset()
+    args = ["list", f"{LLAMA_PACKAGE}/{llama_version}:*", "--format", "json"]
+    result = _conan(cache, *args, check=False)
+    if result.returncode != 0:
+        return frozenset()
+    packages = [
+        pkg.get("info", {}).get("options", {})
+        for ref in json.loads(result.stdout).get("Local Cache", {}).values()
+        for rev in ref.get("revisions", {}).values()
+        for pkg in rev.get("packages", {}).values()
+    ]
+    found: set[tuple[str, str]] = set()
+    for platform in platforms:
+        wanted = dict(a.split(":", 1)[1].split("=", 1) for a in llama_option_args(platform) if a != "-o")
+        for options in packages:
+            if all(options.get(k) == v for k, v in wanted.items()):
+                found.add((platform.id, str(options.get("sanitize", "none"))))
+    return frozenset(found)

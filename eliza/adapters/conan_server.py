@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from eliza.adapters.errors import ToolError
+
 SERVER_VARIABLE = "ELIZA_CONAN_SERVER"
 USER = "eliza"
 
@@ -30,7 +32,7 @@ _LAUNCH = (
 )
 
 
-class ServerError(RuntimeError):
+class ServerError(ToolError):
     pass
 
 

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters import proc
+from eliza.adapters.errors import ToolError
 
 CUBLAS_WHEEL = "nvidia-cublas"
 
 
-class CudaError(RuntimeError):
+class CudaError(ToolError):
     pass
 
 

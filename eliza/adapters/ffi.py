@@ -14,6 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from eliza.adapters.errors import ToolError
 from eliza.core.c_abi import abi_version
 from eliza.core.layout import REPO_ROOT, public_header
 
@@ -46,7 +47,7 @@ STATUS_NAMES = {
 }
 
 
-class ElizaError(RuntimeError):
+class ElizaError(ToolError):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(f"{STATUS_NAMES.get(code, str(code))}: {message}")
         self.code = code

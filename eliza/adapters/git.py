@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters import proc
+from eliza.adapters.errors import ToolError
 
 
-class GitError(RuntimeError):
+class GitError(ToolError):
     pass
 
 

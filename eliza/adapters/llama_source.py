@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from eliza.adapters import proc
+from eliza.adapters.errors import ToolError
 from eliza.core.layout import REPO_ROOT
 from eliza.formats.files import atomic_write_bytes, sha256_file
 
@@ -20,7 +21,7 @@ RECIPE_DIR = REPO_ROOT / "conan" / "index" / "recipes" / "llama-cpp" / "all"
 PINNED_VERSION = "0.3.36"
 
 
-class SourceError(RuntimeError):
+class SourceError(ToolError):
     pass
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters import proc
+from eliza.adapters.errors import ToolError
 
 # The exit status a sanitizer gives a process it stops, distinct from pytest's own.
 ASAN_EXIT = 86
@@ -23,7 +24,7 @@ UBSAN_EXIT = 87
 _RUNTIMES = {"address": "libasan.so", "undefined": "libubsan.so"}
 
 
-class SanitizerError(RuntimeError):
+class SanitizerError(ToolError):
     pass
 
 

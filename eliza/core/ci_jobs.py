@@ -186,7 +186,7 @@ def build_runner(platform: Platform, runners: Sequence[Runner]) -> tuple[Runner 
 
 def cpu_reference(matrix: Matrix, platform: Platform) -> Platform | None:
     """The CPU platform of the same OS and arch whose no-gate cell a CUDA cell's fallback
-    check compares with (see eliza.app.verify.cpu_reference_for)."""
+    check compares with (see eliza.app.sessions.verify.cpu_reference_for)."""
     if platform.llama_backend != "cuda":
         return None
     return next(

@@ -1,6 +1,6 @@
 """Input fingerprints: the pure rule of which inputs each check kind depends on.
 
-The hashes themselves are read from the tree by eliza.app.inputs. The commit is
+The hashes themselves are read from the tree by eliza.app.services.inputs. The commit is
 provenance, never a part: evidence from another commit with the same inputs stays fresh.
 """
 

@@ -1,5 +1,5 @@
 """What one check on one cell produced, before it becomes an evidence record (which adds
-the input fingerprint, the host and the commit: see eliza.app.recording).
+the input fingerprint, the host and the commit: see eliza.app.services.recording).
 
 Times are given, never read here: the runner that timed the check passes its Span.
 """

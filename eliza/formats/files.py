@@ -136,16 +136,20 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def tree_hash(root: Path, entries: Iterable[str]) -> str:
+def tree_hash(root: Path, entries: Iterable[str], exclude: Iterable[str] = ()) -> str:
     """sha256 over (relative path, content hash) of every file under the given entries of
-    root, in path order; an entry may be a file or a directory, a missing one adds nothing."""
+    root, in path order; an entry may be a file or a directory, a missing one adds nothing.
+    `exclude`: folders (relative to root) left out, with everything under them."""
     digest = hashlib.sha256()
+    left_out = tuple(Path(e).parts for e in exclude)
     for entry in sorted(entries):
         base = root / entry
         files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
         for f in files:
             relative = f.relative_to(root)
             if _IGNORED_NAMES.intersection(relative.parts):
+                continue
+            if any(relative.parts[: len(parts)] == parts for parts in left_out):
                 continue
             digest.update(relative.as_posix().encode() + b"\0")
             digest.update(bytes.fromhex(sha256_file(f)))

@@ -93,7 +93,7 @@ def built_libraries() -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def cell_library(built_libraries: dict[str, Path]) -> Callable[[str], Path]:
     """Builds one cell on first use (llama.cpp reused from the Conan cache)."""
-    from eliza.app.build import build_cells
+    from eliza.app.services.build import build_cells
 
     def library(cell: str) -> Path:
         if cell not in built_libraries:
@@ -107,7 +107,7 @@ def cell_library(built_libraries: dict[str, Path]) -> Callable[[str], Path]:
 @pytest.fixture(scope="session")
 def gate_libraries(built_libraries: dict[str, Path]) -> dict[str, Path]:
     """The tested cells of the platform and the no-gate cell, built in one go."""
-    from eliza.app.build import build_cells
+    from eliza.app.services.build import build_cells
 
     wanted = (NO_GATE_CELL, *GATED_CELLS)
     todo = tuple(MATRIX.cell(c) for c in wanted if c not in built_libraries)

@@ -194,7 +194,7 @@ def test_exclusive_removes_stale_temporaries_of_the_checkout(tmp_path: Path) -> 
     stale.parent.mkdir(parents=True)
     stale.write_text("<html", encoding="utf-8")
     code = """
-        from eliza.app.exclusive import exclusive
+        from eliza.app.services.exclusive import exclusive
         with exclusive("nox -s verify", print):
             print("inside", flush=True)
     """

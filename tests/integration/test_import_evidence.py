@@ -23,10 +23,10 @@ WRITE_GPU_EVIDENCE = textwrap.dedent(
     from dataclasses import replace
     from pathlib import Path
 
-    from eliza.app.bundle import ensure_tiny_bundle
-    from eliza.app.checks.common import Stopwatch
+    from eliza.app.services.bundle import ensure_tiny_bundle
+    from eliza.app.services.clock import Stopwatch
     from eliza.app.project import current, host_facts, load_project_matrix
-    from eliza.app.run import start_run
+    from eliza.app.services.run import start_run
     from eliza.core.matrix import CheckKind
     from eliza.core.outcome import outcome
 

@@ -264,7 +264,7 @@ def test_rejected_slot_file_leaves_the_stream_as_it_was(ctx: Context, tmp_path: 
 def test_slot_of_another_model_with_the_same_shapes_is_refused(
     lib: Library, ctx: Context, tmp_path: Path
 ) -> None:
-    from eliza.app.bundle import tiny_vocab
+    from eliza.app.services.bundle import tiny_vocab
     from eliza.formats.tiny_gguf import TinyModelSpec, write_tiny_bundle
 
     other = tmp_path / "other"

@@ -234,7 +234,7 @@ def open_error(ctx: Context, cfg: StreamConfig) -> ElizaError:
 def other_vocab_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Draft models of another vocabulary: fewer tokens, and the same count with one
     token's text changed (patched in place: a same-length text keeps the file's layout)."""
-    from eliza.app.bundle import tiny_vocab
+    from eliza.app.services.bundle import tiny_vocab
     from eliza.formats.tiny_gguf import TinyModelSpec, write_tiny_gguf
 
     out = tmp_path_factory.mktemp("vocab")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from eliza.app.bundle import tiny_vocab
+from eliza.app.services.bundle import tiny_vocab
 from eliza.formats.tiny_gguf import TinyModelSpec, write_tiny_bundle, write_tiny_gguf
 
 

@@ -12,12 +12,12 @@ import yaml
 from eliza.adapters.browser import screenshot
 from eliza.adapters.conan import llama_source_version
 from eliza.adapters.git import GitState
-from eliza.app.bench_options import default_settings_description
-from eliza.app.checks.common import now
-from eliza.app.inputs import input_hashes
 from eliza.app.project import current, host_facts, load_project_matrix
-from eliza.app.recording import host_info, to_record
-from eliza.app.report import render
+from eliza.app.services.bench_options import default_settings_description
+from eliza.app.services.clock import now
+from eliza.app.services.inputs import input_hashes
+from eliza.app.services.recording import host_info, to_record
+from eliza.app.services.reporting import render
 from eliza.core.evidence import Status
 from eliza.core.fingerprint import fingerprint_for
 from eliza.core.layout import REPO_ROOT

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from eliza.app.ci_files import templates_dir
+from eliza.app.services.ci_files import templates_dir
 from eliza.core.build_plan import llama_option_args, plan_cell_build
 from eliza.core.layout import REPO_ROOT
 from eliza.core.matrix import Matrix

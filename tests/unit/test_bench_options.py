@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from eliza.app.bench_options import (
+from eliza.app.errors import UsageError
+from eliza.app.services.bench_options import (
     default_settings_description,
     options_description,
     parse_bench_args,
 )
-from eliza.app.errors import UsageError
 
 
 @pytest.fixture

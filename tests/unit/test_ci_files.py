@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from eliza.adapters import actionlint
-from eliza.app.ci_files import actionlint_package, templates_dir, write_or_check
 from eliza.app.errors import UsageError
 from eliza.app.project import current
+from eliza.app.services.ci_files import actionlint_package, templates_dir, write_or_check
 from eliza.core.ci_jobs import (
     PipelineError,
     Runner,
@@ -210,7 +210,7 @@ def test_the_workflow_is_clean_under_actionlint() -> None:
     package = actionlint_package(current().env.get("ELIZA_ACTIONLINT"), current().cache)
     findings = actionlint.run(package, [REPO_ROOT / WORKFLOW])
     # The WebAssembly build predates some GitHub-hosted labels and reads no config file:
-    # declared labels are accepted (eliza.app.ci_files.lint_workflows), nothing else.
+    # declared labels are accepted (eliza.app.services.ci_files.lint_workflows), nothing else.
     declared = {label for r in RUNNERS for label in r.labels}
     assert [f for f in findings if unknown_label(f.message) not in declared] == []
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from eliza.adapters.conan_server import LocalServer
-from eliza.app.ci_rehearsal import _download, _upload, _workflow_env, compare_states, job_order
+from eliza.app.sessions.ci_rehearsal import _download, _upload, _workflow_env, compare_states, job_order
 from eliza.core.layout import REPO_ROOT
 from eliza.formats.ci_workflow import WORKFLOW
 

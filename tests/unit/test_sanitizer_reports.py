@@ -8,7 +8,7 @@ from pathlib import Path
 
 from eliza.adapters.sanitizer import Findings, findings, of_ours
 from eliza.app.checks.native_suite import unfinished_leak_checks
-from eliza.app.fuzz import leak_checker_died
+from eliza.app.sessions.fuzz import leak_checker_died
 
 PYTHON_EXIT_LEAKS = """\
 =================================================================

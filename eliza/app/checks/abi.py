@@ -9,8 +9,11 @@ import difflib
 from pathlib import Path
 
 from eliza.adapters.abi_tools import AbiToolMissing, abidiff, abidiff_surfaces, exported_symbols
-from eliza.app.abi_baseline import baseline_of, constants_text, surface_of, versions_present
-from eliza.app.checks.common import Stopwatch
+from eliza.adapters.errors import ToolError
+from eliza.app.checks.job import Job
+from eliza.app.services.abi_files import baseline_of, constants_text, surface_of, versions_present
+from eliza.app.services.clock import Stopwatch
+from eliza.app.services.run import Run
 from eliza.core.c_abi import abi_version, header_functions
 from eliza.core.layout import public_header, public_headers_dir
 from eliza.core.matrix import Cell
@@ -24,7 +27,7 @@ _REGENERATE = (
 )
 
 
-class AbiToolFailed(RuntimeError):
+class AbiToolFailed(ToolError):
     """abidiff itself failed (a corrupt baseline, a crash): an error, not an ABI verdict."""
 
 
@@ -156,3 +159,18 @@ def abi_outcome(cell: Cell, check_id: str, library: Path, reference: Path | None
     except (AbiToolMissing, AbiToolFailed, AbiXmlError) as exc:
         return outcome(cell.id, check_id, ran=0, passed=0, span=watch.span(), reason=str(exc), error=True)
     return from_subchecks(cell.id, check_id, subs, watch.span(), artifacts=(library,), details=details)
+
+
+def run(job: Job, evidence: Run) -> list[CheckOutcome]:
+    """Each cell against the released ABI, and a gated cell against its platform's
+    no-gate cell (the step's reference)."""
+    return [
+        abi_outcome(
+            cell,
+            check.id,
+            job.library(cell),
+            job.libraries.get(step.needs[0]) if step.needs else None,
+            evidence.project.repo,
+        )
+        for step, (cell, check) in zip(job.steps, job.pairs(), strict=True)
+    ]

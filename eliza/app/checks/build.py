@@ -10,17 +10,19 @@ from pathlib import Path
 
 from eliza.adapters import proc
 from eliza.adapters.abi_tools import exported_symbols, foreign_exports
-from eliza.app.build import BuiltCell
-from eliza.app.checks.common import Stopwatch
+from eliza.app.checks.job import Job
+from eliza.app.services.built import BuiltCell
+from eliza.app.services.clock import Stopwatch
+from eliza.app.services.run import Run
 from eliza.core.c_abi import header_functions
 from eliza.core.layout import public_header
 from eliza.core.matrix import Cell
-from eliza.core.outcome import CheckOutcome, SubCheck, from_subchecks
+from eliza.core.outcome import CheckOutcome, SubCheck, from_subchecks, outcome
 
 _GENERATE = (
     "import sys\n"
     "from pathlib import Path\n"
-    "from eliza.app.bundle import generate_text\n"
+    "from eliza.app.services.bundle import generate_text\n"
     "tokens, text = generate_text(Path(sys.argv[1]), Path(sys.argv[2]), 'Once upon a time there was', 48)\n"
     "print(' '.join(map(str, tokens)), text.hex())\n"
 )
@@ -131,3 +133,28 @@ def _ldd_line(ldd: str, lib: str) -> str:
     return next(
         (line.strip() for line in ldd.splitlines() if lib in line), f"{lib} not among the dependencies"
     )
+
+
+def run(job: Job, evidence: Run) -> list[CheckOutcome]:
+    """The steps' cells were built in this run (their build evidence did not stand)."""
+    outcomes = []
+    for step, (cell, check) in zip(job.steps, job.pairs(), strict=True):
+        built = job.built.get(step.cell)
+        if built is None:  # the plan builds every cell whose build check runs
+            why = f"{cell.id} was not built in this run: its build check has nothing to judge"
+            outcomes.append(
+                outcome(cell.id, check.id, ran=0, passed=0, span=Stopwatch().span(), reason=why, error=True)
+            )
+            continue
+        fallback = job.libraries.get(step.needs[0]) if step.needs else None
+        outcomes.append(
+            build_outcome(
+                cell,
+                check.id,
+                built,
+                repo=evidence.project.repo,
+                cpu_reference=fallback,
+                bundle=evidence.bundle,
+            )
+        )
+    return outcomes

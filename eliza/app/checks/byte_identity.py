@@ -11,9 +11,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from eliza.adapters.bench_tools import BenchSettings, bench_argv, drafter_argv, reference_argv, run_tool
-from eliza.app.bench_options import BenchOptions
-from eliza.app.checks.common import Stopwatch, now
-from eliza.app.run import RUN_ERRORS, Run, errored
+from eliza.app.checks.job import Job
+from eliza.app.services.baseline import BaselineError, resolve_commit
+from eliza.app.services.bench_options import BenchOptions
+from eliza.app.services.clock import Stopwatch, now
+from eliza.app.services.run import RUN_ERRORS, Run
 from eliza.core.bench_diff import (
     IdentityResult,
     RatioReport,
@@ -27,20 +29,14 @@ from eliza.core.bench_diff import (
 )
 from eliza.core.bench_records import BenchRun
 from eliza.core.evidence import Status
-from eliza.core.matrix import Cell, CheckKind, Matrix, Platform
+from eliza.core.matrix import Cell, CheckKind, Matrix
 from eliza.core.outcome import CheckOutcome, Span, outcome, skipped
-from eliza.core.target import TargetRunner
+from eliza.core.verify_plan import IDENTITY_KINDS
+from eliza.formats.bench_jsonl import load_run
 from eliza.formats.files import atomic_write_text, sha256_file
+from eliza.formats.tiny_gguf import draft_model
 
 Log = Callable[[str], None]
-
-IDENTITY_KINDS = {
-    CheckKind.BYTE_IDENTITY_REFERENCE,
-    CheckKind.BYTE_IDENTITY_GATES,
-    CheckKind.BYTE_IDENTITY_BASELINE,
-    CheckKind.BYTE_IDENTITY_DRAFTER,
-    CheckKind.CROSS_ARCH_AGREEMENT,  # compares the same bench run with another platform's
-}
 
 
 def settings_key(settings: BenchSettings, *binaries: Path) -> str:
@@ -320,8 +316,6 @@ def baseline_outcome(
 ) -> CheckOutcome:
     if opts.baseline is None or baseline_library is None:
         return skipped(cell.id, check_id, opts.no_baseline_reason, now())
-    from eliza.app.baseline import BaselineError, resolve_commit
-
     watch = Stopwatch()
     try:
         sha = resolve_commit(opts.baseline)
@@ -332,8 +326,6 @@ def baseline_outcome(
     key = settings_key(opts.settings, library, runs.library.parent / "e2e_loop_bench")
     out = library.parent.parent / f"bench-{key}.jsonl"
     if out.is_file():
-        from eliza.formats.bench_jsonl import load_run
-
         base = load_run(out)
         log(f"baseline {sha[:12]}: reusing {out}")
     else:
@@ -353,8 +345,6 @@ def baseline_outcome(
 def drafters_of(bundle: Path) -> list[tuple[str, Path]]:
     """The drafters a bundle is checked with: its draft model (when its manifest names one)
     and its text model drafting for itself (acceptance must then be 1)."""
-    from eliza.formats.tiny_gguf import draft_model
-
     found: list[tuple[str, Path]] = []
     draft = draft_model(bundle)
     if draft is not None:
@@ -483,42 +473,34 @@ def failed_outcomes(outcomes: Sequence[CheckOutcome]) -> list[CheckOutcome]:
     return [o for o in outcomes if o.status in (Status.FAILED, Status.ERROR)]
 
 
-def run_bench(
-    run: Run, platform: Platform, libraries: dict[str, Path], opts: BenchOptions
-) -> list[CheckOutcome]:
-    """The byte-identity checks of the platform's built cells, recorded as evidence; a bench
-    that cannot run becomes error evidence for every identity check it prevented."""
-    from eliza.app.baseline import baseline_library
-    from eliza.app.build import build_cells, platform_env
-    from eliza.app.project import capability
+def run(job: Job, evidence: Run) -> list[CheckOutcome]:
+    """The platform's bench: every cell of the job with a byte-identity check, and the
+    references it compares with (the reference cell, the baseline, the agreement
+    platform's reference cell), all built beforehand by the executor."""
+    opts = job.bench
+    if opts is None:
+        raise ValueError("the byte-identity runner was given no bench settings")
+    if job.target is not None:
+        opts = replace(opts, runner=job.target)
+    libraries = {str(c): path for c, path in job.libraries.items() if c.platform == job.platform.id}
 
-    env = platform_env(platform)
-    can = capability(platform)
-    if can.emulated:
-        opts = replace(opts, runner=TargetRunner(prefix=can.runner, words=can.runner_words))
-        run.ran_on[platform.id] = can.runner_words
+    def baseline_library(sha: str, cell: Cell) -> tuple[Path, bool]:
+        if sha not in job.baselines:
+            raise BaselineError(
+                f"baseline {sha[:12]} of {cell.platform.id} did not build (see this run's log)"
+            )
+        return job.baselines[sha], False
 
     def reference_run(platform_id: str) -> tuple[BenchRun, Path]:
         """The reference platform's no-gate FFI run, here, with the same settings."""
-        cell = next(c for c in run.matrix.cells_of(platform_id) if not c.gates and c.variant is None)
-        built = build_cells((cell,), run.matrix, echo=False)[0]
+        cell = job.matrix.reference_cell(platform_id)
+        if cell is None or cell.ref not in job.libraries:
+            raise ValueError(f"{platform_id} has no reference cell library in this run")
+        library = job.libraries[cell.ref]
         out = opts.out_dir / platform_id / "none" / "agreement-reference.jsonl"
-        argv = bench_argv(built.library.parent, built.library, opts.settings, cell.id, out)
-        return run_tool(argv, out), out
+        return run_tool(bench_argv(library.parent, library, opts.settings, cell.id, out), out), out
 
-    try:
-        outcomes, _ = bench_platform(
-            run.matrix,
-            platform.id,
-            libraries,
-            opts,
-            run.log,
-            lambda sha, cell: baseline_library(sha, cell, env),
-            reference_run,
-        )
-    except RUN_ERRORS as exc:
-        run.log(f"{platform.id}: bench failed: {exc}")
-        cells = [c for c in run.matrix.cells_of(platform.id) if c.id in libraries]
-        return errored(run, cells, IDENTITY_KINDS, f"bench failed: {str(exc)[-1500:]}")
-    run.record(outcomes)
+    outcomes, _ = bench_platform(
+        job.matrix, job.platform.id, libraries, opts, evidence.log, baseline_library, reference_run
+    )
     return outcomes

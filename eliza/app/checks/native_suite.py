@@ -8,18 +8,19 @@ no sanitizer report)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from eliza.adapters import sanitizer
 from eliza.adapters.bench_tools import BenchSettings, BenchToolError, bench_argv, reference_argv, run_tool
 from eliza.adapters.pytest_runner import run_pytest
-from eliza.app.checks.common import Stopwatch
-from eliza.app.run import RUN_ERRORS, Run, errored
+from eliza.app.checks.job import Job
+from eliza.app.services.clock import Stopwatch
+from eliza.app.services.run import Run
 from eliza.core.bench_diff import compare_identity
-from eliza.core.evidence import LoadedRecord, Status
-from eliza.core.matrix import Cell, CheckKind
+from eliza.core.evidence import Status
+from eliza.core.matrix import Cell
 from eliza.core.outcome import CaseResult, CheckOutcome, cases_outcome
 
 SUITE = ("tests/native",)
@@ -27,7 +28,7 @@ SUITE = ("tests/native",)
 
 def suite_env(run: Run, cell: Cell, report_dir: Path, figures: Path) -> dict[str, str]:
     sanitizers = cell.variant.sanitizers if cell.variant is not None else ()
-    env = {"ELIZA_TEST_CELL": cell.id, "ELIZA_RACE_FIGURES": str(figures)}
+    env = {"ELIZA_TEST_CELL": cell.id, "ELIZA_RACE_FIGURES": str(figures), **run.child_env}
     env.update(sanitizer.runtime_env(sanitizers, report_dir, run.project.env))
     return env
 
@@ -69,23 +70,8 @@ def unfinished_leak_checks(reports: sanitizer.Findings) -> str:
     )
 
 
-def run_native_suite(
-    run: Run,
-    cells: Sequence[Cell],
-    libraries: Mapping[str, Path],
-    existing: dict[tuple[str, str], LoadedRecord],
-) -> None:
-    for cell in cells:
-        check = run.check_of(cell, CheckKind.NATIVE_SUITE)
-        if check is None or cell.id not in libraries:
-            continue
-        if run.fresh_pass(cell, check, existing):
-            run.log(f"  {cell.id:<24} {check.id:<24} fresh passing evidence; not re-run")
-            continue
-        try:
-            run.record([native_suite_outcome(run, cell, check.id, libraries[cell.id])])
-        except RUN_ERRORS as exc:
-            errored(run, (cell,), {CheckKind.NATIVE_SUITE}, f"native suite could not run: {str(exc)[-1500:]}")
+def run(job: Job, evidence: Run) -> list[CheckOutcome]:
+    return [native_suite_outcome(evidence, cell, check.id, job.library(cell)) for cell, check in job.pairs()]
 
 
 def native_suite_outcome(run: Run, cell: Cell, check_id: str, library: Path) -> CheckOutcome:

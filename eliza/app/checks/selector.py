@@ -1,35 +1,31 @@
 """The selector check: the selector suite (fake factories against the compiled selector of
-the cell's test kit) run once per cell through pytest, counted from its JUnit XML."""
+the cell's test kit), through pytest once per cell, counted from its JUnit XML; on an
+emulated platform, case_runner reads the same case table on the target."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from eliza.adapters.pytest_runner import run_pytest
-from eliza.app.checks.common import Stopwatch
-from eliza.app.run import Run
-from eliza.core.evidence import LoadedRecord
-from eliza.core.matrix import Cell, CheckKind
-from eliza.core.outcome import cases_outcome
+from eliza.app.checks.job import Job
+from eliza.app.checks.target_cases import selector_on_target
+from eliza.app.services.clock import Stopwatch
+from eliza.app.services.run import Run
+from eliza.core.outcome import CheckOutcome, cases_outcome
 
 SUITE = "tests/selector"
 
 
-def run_selector(run: Run, cells: Sequence[Cell], existing: dict[tuple[str, str], LoadedRecord]) -> None:
-    for cell in cells:
-        check = run.check_of(cell, CheckKind.SELECTOR)
-        if check is None:
-            continue
-        if run.fresh_pass(cell, check, existing):
-            run.log(f"  {cell.id:<24} {check.id:<24} fresh passing evidence exists; not re-run")
-            continue
+def run(job: Job, evidence: Run) -> list[CheckOutcome]:
+    if job.target is not None:
+        return selector_on_target(job, evidence, job.target)
+    outcomes = []
+    for cell, check in job.pairs():
         watch = Stopwatch()
-        junit = run.project.build_root / "junit" / f"selector-{cell.id}.xml"
-        result = run_pytest(run.project.repo, [SUITE], junit, {"ELIZA_TEST_CELL": cell.id})
-        run.record(
-            [
-                cases_outcome(
-                    cell.id, check.id, result.cases, result.log, watch.span(), (junit,), error=result.error
-                )
-            ]
+        junit = evidence.project.build_root / "junit" / f"selector-{cell.id}.xml"
+        env = {"ELIZA_TEST_CELL": cell.id, **evidence.child_env}
+        result = run_pytest(evidence.project.repo, [SUITE], junit, env)
+        outcomes.append(
+            cases_outcome(
+                cell.id, check.id, result.cases, result.log, watch.span(), (junit,), error=result.error
+            )
         )
+    return outcomes

@@ -7,15 +7,14 @@ which read the same tables."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from eliza.adapters import proc
-from eliza.app.checks.common import Stopwatch
-from eliza.app.checks.gate_fallthrough import fallthrough_to_run
-from eliza.app.run import Run
-from eliza.core.evidence import LoadedRecord
-from eliza.core.matrix import Cell, CheckKind, Gate, Platform
+from eliza.app.checks.job import Job
+from eliza.app.services.clock import Stopwatch
+from eliza.app.services.run import Run
+from eliza.core.matrix import Gate
 from eliza.core.outcome import CaseResult, CheckOutcome, cases_outcome
 from eliza.core.target import TargetRunner, test_kit_file
 from eliza.formats.case_tables import (
@@ -51,28 +50,19 @@ def _run_cases(runner: TargetRunner, argv: list[str], prefix: str) -> tuple[Runn
     return report, log, ""
 
 
-def run_selector_on_target(
-    run: Run,
-    cells: Sequence[Cell],
-    libraries: Mapping[str, Path],
-    existing: dict[tuple[str, str], LoadedRecord],
-    runner: TargetRunner,
-) -> None:
-    table = run.project.repo / SELECTOR_TABLE
-    for cell in cells:
-        check = run.check_of(cell, CheckKind.SELECTOR)
-        if check is None or cell.id not in libraries:
-            continue
-        if run.fresh_pass(cell, check, existing):
-            run.log(f"  {cell.id:<24} {check.id:<24} fresh passing evidence exists; not re-run")
-            continue
+def selector_on_target(job: Job, evidence: Run, runner: TargetRunner) -> list[CheckOutcome]:
+    table = evidence.project.repo / SELECTOR_TABLE
+    outcomes = []
+    for cell, check in job.pairs():
         watch = Stopwatch()
-        build = libraries[cell.id].parent
+        build = job.library(cell).parent
         kit = build / test_kit_file(cell.platform)
         argv = [str(build / RUNNER), "selector", "--kit", str(kit), "--cases", str(table)]
         report, log, error = _run_cases(runner, argv, "selector::")
-        outcome = cases_outcome(cell.id, check.id, report.cases, log, watch.span(), (table, kit), error=error)
-        run.record([outcome])
+        outcomes.append(
+            cases_outcome(cell.id, check.id, report.cases, log, watch.span(), (table, kit), error=error)
+        )
+    return outcomes
 
 
 def _place(bundle: Path, pattern: str) -> None:
@@ -105,49 +95,42 @@ def case_bundles(tiny: Path, root: Path, gates: Sequence[Gate]) -> dict[str, Pat
     return bundles
 
 
-def run_gate_fallthrough_on_target(
-    run: Run,
-    platform: Platform,
-    cells: Sequence[Cell],
-    libraries: Mapping[str, Path],
-    existing: dict[tuple[str, str], LoadedRecord],
-    runner: TargetRunner,
-) -> None:
-    wanted = fallthrough_to_run(run, platform, cells, existing)
-    if not wanted:
-        return
-    repo = run.project.repo
+def gate_fallthrough_on_target(job: Job, evidence: Run, runner: TargetRunner) -> list[CheckOutcome]:
+    """Every cell the steps name and the platform's reference cell run the gate table; a
+    case that generates passes only with the reference cell's output."""
+    repo = evidence.project.repo
+    matrix = job.matrix
     table_path = repo / GATE_TABLE
     templates = parse_gate_table(table_path.read_text(encoding="utf-8"), str(GATE_TABLE))
-    work = run.project.build_root / "cases" / platform.id
-    bundles = case_bundles(run.bundle, work / "bundles", run.matrix.gates)
+    work = evidence.project.build_root / "cases" / job.platform.id
+    bundles = case_bundles(evidence.bundle, work / "bundles", matrix.gates)
     prompts = repo / "native" / "tools" / "prompts" / "default.txt"
+    reference = matrix.reference_cell(job.platform.id)
+    cells = list(job.cells)
+    if reference is not None and reference.ref in job.libraries and reference not in cells:
+        cells.append(reference)
     reports: dict[str, tuple[RunnerReport, str, str, Stopwatch]] = {}
     for cell in cells:
-        if cell.id not in libraries:
-            continue
         watch = Stopwatch()
         plan = work / f"{cell.gate_key}.plan"
-        atomic_write_text(plan, plan_text(expand_gate_cases(templates, run.matrix.gates, cell), bundles))
-        library = libraries[cell.id]
+        atomic_write_text(plan, plan_text(expand_gate_cases(templates, matrix.gates, cell), bundles))
+        library = job.library(cell)
         argv = [str(library.parent / RUNNER), "fallthrough", "--library", str(library), "--plan", str(plan)]
         argv += ["--prompts", str(prompts), "--max-tokens", str(MAX_TOKENS)]
         reports[cell.id] = (*_run_cases(runner, argv, ""), watch)
-    none = next((c.id for c in cells if not c.gates and c.id in reports), None)
+    none = reference.id if reference is not None and reference.id in reports else None
     outcomes: list[CheckOutcome] = []
-    for cell, check in wanted:
-        if cell.id not in reports:
-            continue
+    for cell, check in job.pairs():
         report, log, error, watch = reports[cell.id]
         cases = list(report.cases)
         if none is not None and not error:
             cases = [_same_output(c, report, reports[none][0]) for c in cases]
         outcomes.append(
             cases_outcome(
-                cell.id, check.id, cases, log, watch.span(), (table_path, libraries[cell.id]), error=error
+                cell.id, check.id, cases, log, watch.span(), (table_path, job.library(cell)), error=error
             )
         )
-    run.record(outcomes)
+    return outcomes
 
 
 def _same_output(case: CaseResult, report: RunnerReport, reference: RunnerReport) -> CaseResult:

@@ -9,15 +9,16 @@ import hashlib
 from pathlib import Path
 
 from eliza.adapters import conan, git, proc
-from eliza.app.profiles import conan_profiles_for
+from eliza.adapters.errors import ToolError
 from eliza.app.project import current
+from eliza.app.services.profiles import conan_profiles_for
 from eliza.core.build_plan import conan_build_argv, llama_option_args
 from eliza.core.conan_profiles import host_profile_name
 from eliza.core.matrix import Cell
 from eliza.core.target import library_file
 
 
-class BaselineError(RuntimeError):
+class BaselineError(ToolError):
     pass
 
 

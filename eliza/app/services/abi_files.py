@@ -5,16 +5,14 @@ abi check compares every cell's library with it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters.abi_tools import abidw, exported_symbols
-from eliza.app.options import Parser
-from eliza.app.project import current
+from eliza.app.errors import Failed
 from eliza.core.c_abi import abi_version, header_constants
 from eliza.core.layout import EXPORT_PREFIX, PUBLIC_HEADER, public_header
-from eliza.core.matrix import Matrix
 from eliza.formats.abi_xml import exports_text, public_surface
 from eliza.formats.files import atomic_write_text
 
@@ -63,7 +61,7 @@ def surface_of(library: Path) -> str:
     return public_surface(abidw(library), prefix=EXPORT_PREFIX, public_header=PUBLIC_HEADER)
 
 
-class BaselineRefused(RuntimeError):
+class BaselineRefused(Failed):
     """Regenerating would change the released ABI of a version that was not bumped."""
 
 
@@ -92,37 +90,3 @@ def write_baseline(repo: Path, library: Path, *, force: bool = False) -> tuple[A
             for path in baseline_of(repo, other).files:
                 path.unlink(missing_ok=True)
     return target, bool(changed)
-
-
-def abi_baseline_session(matrix: Matrix, argv: Sequence[str], log: Log) -> AbiBaseline:
-    """`nox -s abi-baseline`: builds the no-gate cell of the first platform buildable here
-    and writes native/abi from it."""
-    from eliza.app.build import build_cells, describe_build
-    from eliza.app.errors import NotHere
-    from eliza.app.project import capability
-
-    parser = Parser("nox -s abi-baseline --")
-    parser.add_argument(
-        "--force", action="store_true", help="rewrite the baseline of an ABI version that was not bumped"
-    )
-    args = parser.parse_args(list(argv))
-    cell = next(
-        (
-            c
-            for p in matrix.platforms
-            if p.os == "linux" and capability(p).can_build and not p.slow_build
-            for c in matrix.cells_of(p.id)
-            if not c.gates
-        ),
-        None,
-    )
-    if cell is None:
-        raise NotHere(
-            "no fast Linux platform with a no-gate cell can be built here to take the ABI baseline from"
-        )
-    [built] = build_cells((cell,), matrix, echo=False, on_built=lambda b: log(describe_build(b)))
-    repo = current().repo
-    target, changed = write_baseline(repo, built.library, force=args.force)
-    what = "written" if changed else "unchanged"
-    log(f"ABI {target.version} baseline from {cell.id} {what}: {', '.join(str(p) for p in target.files)}")
-    return target

@@ -7,12 +7,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from eliza.adapters.ffi import ElizaError
-from eliza.app.bench_options import check_bundle
-from eliza.app.build import build_cells
-from eliza.app.bundle import ensure_tiny_bundle, generate_text
 from eliza.app.errors import NotHere, UsageError
 from eliza.app.options import Parser, positive
 from eliza.app.project import capability
+from eliza.app.services.bench_options import check_bundle
+from eliza.app.services.build import build_cells
+from eliza.app.services.bundle import ensure_tiny_bundle, generate_text
 from eliza.core.matrix import Matrix
 from eliza.core.matrix_rules import unknown_cell
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from eliza.adapters import actionlint
-from eliza.app.errors import UsageError
+from eliza.app.errors import Failed, UsageError
 from eliza.app.project import current, load_project_matrix
 from eliza.core.ci_jobs import PipelineError, unknown_label
 from eliza.formats.ci_workflow import (
@@ -26,7 +26,7 @@ Log = Callable[[str], None]
 ACTIONLINT_VARIABLE = "ELIZA_ACTIONLINT"
 
 
-class CiFilesFailed(RuntimeError):
+class CiFilesFailed(Failed):
     """The generated CI files are out of date, or actionlint found problems."""
 
 

@@ -10,6 +10,9 @@ from eliza.core.fingerprint import InputHashes
 from eliza.core.host import HostFacts
 from eliza.formats.files import sha256_file, tree_hash
 
+# Under native/ but not part of the library: the consumers load the released library as
+# their users do; a change to one re-runs the consumer check, never the builds.
+NOT_THE_LIBRARY = ("native/consumers",)
 # The recipes and the code that turns a cell into a Conan command line.
 RECIPE_INPUTS = (
     "conanfile.py",
@@ -34,7 +37,7 @@ BENCH_INPUTS = (
 BUILD_CHECK_INPUTS = ("eliza/app/checks/build.py", "eliza/adapters/abi_tools.py", "eliza/core/c_abi.py")
 ABI_CHECK_INPUTS = (
     "eliza/app/checks/abi.py",
-    "eliza/app/abi_baseline.py",
+    "eliza/app/services/abi_files.py",
     "eliza/formats/abi_xml.py",
     "eliza/adapters/abi_tools.py",
     "eliza/core/c_abi.py",
@@ -67,7 +70,7 @@ def input_hashes(
         "abidiff": abidiff_version or "absent",
     }
     return InputHashes(
-        native=tree_hash(repo, ["native"]),
+        native=tree_hash(repo, ["native"], exclude=NOT_THE_LIBRARY),
         # The recipes and the code that turns a cell into a Conan command line.
         recipes=tree_hash(repo, RECIPE_INPUTS),
         bundle=tree_hash(bundle, ["text"]) if (bundle / "text").is_dir() else "absent",
@@ -89,3 +92,8 @@ def input_hashes(
         build_check=tree_hash(repo, BUILD_CHECK_INPUTS),
         abi_check=tree_hash(repo, ABI_CHECK_INPUTS),
     )
+
+
+def fuzz_inputs(repo: Path) -> str:
+    """What a fuzz run's figures describe: the library's sources and the targets."""
+    return tree_hash(repo, ["native", "tests/fuzz"], exclude=NOT_THE_LIBRARY)

@@ -30,6 +30,8 @@ class BenchOptions:
     # llama.cpp code); a bench session measures it on every cell.
     speedup_on_every_cell: bool = False
     verbose: bool = False
+    dry_run: bool = False  # print the plan, do nothing
+    json: bool = False  # the plan as JSON
     # How the platform's binaries run here (natively, or under its emulator): set per platform.
     runner: TargetRunner | None = None
 
@@ -70,7 +72,13 @@ def parse_bench_args(
     )
     parser.add_argument("--draft-max", type=int, default=4, help="draft length of the drafter runs")
     parser.add_argument("--out", type=Path, default=repo / "build" / "bench")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the plan (builds and checks) and do nothing"
+    )
+    parser.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
     args = parser.parse_args(list(argv))
+    if args.json and not args.dry_run:
+        parser.error("--json goes with --dry-run (the plan as JSON)")
     if args.overhead_pairs < 5:
         parser.error(f"--overhead-pairs {args.overhead_pairs}: must be at least 5")
     positive("--max-tokens", args.max_tokens)
@@ -95,6 +103,8 @@ def parse_bench_args(
         draft_max=args.draft_max,
         speedup_on_every_cell=True,
         verbose=args.verbose,
+        dry_run=args.dry_run,
+        json=args.json,
     )
 
 

@@ -8,26 +8,28 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from eliza.adapters import git
-from eliza.adapters.abi_tools import SymbolListError, abidiff_version
+from eliza.adapters.abi_tools import abidiff_version
 from eliza.adapters.conan import llama_source_version
-from eliza.app import recording
-from eliza.app.bench_options import default_settings_description
-from eliza.app.checks.common import Stopwatch
-from eliza.app.inputs import input_hashes
+from eliza.adapters.errors import ToolError
 from eliza.app.project import Project
+from eliza.app.services import recording
+from eliza.app.services.bench_options import default_settings_description
+from eliza.app.services.clock import Stopwatch
+from eliza.app.services.inputs import input_hashes
 from eliza.core.evidence import HostInfo, LoadedRecord, Status
 from eliza.core.fingerprint import InputHashes, fingerprint_for, is_fresh_pass
 from eliza.core.host import HostFacts
 from eliza.core.layout import default_prompts
 from eliza.core.matrix import Cell, Check, CheckKind, Matrix
 from eliza.core.outcome import CheckOutcome, outcome
+from eliza.core.verify_plan import KnownRecord
 from eliza.formats.evidence_json import read_records
 
 Log = Callable[[str], None]
 
 # Failures of the machinery (a build that breaks, a tool that crashes) become error
 # evidence for the checks they prevented, never a traceback that loses the other cells.
-RUN_ERRORS: tuple[type[BaseException], ...] = (OSError, RuntimeError, ValueError, SymbolListError)
+RUN_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, ToolError)
 
 
 @dataclass(kw_only=True)
@@ -47,11 +49,16 @@ class Run:
     verbose: bool = False  # tool output shown as it runs (else: in each cell's log, with progress)
     ran_on: dict[str, str] = field(default_factory=dict)  # platform id -> how its checks ran, if not natively
     written: list[CheckOutcome] = field(default_factory=list)
+    # Added to the environment of the processes the checks start (a CI check job's
+    # ELIZA_PREBUILT_CELLS=1, so the suites take their cells from its artifact).
+    child_env: dict[str, str] = field(default_factory=dict)
 
     def check_of(self, cell: Cell, kind: CheckKind) -> Check | None:
         return next((c for c in cell.checks if c.kind is kind), None)
 
-    def record(self, outcomes: Sequence[CheckOutcome]) -> None:
+    def record(self, outcomes: Sequence[CheckOutcome]) -> list[CheckOutcome]:
+        """Writes each outcome as an evidence record; returns what was written."""
+        written: list[CheckOutcome] = []
         for o in outcomes:
             if self.only is not None and o.cell not in self.only:
                 continue
@@ -70,9 +77,11 @@ class Run:
                 self.project.repo,
             )
             self.written.append(o)
+            written.append(o)
             mark = {Status.PASSED: "ok", Status.SKIPPED: "skipped"}.get(o.status, o.status.value.upper())
             said = o.reason or str(o.details.get("summary", "")) if o.details or o.reason else ""
             self.log(f"  {o.cell:<24} {o.check:<24} {mark}" + (f" ({said[:200]})" if said else ""))
+        return written
 
     def fresh_pass(
         self,
@@ -99,7 +108,7 @@ def start_run(
     only: frozenset[str] | None = None,
 ) -> Run:
     """Reads what evidence is keyed by: the input hashes of the tree, the commit, the host.
-    bench_settings describes non-default bench settings (see eliza.app.bench_options)."""
+    bench_settings describes non-default bench settings (see eliza.app.services.bench_options)."""
     hashes = input_hashes(
         project.repo,
         bundle,
@@ -137,3 +146,20 @@ def errored(run: Run, cells: Sequence[Cell], kinds: set[CheckKind], reason: str)
     ]
     run.record(outcomes)
     return outcomes
+
+
+def evidence_index(run: Run, hashes: recording.ArtifactHashes) -> dict[tuple[str, str], KnownRecord]:
+    """The records of this checkout's evidence, each with whether its artifacts are intact."""
+    return {
+        key: KnownRecord(
+            record=item.record,
+            path=str(
+                item.path.relative_to(run.project.repo)
+                if item.path.is_relative_to(run.project.repo)
+                else item.path
+            ),
+            artifacts_intact=all(hashes.matches(a) for a in item.record.artifacts),
+        )
+        for key, item in existing_records(run.evidence_dir).items()
+        if item.record is not None
+    }

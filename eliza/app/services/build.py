@@ -3,20 +3,21 @@ Conan build of libelizainference per cell."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from eliza.adapters import conan, conan_remote
 from eliza.adapters.conan import BuildError
-from eliza.adapters.cuda import CudaError
+from eliza.adapters.cuda import CudaError, prepare_toolkit
 from eliza.adapters.llama_source import SourceError
 from eliza.app.errors import NotHere, UsageError
-from eliza.app.options import Parser
-from eliza.app.profiles import conan_profiles_for
+
+__all__ = ["BUILD_ERRORS", "BuiltCell", "build_cells", "describe_build", "preflight"]
 from eliza.app.project import capability, current, load_project_matrix
+from eliza.app.services.built import BuiltCell
+from eliza.app.services.prebuilt import load_prebuilt
+from eliza.app.services.profiles import conan_profiles_for
 from eliza.core.binary_remote import BinaryRemote, RemoteSettingError, remote_from_env
 from eliza.core.build_plan import CellBuildPlan, plan_cell_build
 from eliza.core.conan_profiles import ProfileError
@@ -42,43 +43,18 @@ def plan_for(cell: Cell, matrix: Matrix, llama_version: str, env: dict[str, str]
     return replace(plan, env={**env, "ELIZA_MATRIX": str(Path(matrix.source).resolve())})
 
 
-@dataclass(frozen=True, kw_only=True)
-class BuiltCell:
-    cell_id: str
-    library: Path
-    llama_built_now: bool
-    llama_package: Path
-    llama_package_id: str
-    seconds: float
-    log: Path
-    prebuilt: bool = False  # taken from a CI build job's artifact, not built here
-
-
 def platform_env(platform: Platform) -> dict[str, str]:
     """What a platform's build adds to the environment (the CUDA toolkit view for CUDA)."""
     if platform.llama_backend == "cuda":
-        from eliza.adapters.cuda import prepare_toolkit
-
         project = current()
         return prepare_toolkit(project.cache, project.env).build_env()
     return {}
 
 
-# A CI check job's cells come from its build job's artifact: then "building" a cell is
-# loading it (see eliza.app.ci_pipeline), and nothing is compiled.
-PrebuiltLoader = Callable[[Cell], "BuiltCell"]
-_prebuilt: ContextVar[PrebuiltLoader | None] = ContextVar("prebuilt", default=None)
-# The same for the processes such a job starts (the pytest suites verify runs).
+# A CI check job's cells come from its build job's artifact: the processes it starts (the
+# pytest suites verify runs) are told so through the environment, and then "building" a
+# cell is loading it (eliza.app.services.prebuilt), and nothing is compiled.
 PREBUILT_VARIABLE = "ELIZA_PREBUILT_CELLS"
-
-
-@contextmanager
-def using_prebuilt(loader: PrebuiltLoader) -> Iterator[None]:
-    token = _prebuilt.set(loader)
-    try:
-        yield
-    finally:
-        _prebuilt.reset(token)
 
 
 def binary_remote() -> BinaryRemote | None:
@@ -112,13 +88,8 @@ def build_cells(
     """Builds cells in order. Cells of one platform share one llama.cpp package: the first
     builds it if the Conan cache lacks it (and the Conan remote, when one is set, lacks it
     too), the others reuse it."""
-    loader = _prebuilt.get()
-    if loader is None and current().env.get(PREBUILT_VARIABLE) == "1":  # a suite a CI check job runs
-        from eliza.app.ci_pipeline import load_prebuilt
-
-        loader = load_prebuilt
-    if loader is not None:
-        loaded = [loader(c) for c in cells]
+    if current().env.get(PREBUILT_VARIABLE) == "1":  # a suite a CI check job runs
+        loaded = [load_prebuilt(c) for c in cells]
         for done in loaded:
             if on_built:
                 on_built(done)
@@ -151,35 +122,6 @@ def build_cells(
         if on_built:
             on_built(done)
     return built
-
-
-def build_session(matrix: Matrix, cell_ids: Sequence[str], argv: Sequence[str], log: Log) -> list[BuiltCell]:
-    """`nox -s build-<platform>[.<gates>] -- [--strict] [-v]`: builds the cells, one line
-    each (the tool output is in each cell's conan-build.log; -v shows it)."""
-    parser = Parser("nox -s build-* --", skippable=True)
-    args = parser.parse_args(list(argv))
-    cells = tuple(matrix.cell(c) for c in cell_ids)
-    try:
-        built = build_cells(
-            cells,
-            matrix,
-            echo=args.verbose,
-            on_built=lambda b: log(describe_build(b)),
-            on_progress=None if args.verbose else log,
-        )
-    except BUILD_ERRORS as exc:
-        raise BuildFailed(str(exc)) from exc
-    llama_builds = sum(b.llama_built_now for b in built)
-    logs = current().build_root / "<platform>" / "<gates>" / "conan-build.log"
-    log(
-        f"{len(built)} cell(s) built; llama.cpp built {llama_builds} time(s), reused "
-        f"{len(built) - llama_builds} time(s); tool output in {logs}"
-    )
-    return built
-
-
-class BuildFailed(RuntimeError):
-    """A build ran and failed; the message names the cell, the log and its tail."""
 
 
 def ensure_cell_built(cell_id: str) -> BuiltCell:

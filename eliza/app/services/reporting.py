@@ -1,5 +1,5 @@
-"""`nox -s report`: judge evidence from one or many directories against the current tree
-and render the report (HTML, Markdown, JSON)."""
+"""Judging evidence from one or many directories against the current tree and rendering
+the report (HTML, Markdown, JSON): what `nox -s report`, verify and the CI report job share."""
 
 from __future__ import annotations
 
@@ -11,15 +11,14 @@ from eliza.adapters import git
 from eliza.adapters.abi_tools import abidiff_version
 from eliza.adapters.browser import screenshot
 from eliza.adapters.conan import llama_source_version
-from eliza.app import recording
-from eliza.app.bench_options import default_settings_description
-from eliza.app.bundle import ensure_tiny_bundle
-from eliza.app.checks.common import now
-from eliza.app.errors import UsageError
-from eliza.app.inputs import input_hashes
-from eliza.app.options import Parser
 from eliza.app.project import capability, current, host_facts
-from eliza.core.evidence import InputFingerprint, utc_timestamp
+from eliza.app.services import recording
+from eliza.app.services.bench_options import default_settings_description
+from eliza.app.services.bundle import ensure_tiny_bundle
+from eliza.app.services.clock import now
+from eliza.app.services.inputs import fuzz_inputs, input_hashes
+from eliza.core.evidence import Artifact, InputFingerprint, utc_timestamp
+from eliza.core.fingerprint import InputHashes, fingerprint_for
 from eliza.core.layout import default_prompts
 from eliza.core.matrix import Cell, Check, Matrix
 from eliza.core.report import GridState, HeaderFacts, PlatformCapability, Report, build_report
@@ -32,21 +31,29 @@ Log = Callable[[str], None]
 
 
 def render(
-    matrix: Matrix, evidence_dirs: Sequence[Path], out_dir: Path, bundle: Path
+    matrix: Matrix,
+    evidence_dirs: Sequence[Path],
+    out_dir: Path,
+    bundle: Path,
+    *,
+    hashes: InputHashes | None = None,
+    artifact_matches: Callable[[Artifact], bool | None] | None = None,
 ) -> tuple[ReportPaths, Report]:
     """Reads evidence from every directory, judges it against the current tree, renders
-    HTML, Markdown and JSON. Returns (paths, report)."""
+    HTML, Markdown and JSON. Returns (paths, report). `hashes` and `artifact_matches`: what
+    the caller already read of the tree this invocation (verify), so nothing is hashed twice."""
     project = current()
     host = host_facts()
-    hashes = input_hashes(
-        project.repo,
-        bundle,
-        default_prompts(project.repo),
-        host,
-        abidiff_version(),
-        llama_source=llama_source_version(project.env),
-        bench_settings=default_settings_description(project.env),
-    )
+    if hashes is None:
+        hashes = input_hashes(
+            project.repo,
+            bundle,
+            default_prompts(project.repo),
+            host,
+            abidiff_version(),
+            llama_source=llama_source_version(project.env),
+            bench_settings=default_settings_description(project.env),
+        )
     records = read_records(list(evidence_dirs))
     # Where several records of one (cell, check) disagree, the first directory's (this
     # checkout's own evidence, before imported evidence) sets what "current" means.
@@ -65,8 +72,6 @@ def render(
     }
 
     def current_fingerprint(cell: Cell, check: Check) -> InputFingerprint:
-        from eliza.core.fingerprint import fingerprint_for
-
         fresh = fingerprint_for(cell, check, hashes, baselines.get((cell.id, check.id), ""))
         tools = recorded_tools.get((cell.id, check.id))
         return fresh if tools is None else InputFingerprint.of({**fresh.parts, "tools": tools})
@@ -89,7 +94,7 @@ def render(
         records=records,
         current_fingerprint=current_fingerprint,
         capabilities=capabilities,
-        artifact_matches=lambda a: recording.resolve_artifact(a, project.repo),
+        artifact_matches=artifact_matches or recording.ArtifactHashes(repo=project.repo).resolve,
         facts=HeaderFacts(
             commit=state.commit,
             dirty=state.dirty,
@@ -104,8 +109,6 @@ def render(
 def with_fuzz_figures(report: Report, summary_path: Path, repo: Path) -> Report:
     """The last `nox -s fuzz` run's executions, corpus size and findings per target, as
     figures of its cell (current while the library's sources and the targets are)."""
-    from eliza.app.fuzz import fuzz_inputs
-
     try:
         summary = read_fuzz_summary(summary_path)
     except FuzzSummaryError as exc:
@@ -149,36 +152,11 @@ def summary_line(report: Report) -> str:
     return f"{header.verified} of {header.declared} checks verified ({states})"
 
 
-def report(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
-    project = current()
-    parser = Parser("nox -s report --")
-    parser.add_argument(
-        "evidence",
-        nargs="*",
-        type=Path,
-        help=f"evidence directories (default: {project.evidence_dir}, "
-        f"and {project.imported_evidence_dir} if present)",
-    )
-    parser.add_argument("--out", type=Path, default=project.report_dir, help="where the report is written")
-    parser.add_argument(
-        "--allow-missing",
-        action="store_true",
-        help="render even when an evidence directory does not exist (it is listed as a load problem)",
-    )
-    args = parser.parse_args(list(argv))
-    dirs = args.evidence or project.default_evidence_dirs()
-    # A directory the user named must exist (a typo must not replace a good report); the
-    # default one may not exist yet on a fresh checkout, which renders as "nothing run".
-    missing = [d for d in args.evidence if not d.is_dir()]
-    if missing and not args.allow_missing:
-        # Checked before rendering, so a typo never overwrites a good report.
-        raise UsageError(
-            f"evidence directory {missing[0]} does not exist; nothing was rendered "
-            "(name an existing directory, or pass --allow-missing)"
-        )
-    # The tiny bundle is deterministic: regenerating it lets a fresh report host judge
-    # bundle-dependent evidence instead of calling it stale.
-    paths, rep = render(matrix, dirs, args.out, ensure_tiny_bundle())
-    log(describe_paths(paths, screenshot(paths.html, args.out / "report.png")))
+def render_and_say(matrix: Matrix, evidence_dirs: Sequence[Path], out_dir: Path, log: Log) -> Path:
+    """Renders the report with the tiny bundle (deterministic: regenerating it lets a fresh
+    report host judge bundle-dependent evidence instead of calling it stale), its
+    screenshot, and says where they are and what they count."""
+    paths, rep = render(matrix, evidence_dirs, out_dir, ensure_tiny_bundle())
+    log(describe_paths(paths, screenshot(paths.html, out_dir / "report.png")))
     log(summary_line(rep))
     return paths.html

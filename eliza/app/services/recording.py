@@ -3,6 +3,7 @@ fingerprint are added, the artifacts hashed, the record written atomically."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from eliza.adapters.git import GitState
@@ -80,3 +81,30 @@ def save(
     repo: Path,
 ) -> Path:
     return write_record(directory, to_record(outcome, fingerprint, git, host, repo))
+
+
+@dataclass(kw_only=True)
+class ArtifactHashes:
+    """Artifact checks within one invocation: each file is hashed once, however many
+    records (and the report) name it; a file that changes on disk is hashed again."""
+
+    repo: Path = Path()
+    _seen: dict[tuple[str, int, int], str] = field(default_factory=dict)
+
+    def sha256(self, path: Path) -> str:
+        stat = path.stat()
+        key = (str(path), stat.st_size, stat.st_mtime_ns)
+        if key not in self._seen:
+            self._seen[key] = sha256_file(path)
+        return self._seen[key]
+
+    def resolve(self, artifact: Artifact) -> bool | None:
+        """True/False when the file is here, None when it is not (as resolve_artifact)."""
+        path = Path(artifact.path)
+        path = path if path.is_absolute() else self.repo / path
+        if not path.is_file():
+            return None
+        return self.sha256(path) == artifact.sha256
+
+    def matches(self, artifact: Artifact) -> bool:
+        return self.resolve(artifact) is True

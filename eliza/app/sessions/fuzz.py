@@ -20,17 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters import proc, sanitizer
-from eliza.app.build import BUILD_ERRORS, build_cells, describe_build
-from eliza.app.bundle import ensure_tiny_bundle
-from eliza.app.checks.common import Stopwatch, now
-from eliza.app.errors import UsageError
-from eliza.app.exclusive import exclusive
+from eliza.app.errors import Failed, UsageError
 from eliza.app.options import Parser
 from eliza.app.project import current
+from eliza.app.services.build import BUILD_ERRORS, build_cells, describe_build
+from eliza.app.services.bundle import ensure_tiny_bundle
+from eliza.app.services.clock import Stopwatch, now
+from eliza.app.services.exclusive import exclusive
+from eliza.app.services.inputs import fuzz_inputs
 from eliza.core.evidence import utc_timestamp
 from eliza.core.matrix import Cell, Matrix
 from eliza.core.matrix_rules import unknown_cell
-from eliza.formats.files import atomic_write_text, tree_hash
+from eliza.formats.files import atomic_write_text
 
 Log = Callable[[str], None]
 
@@ -40,7 +41,7 @@ _DONE = re.compile(r"Done (\d+) runs in (\d+) second")
 _EXECUTED = re.compile(r"stat::number_of_executed_units:\s*(\d+)")
 
 
-class FuzzFailed(RuntimeError):
+class FuzzFailed(Failed):
     pass
 
 
@@ -69,11 +70,6 @@ def leak_checker_died(found: sanitizer.Findings, output: str) -> bool:
         and "deadly signal" not in output
         and "Uncaught Python exception" not in output
     )
-
-
-def fuzz_inputs(repo: Path) -> str:
-    """What a fuzz run's figures describe: the library's sources and the targets."""
-    return tree_hash(repo, ["native", "tests/fuzz"])
 
 
 def targets_of(repo: Path) -> list[str]:

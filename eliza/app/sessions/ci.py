@@ -13,119 +13,38 @@ fails, naming why):
 
 from __future__ import annotations
 
-import json
-import os
-import tarfile
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from eliza.adapters import conan_remote
-from eliza.app import build
-from eliza.app.build import BUILD_ERRORS, BuildFailed, BuiltCell, build_cells, describe_build
-from eliza.app.bundle import ensure_tiny_bundle
-from eliza.app.checks.common import now
-from eliza.app.ci_files import templates_dir
-from eliza.app.errors import NotHere, UsageError
+from eliza.app.context import current_context
+from eliza.app.errors import BuildFailed, CiFailed, NotHere, UsageError
 from eliza.app.options import Parser
 from eliza.app.project import capability, current, host_facts
-from eliza.app.report import report as render_report
-from eliza.app.run import start_run
-from eliza.app.verify import verify
+from eliza.app.services import build
+from eliza.app.services.build import BUILD_ERRORS, PREBUILT_VARIABLE, build_cells, describe_build
+from eliza.app.services.builders import PrebuiltBuilder
+from eliza.app.services.bundle import ensure_tiny_bundle
+from eliza.app.services.ci_files import templates_dir
+from eliza.app.services.clock import now
+from eliza.app.services.prebuilt import pack_cells, unpack_cells, write_manifest
+from eliza.app.services.reporting import render_and_say
+from eliza.app.services.run import start_run
+from eliza.app.verification import VerifyOptions, verify
+from eliza.core.cell_id import CellId
 from eliza.core.ci_jobs import PipelineError
-from eliza.core.layout import cell_build_dir, library_path
-from eliza.core.matrix import Cell, Matrix
+from eliza.core.matrix import Matrix
 from eliza.core.matrix_rules import unknown_cell
 from eliza.core.outcome import skipped
-from eliza.core.target import library_file
 from eliza.formats.ci_workflow import RunnersError, pipeline_of
-from eliza.formats.files import atomic_write_text, sha256_file
 
 Log = Callable[[str], None]
-MANIFEST = "ci-cell.json"  # beside each cell's build folder: what the build job made
-# The files of a cell a check needs: the libraries, build-info.json and the bench tools.
-CELL_FILES = ("libelizainference*", "build-info.json", "e2e_loop_bench", "reference_runner")
-
-
-class CiFailed(RuntimeError):
-    """A CI job could not do its work; the message says which and why."""
 
 
 def llama_builds_line(count: int, where: str) -> str:
     """The line the rehearsal counts compilations by."""
     return f"llama.cpp built {count} time(s) {where}"
-
-
-def _cell_files(cell: Cell, repo: Path) -> list[Path]:
-    out = cell_build_dir(cell.id, repo) / "build"
-    return sorted({p for pattern in CELL_FILES for p in out.glob(pattern) if p.is_file() or p.is_symlink()})
-
-
-def write_manifest(built: BuiltCell, cell: Cell, repo: Path, llama: conan_remote.LlamaBinary) -> Path:
-    files = {str(p.relative_to(repo)): sha256_file(p) for p in _cell_files(cell, repo) if p.is_file()}
-    manifest = {
-        "cell": cell.id,
-        "llama_ref": llama.ref,
-        "llama_package_id": built.llama_package_id,
-        "llama_built_now": built.llama_built_now,
-        "seconds": round(built.seconds, 2),
-        "files": files,
-    }
-    path = cell_build_dir(cell.id, repo) / MANIFEST
-    atomic_write_text(path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return path
-
-
-def load_prebuilt(cell: Cell) -> BuiltCell:
-    """A cell the build job made, after its artifact was unpacked: every file as the
-    manifest lists it, or CiFailed naming what differs."""
-    repo = current().repo
-    path = cell_build_dir(cell.id, repo) / MANIFEST
-    if not path.is_file():
-        raise CiFailed(
-            f"{cell.id}: no prebuilt cell at {path.parent}: this job takes its cells from the build "
-            f"job's artifact (cells-{cell.platform.id}); is it unpacked (--artifacts)?"
-        )
-    manifest = json.loads(path.read_text())
-    for rel, digest in manifest["files"].items():
-        file = repo / rel
-        if not file.is_file() or sha256_file(file) != digest:
-            raise CiFailed(f"{cell.id}: {rel} is missing or differs from the build job's manifest")
-    library = library_path(cell.id, repo, library_file(cell.platform))
-    return BuiltCell(
-        cell_id=cell.id,
-        library=library,
-        llama_built_now=False,
-        llama_package=Path(),
-        llama_package_id=str(manifest["llama_package_id"]),
-        seconds=float(manifest["seconds"]),
-        log=path,
-        prebuilt=True,
-    )
-
-
-def pack_cells(cells: Sequence[Cell], repo: Path, archive: Path) -> Path:
-    """The cells' files and manifests, relative to the repository, symlinks and modes kept
-    (an artifact store keeps neither)."""
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archive, "w:gz") as tar:
-        for cell in cells:
-            for path in [*_cell_files(cell, repo), cell_build_dir(cell.id, repo) / MANIFEST]:
-                tar.add(path, arcname=str(path.relative_to(repo)), recursive=False)
-    return archive
-
-
-def unpack_cells(artifacts: Path, repo: Path, log: Log) -> list[str]:
-    archives = sorted(artifacts.rglob("cells-*.tar.gz")) if artifacts.is_dir() else []
-    if not archives:
-        raise UsageError(f"--artifacts {artifacts}: no cells-*.tar.gz there (the build jobs' artifacts)")
-    names = []
-    for archive in archives:
-        with tarfile.open(archive, "r:gz") as tar:
-            tar.extractall(repo, filter="data")
-        names.append(archive.name)
-        log(f"unpacked {archive}")
-    return names
 
 
 def _step_summary(text: str) -> None:
@@ -184,26 +103,33 @@ def ci_build(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
     return archive
 
 
-def ci_check(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
+def ci_check(matrix: Matrix, argv: Sequence[str], log: Log) -> Path | None:
     parser = Parser("nox -s ci-check --")
     parser.add_argument("--cell", required=True, help="the cell whose checks this job runs")
     parser.add_argument("--artifacts", type=Path, required=True, help="where the build jobs' artifacts are")
+    parser.add_argument("--dry-run", action="store_true", help="print the job's plan and do nothing")
+    parser.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
     args = parser.parse_args(list(argv))
     if args.cell not in {c.id for c in matrix.cells}:
         parser.error(unknown_cell(matrix, args.cell, "--cell"))
     project = current()
-    unpack_cells(project.repo / args.artifacts, project.repo, log)
+    if not args.dry_run:
+        unpack_cells(project.repo / args.artifacts, project.repo, log)
     # The suites verify runs in other processes take their cells from the artifact too.
-    os.environ[build.PREBUILT_VARIABLE] = "1"
+    ctx = replace(current_context(log, matrix), child_env={PREBUILT_VARIABLE: "1"})
+    options = VerifyOptions(
+        cells=(CellId.parse(args.cell),), strict=True, dry_run=args.dry_run, json=args.json
+    )
     try:
-        with build.using_prebuilt(load_prebuilt):
-            html = verify(matrix, ["--cell", args.cell, "--strict"], log)
+        result = verify(options, ctx, builder=PrebuiltBuilder(ctx=ctx))
     except NotHere as exc:  # strict here whatever the session's own options say
         raise CiFailed(f"{args.cell}: {exc}") from None
+    if args.dry_run:
+        return None
     line = llama_builds_line(0, "in this job (its cells came from the build job; nothing was compiled)")
     log(line)
     _step_summary(f"**{args.cell}**: {line}")
-    return html
+    return result.report
 
 
 def record_not_in_pipeline(matrix: Matrix, out: Path, log: Log) -> int:
@@ -243,4 +169,4 @@ def ci_report(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
         log(f"no cells to re-check artifact hashes against: {exc}")
     count = record_not_in_pipeline(matrix, evidence / "not-in-ci", log)
     log(f"{count} check(s) recorded as not in the CI pipeline")
-    return render_report(matrix, [str(evidence)], log)
+    return render_and_say(matrix, [evidence], project.report_dir, log)

@@ -30,11 +30,10 @@ import yaml
 
 from eliza.adapters import git
 from eliza.adapters.conan_server import SERVER_VARIABLE, LocalServer, ServerError, local_server, server_python
-from eliza.app.ci_files import templates_dir, write_or_check
-from eliza.app.ci_pipeline import CiFailed
-from eliza.app.errors import UsageError
+from eliza.app.errors import CiFailed, UsageError
 from eliza.app.options import Parser
 from eliza.app.project import capability, current
+from eliza.app.services.ci_files import templates_dir, write_or_check
 from eliza.core.binary_remote import PASSWORD_VARIABLE, URL_VARIABLE, USER_VARIABLE
 from eliza.core.ci_jobs import REPORT_JOB, SETUP_COMMAND, Pipeline, PipelineError
 from eliza.core.matrix import Matrix

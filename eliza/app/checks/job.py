@@ -1,0 +1,47 @@
+"""What a check runner is handed: the steps it runs, the cells and libraries they need,
+and how the platform's binaries run here. A runner runs and returns outcomes; it never
+builds, never decides freshness and never records (the executor does)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eliza.app.services.bench_options import BenchOptions
+from eliza.app.services.built import BuiltCell
+from eliza.app.services.run import Run as EvidenceRun
+from eliza.core.cell_id import CellId
+from eliza.core.matrix import Cell, Check, Matrix, Platform
+from eliza.core.outcome import CheckOutcome
+from eliza.core.target import TargetRunner
+from eliza.core.verify_plan import Run
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    matrix: Matrix
+    platform: Platform
+    steps: tuple[Run, ...]
+    libraries: Mapping[CellId, Path]  # every library the steps read: subjects and references
+    built: Mapping[CellId, BuiltCell] = field(default_factory=dict)  # the cells built in this run
+    baselines: Mapping[str, Path] = field(default_factory=dict)  # commit -> this platform's baseline library
+    target: TargetRunner | None = None  # the emulator, when the platform's binaries run under one
+    bench: BenchOptions | None = None  # the bench's settings, for the byte-identity runner
+
+    @property
+    def cells(self) -> tuple[Cell, ...]:
+        """The steps' cells, in order, each once."""
+        seen: dict[CellId, Cell] = {}
+        for step in self.steps:
+            seen.setdefault(step.cell, self.matrix.cell(step.cell))
+        return tuple(seen.values())
+
+    def pairs(self) -> list[tuple[Cell, Check]]:
+        return [(self.matrix.cell(s.cell), self.matrix.check(s.check)) for s in self.steps]
+
+    def library(self, cell: Cell | CellId) -> Path:
+        return self.libraries[cell.ref if isinstance(cell, Cell) else cell]
+
+
+CheckRunner = Callable[[Job, EvidenceRun], list[CheckOutcome]]

@@ -1,0 +1,182 @@
+"""Carries out a VerifyPlan: builds each planned cell once, hands every check runner the
+libraries its steps need, and records each outcome. It decides nothing the plan has not
+decided; the loop that turns a runner's failure into error evidence is written once here,
+for every check kind."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from eliza.app.checks import RUNNERS
+from eliza.app.checks.job import Job
+from eliza.app.services.bench_options import BenchOptions
+from eliza.app.services.build import BUILD_ERRORS
+from eliza.app.services.built import BuiltCell
+from eliza.app.services.clock import Stopwatch, now
+from eliza.app.services.run import RUN_ERRORS, Run
+from eliza.core.cell_id import CellId
+from eliza.core.evidence import Status
+from eliza.core.host import Capability
+from eliza.core.matrix import Cell, CheckKind, Matrix
+from eliza.core.outcome import CheckOutcome, outcome, skipped
+from eliza.core.target import TargetRunner
+from eliza.core.verify_plan import PLATFORM_GROUPS, BuildRole, VerifyPlan
+from eliza.core.verify_plan import Run as RunStep
+
+Log = Callable[[str], None]
+
+
+class Builder(Protocol):
+    """Where libraries come from: a Conan build here, or a CI build job's artifact."""
+
+    def build(self, cell: Cell) -> BuiltCell: ...
+
+    def locate(self, cell: Cell) -> Path:
+        """The library of a cell whose build evidence stands (nothing is built)."""
+        ...
+
+    def baseline(self, commit: str, cell: Cell) -> Path: ...
+
+
+@dataclass(kw_only=True)
+class Execution:
+    """What a plan's execution did, counted from the plan and the outcomes (never from log
+    text)."""
+
+    plan: VerifyPlan
+    written: list[CheckOutcome] = field(default_factory=list)
+    built: dict[CellId, BuiltCell] = field(default_factory=dict)
+    libraries: dict[CellId, Path] = field(default_factory=dict)
+    build_failures: dict[CellId, str] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[CheckOutcome]:
+        return [o for o in self.written if o.status in (Status.FAILED, Status.ERROR)]
+
+    def summary(self) -> str:
+        states = Counter(o.status.value for o in self.written)
+        ran = len(self.plan.runs)
+        parts = [f"{n} {s}" for s, n in sorted(states.items())]
+        return (
+            f"{ran} check(s) ran, {len(self.plan.kept)} kept (fresh), {len(self.plan.skips)} skipped; "
+            f"{len(self.written)} record(s) written" + (f" ({', '.join(parts)})" if parts else "")
+        )
+
+
+def _errors(steps: Sequence[RunStep], reason: str) -> list[CheckOutcome]:
+    span = Stopwatch().span()
+    return [
+        outcome(str(s.cell), s.check, ran=0, passed=0, span=span, reason=reason, error=True) for s in steps
+    ]
+
+
+def _group_key(step: RunStep) -> tuple[str, str]:
+    """Steps one runner call serves: a platform's group, or one cell's check."""
+    group = PLATFORM_GROUPS.get(step.kind)
+    return (step.cell.platform, group) if group else (str(step.cell), step.check)
+
+
+def execute(
+    plan: VerifyPlan,
+    run: Run,
+    builder: Builder,
+    capabilities: Mapping[str, Capability],
+    *,
+    bench: BenchOptions | None = None,
+    runners: Mapping[CheckKind, Callable[[Job, Run], list[CheckOutcome]]] = RUNNERS,
+    describe_build: Callable[[BuiltCell], str] | None = None,
+) -> Execution:
+    matrix: Matrix = run.matrix
+    done = Execution(plan=plan)
+    at = now()
+    written = run.record([skipped(str(s.cell), s.check, s.reason, at) for s in plan.skips if s.records])
+    done.written += written
+
+    baselines: dict[tuple[str, str], Path] = {}
+    for step in plan.builds:
+        cell = matrix.cell(step.cell)
+        try:
+            if step.role is BuildRole.BASELINE:
+                baselines[(cell.platform.id, step.commit)] = builder.baseline(step.commit, cell)
+                continue
+            built = builder.build(cell)
+        except (*RUN_ERRORS, *BUILD_ERRORS) as exc:
+            if step.role is BuildRole.BASELINE:
+                # The baseline check says so itself (the runner finds no library for it).
+                run.log(f"baseline {step.commit[:12]}: build failed: {str(exc)[-2000:]}")
+                continue
+            run.log(f"{step.cell}: build failed: {str(exc)[-2000:]}")
+            done.build_failures[step.cell] = str(exc)[-1500:]
+            continue
+        done.built[step.cell] = built
+        done.libraries[step.cell] = built.library
+        if describe_build is not None:
+            run.log(describe_build(built))
+
+    groups: dict[tuple[str, str], list[RunStep]] = {}
+    for run_step in plan.runs:
+        groups.setdefault(_group_key(run_step), []).append(run_step)
+    for steps in groups.values():
+        done.written += run.record(
+            _run_group(steps, run, builder, capabilities, done, baselines, bench, runners)
+        )
+    return done
+
+
+def _library(cell_id: CellId, matrix: Matrix, builder: Builder, done: Execution) -> Path:
+    if cell_id not in done.libraries:
+        done.libraries[cell_id] = builder.locate(matrix.cell(cell_id))
+    return done.libraries[cell_id]
+
+
+def _run_group(
+    steps: list[RunStep],
+    run: Run,
+    builder: Builder,
+    capabilities: Mapping[str, Capability],
+    done: Execution,
+    baselines: Mapping[tuple[str, str], Path],
+    bench: BenchOptions | None,
+    runners: Mapping[CheckKind, Callable[[Job, Run], list[CheckOutcome]]],
+) -> list[CheckOutcome]:
+    """One runner call: the steps' libraries, then the runner; a library that failed to
+    build, or a runner that broke, becomes error evidence for exactly these steps."""
+    matrix = run.matrix
+    platform = matrix.platform(steps[0].cell.platform)
+    needed = list(dict.fromkeys([*(s.cell for s in steps), *(n for s in steps for n in s.needs)]))
+    broken = [c for c in needed if c in done.build_failures]
+    if broken:
+        first = broken[0]
+        if all(s.kind is CheckKind.BUILD for s in steps) and first == steps[0].cell:
+            return _errors(steps, f"build failed: {done.build_failures[first]}")
+        return _errors(steps, f"not run: {first} failed to build: {done.build_failures[first][-600:]}")
+    try:
+        libraries = {c: _library(c, matrix, builder, done) for c in needed}
+    except RUN_ERRORS as exc:
+        return _errors(steps, f"not run: a library it needs is not here: {str(exc)[-1500:]}")
+    can = capabilities[platform.id]
+    how = steps[0].how
+    if how != "native":
+        run.ran_on[platform.id] = how
+    job = Job(
+        matrix=matrix,
+        platform=platform,
+        steps=tuple(steps),
+        libraries=libraries,
+        built={c: b for c, b in done.built.items() if c in libraries},
+        baselines={commit: path for (pid, commit), path in baselines.items() if pid == platform.id},
+        target=TargetRunner(prefix=can.runner, words=can.runner_words) if can.emulated else None,
+        bench=bench,
+    )
+    runner = runners[steps[0].kind]
+    try:
+        outcomes = runner(job, run)
+    except RUN_ERRORS as exc:
+        run.log(f"{platform.id}: {steps[0].check} could not run: {exc}")
+        return _errors(steps, f"{steps[0].check} could not run: {str(exc)[-1500:]}")
+    wanted = {(str(s.cell), s.check) for s in steps}
+    return [o for o in outcomes if (o.cell, o.check) in wanted]

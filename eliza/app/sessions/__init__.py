@@ -1,0 +1,1 @@
+"""One module per nox session (or family of sessions); sessions never import each other."""

@@ -1,0 +1,99 @@
+"""`nox -s bench-<platform>`: the byte-identity diffs of a platform's cells, the
+seam-overhead ratio and the drafter speedup, always measured (fresh evidence is no reason
+to skip a measurement), with the options of eliza.app.services.bench_options."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from eliza.app.context import current_context
+from eliza.app.errors import ChecksFailed, NotHere, UsageError
+from eliza.app.executor import execute
+from eliza.app.services.baseline import BaselineError, resolve_commit
+from eliza.app.services.bench_options import options_description, parse_bench_args
+from eliza.app.services.build import describe_build
+from eliza.app.services.builders import ConanBuilder
+from eliza.app.services.bundle import ensure_tiny_bundle, tiny_bundle_default
+from eliza.app.services.exclusive import exclusive
+from eliza.app.services.recording import ArtifactHashes
+from eliza.app.services.run import Run, evidence_index, start_run
+from eliza.app.verification import print_plan
+from eliza.core.matrix import Matrix
+from eliza.core.verify_plan import IDENTITY_KINDS, PlanFacts, Selection, VerifyPlan, plan
+
+Log = Callable[[str], None]
+
+
+def bench(matrix: Matrix, platform_id: str, argv: Sequence[str], log: Log) -> None:
+    ctx = current_context(log, matrix)
+    project = ctx.project
+    # Options first: a typo ends here, before anything is built or any evidence is touched.
+    opts = parse_bench_args(
+        argv,
+        default_bundle=tiny_bundle_default(),
+        repo=project.repo,
+        default_baseline=matrix.baseline.ref if matrix.baseline else None,
+    )
+    commit = None
+    if opts.baseline is not None:
+        try:
+            commit = resolve_commit(opts.baseline)
+        except BaselineError as exc:
+            raise UsageError(str(exc)) from None
+    platform = matrix.platform(platform_id)
+    can = ctx.capability(platform)
+    if not can.can_build or not can.can_run:
+        why = can.build_reason if not can.can_build else can.run_reason
+        raise NotHere(f"{platform_id} cannot be benched on this host: {why}")
+    # cells without a byte-identity check (a sanitizer variant's) are not benched
+    cells = frozenset(
+        c.ref for c in matrix.cells_of(platform_id) if any(k.kind in IDENTITY_KINDS for k in c.checks)
+    )
+    selection = Selection(
+        cells=cells,
+        rerun=True,
+        kinds=IDENTITY_KINDS,
+        build_all=True,
+        baseline_commit=commit,
+        no_baseline_reason=opts.no_baseline_reason,
+    )
+
+    def planned(bundle_ready: bool) -> tuple[VerifyPlan, Run]:
+        bundle = opts.settings.bundle
+        if bundle_ready and bundle == tiny_bundle_default():
+            bundle = ensure_tiny_bundle()
+        run = start_run(
+            project,
+            matrix,
+            ctx.host,
+            log,
+            bundle=bundle,
+            prompts=opts.settings.prompts,
+            bench_settings=options_description(opts, project.env),
+        )
+        facts = PlanFacts(
+            capabilities=ctx.capabilities(),
+            hashes=run.hashes,
+            evidence=evidence_index(run, ArtifactHashes(repo=project.repo)),
+        )
+        return plan(matrix, facts, selection), run
+
+    if opts.dry_run:
+        bench_plan, _ = planned(bundle_ready=False)
+        print_plan(bench_plan, as_json=opts.json)
+        return
+    with exclusive(f"nox -s bench-{platform_id}", log):
+        bench_plan, run = planned(bundle_ready=True)
+        done = execute(
+            bench_plan,
+            run,
+            ConanBuilder(ctx=ctx, verbose=opts.verbose),
+            ctx.capabilities(),
+            bench=opts,
+            describe_build=describe_build,
+        )
+        if done.failed:
+            raise ChecksFailed(
+                "byte identity does not hold: "
+                + "; ".join(f"{o.cell}/{o.check}: {o.reason}" for o in done.failed)
+            )

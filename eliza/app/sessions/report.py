@@ -1,0 +1,45 @@
+"""`nox -s report`: judge evidence from one or many directories against the current tree
+and render the report (HTML, Markdown, JSON)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from eliza.app.errors import UsageError
+from eliza.app.options import Parser
+from eliza.app.project import current
+from eliza.app.services.reporting import render_and_say
+from eliza.core.matrix import Matrix
+
+Log = Callable[[str], None]
+
+
+def report(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
+    project = current()
+    parser = Parser("nox -s report --")
+    parser.add_argument(
+        "evidence",
+        nargs="*",
+        type=Path,
+        help=f"evidence directories (default: {project.evidence_dir}, "
+        f"and {project.imported_evidence_dir} if present)",
+    )
+    parser.add_argument("--out", type=Path, default=project.report_dir, help="where the report is written")
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="render even when an evidence directory does not exist (it is listed as a load problem)",
+    )
+    args = parser.parse_args(list(argv))
+    dirs = args.evidence or project.default_evidence_dirs()
+    # A directory the user named must exist (a typo must not replace a good report); the
+    # default one may not exist yet on a fresh checkout, which renders as "nothing run".
+    missing = [d for d in args.evidence if not d.is_dir()]
+    if missing and not args.allow_missing:
+        # Checked before rendering, so a typo never overwrites a good report.
+        raise UsageError(
+            f"evidence directory {missing[0]} does not exist; nothing was rendered "
+            "(name an existing directory, or pass --allow-missing)"
+        )
+    return render_and_say(matrix, dirs, args.out, log)

@@ -1,0 +1,242 @@
+"""The verify use case, shared by `nox -s verify` and the CI check job: plan what this host
+can build and check (eliza.core.verify_plan), carry the plan out (eliza.app.executor),
+generate a sample through the C ABI, render the report. A dry run prints the plan and
+touches nothing."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from eliza.adapters import conan
+from eliza.adapters.browser import screenshot
+from eliza.app.context import Context
+from eliza.app.errors import ChecksFailed, NotHere, UsageError
+from eliza.app.executor import Builder, Execution, execute
+from eliza.app.options import Parser
+from eliza.app.services.baseline import BaselineError, resolve_commit
+from eliza.app.services.bench_options import BenchOptions, parse_bench_args
+from eliza.app.services.build import describe_build
+from eliza.app.services.builders import ConanBuilder
+from eliza.app.services.bundle import ensure_tiny_bundle, generate_text, tiny_bundle_default
+from eliza.app.services.exclusive import exclusive
+from eliza.app.services.recording import ArtifactHashes
+from eliza.app.services.reporting import describe_paths, render, summary_line
+from eliza.app.services.run import Run, evidence_index, start_run
+from eliza.core.cell_id import CellId
+from eliza.core.matrix import Matrix
+from eliza.core.verify_plan import PlanFacts, Selection, VerifyPlan, plan
+
+SAMPLE_PROMPT = "Once upon a time there was"
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyOptions:
+    cells: tuple[CellId, ...] = ()
+    rerun: bool = False
+    baseline: str | None = None  # --baseline REF instead of the matrix's declared one
+    bench: bool = True
+    dry_run: bool = False
+    json: bool = False
+    strict: bool = False
+    verbose: bool = False
+
+
+def parser(prog: str = "nox -s verify --") -> Parser:
+    p = Parser(prog, skippable=True)
+    p.add_argument("--rerun", action="store_true", help="re-run checks that have fresh passing evidence")
+    p.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="diff every cell against a build of REF instead of the matrix's declared baseline",
+    )
+    p.add_argument("--no-bench", action="store_true", help="skip the byte-identity bench")
+    p.add_argument(
+        "--cell",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="only these cells (repeatable); a CI job per cell uses this",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (builds, runs, kept and skipped checks) and do nothing",
+    )
+    p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
+    return p
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaselineChoice:
+    commit: str | None
+    ref: str | None
+    no_baseline_reason: str = ""
+
+
+def choose_baseline(options: VerifyOptions, matrix: Matrix) -> BaselineChoice:
+    """--baseline REF must resolve (a usage error otherwise); the declared baseline missing
+    from a shallow clone is not run, and said, rather than a failure of the code under test."""
+    if options.baseline is not None:
+        try:
+            return BaselineChoice(commit=resolve_commit(options.baseline), ref=options.baseline)
+        except BaselineError as exc:
+            raise UsageError(str(exc)) from None
+    declared = matrix.baseline.ref if matrix.baseline else None
+    if declared is None:
+        return BaselineChoice(commit=None, ref=None, no_baseline_reason="the matrix declares no baseline")
+    try:
+        return BaselineChoice(commit=resolve_commit(declared), ref=declared)
+    except BaselineError:
+        return BaselineChoice(
+            commit=None,
+            ref=None,
+            no_baseline_reason=(
+                f"the declared baseline {declared[:12]} is not in this clone (a shallow clone?): "
+                "fetch the history (git fetch --unshallow) and verify again"
+            ),
+        )
+
+
+@dataclass(kw_only=True)
+class Planned:
+    plan: VerifyPlan
+    run: Run
+    baseline: BaselineChoice
+    artifact_hashes: ArtifactHashes = field(default_factory=ArtifactHashes)
+
+
+def plan_verify(options: VerifyOptions, ctx: Context, *, bundle: Path) -> Planned:
+    """Every decision verify will make, from this host, this tree and the evidence on disk."""
+    matrix = ctx.matrix
+    baseline = choose_baseline(options, matrix)
+    selected = {c.platform for c in options.cells}
+    capabilities = ctx.capabilities()
+    if options.strict:
+        for pid in sorted(selected):
+            can = capabilities[pid]
+            if not (can.can_build and can.can_run):
+                raise NotHere(f"{pid}: {can.build_reason if not can.can_build else can.run_reason}")
+    run = start_run(ctx.project, matrix, ctx.host, ctx.log, bundle=bundle)
+    artifacts = ArtifactHashes(repo=ctx.project.repo)
+    slow = [p for p in matrix.platforms if p.slow_build] + [
+        c.platform for c in matrix.cells if c.variant is not None and c.variant.slow_build
+    ]
+    cached = conan.cached_llama_variants(
+        ctx.project.cache, list({p.id: p for p in slow}.values()), conan.llama_source_version(ctx.project.env)
+    )
+    facts = PlanFacts(
+        capabilities=capabilities,
+        hashes=run.hashes,
+        cached_llama=cached,
+        evidence=evidence_index(run, artifacts),
+    )
+    selection = Selection(
+        cells=frozenset(options.cells) if options.cells else None,
+        rerun=options.rerun,
+        bench=options.bench,
+        baseline_commit=baseline.commit,
+        no_baseline_reason=baseline.no_baseline_reason,
+    )
+    return Planned(plan=plan(matrix, facts, selection), run=run, baseline=baseline, artifact_hashes=artifacts)
+
+
+def print_plan(verify_plan: VerifyPlan, *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(verify_plan.as_dict(), indent=2))
+    else:
+        print("\n".join(verify_plan.lines()))
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyResult:
+    plan: VerifyPlan
+    report: Path | None = None
+    execution: Execution | None = None
+
+
+def bench_options_for(ctx: Context, bundle: Path, baseline: BaselineChoice) -> BenchOptions:
+    opts = parse_bench_args(
+        ["--baseline", baseline.ref] if baseline.ref else [], default_bundle=bundle, repo=ctx.project.repo
+    )
+    return (
+        replace(opts, no_baseline_reason=baseline.no_baseline_reason) if baseline.no_baseline_reason else opts
+    )
+
+
+def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None) -> VerifyResult:
+    if options.dry_run:
+        # The bundle as it is: a dry run writes nothing, so a missing bundle makes the
+        # bundle-dependent checks plan to run.
+        planned = plan_verify(options, ctx, bundle=tiny_bundle_default())
+        print_plan(planned.plan, as_json=options.json)
+        return VerifyResult(plan=planned.plan)
+    with exclusive("nox -s verify", ctx.log):
+        bundle = ensure_tiny_bundle()
+        planned = plan_verify(options, ctx, bundle=bundle)
+        evidence_run = planned.run
+        evidence_run.verbose = options.verbose
+        evidence_run.child_env = dict(ctx.child_env)
+        for note in planned.plan.notes:
+            ctx.log(note)
+        done = execute(
+            planned.plan,
+            evidence_run,
+            builder or ConanBuilder(ctx=ctx, verbose=options.verbose),
+            ctx.capabilities(),
+            bench=bench_options_for(ctx, bundle, planned.baseline),
+            describe_build=describe_build,
+        )
+        ctx.log(f"verify: {done.summary()}")
+        sample = next(
+            (
+                path
+                for cell_id, path in done.libraries.items()
+                if cell_id.is_reference and not ctx.capabilities()[cell_id.platform].emulated
+            ),
+            None,
+        ) or _kept_reference_library(ctx, builder_or_default(builder, ctx))
+        if sample is not None:
+            _, text = generate_text(sample, bundle, SAMPLE_PROMPT)
+            ctx.log(
+                f"generated through the C ABI: {SAMPLE_PROMPT + text.decode('utf-8', errors='replace')!r}"
+            )
+            ctx.log(f"library: {sample}")
+        paths, report = render(
+            ctx.matrix,
+            [evidence_run.evidence_dir, *ctx.project.default_evidence_dirs()[1:]],
+            ctx.project.report_dir,
+            bundle,
+            hashes=evidence_run.hashes,
+            artifact_matches=planned.artifact_hashes.resolve,
+        )
+        ctx.log(describe_paths(paths, screenshot(paths.html, ctx.project.report_dir / "report.png")))
+        ctx.log(summary_line(report))
+        if done.failed:
+            raise ChecksFailed(
+                f"{len(done.failed)} check(s) failed: "
+                + ", ".join(f"{o.cell}/{o.check}" for o in done.failed)
+            )
+        return VerifyResult(plan=planned.plan, report=paths.html, execution=done)
+
+
+def builder_or_default(builder: Builder | None, ctx: Context) -> Builder:
+    return builder or ConanBuilder(ctx=ctx)
+
+
+def _kept_reference_library(ctx: Context, builder: Builder) -> Path | None:
+    """The first natively runnable platform's reference library, when nothing was built:
+    the sample still goes through a library this process can load."""
+    for platform in ctx.matrix.platforms:
+        can = ctx.capability(platform)
+        cell = ctx.matrix.reference_cell(platform.id)
+        if cell is None or not can.can_run or can.emulated:
+            continue
+        try:
+            library = builder.locate(cell)
+        except OSError:
+            continue
+        if library.is_file():
+            return library
+    return None
