@@ -67,3 +67,27 @@ def test_a_forbidden_import_breaks_the_lint(
     assert done.returncode != 0
     assert f"{contract}" in done.stdout and "BROKEN" in done.stdout
     assert chain in done.stdout, done.stdout
+
+
+def test_a_session_importing_another_breaks_the_lint(scratch: Path) -> None:
+    module = scratch / "eliza" / "app" / "sessions" / "shortcut.py"
+    module.write_text('"""A session that calls another."""\n\nfrom eliza.app.sessions import verify\n')
+    done = lint_imports(scratch)
+    assert done.returncode != 0
+    assert "sessions are independent" in done.stdout and "BROKEN" in done.stdout
+    assert "eliza.app.sessions.shortcut -> eliza.app.sessions.verify" in done.stdout, done.stdout
+
+
+def test_a_cycle_through_an_import_inside_a_function_breaks_the_lint(scratch: Path) -> None:
+    # matrix imports cell_id at the top; cell_id importing matrix inside a function closes a
+    # circle a reader of cell_id would not see.
+    module = scratch / "eliza" / "core" / "cell_id.py"
+    module.write_text(
+        module.read_text()
+        + "\n\ndef _matrix_of() -> object:\n    from eliza.core import matrix\n\n    return matrix\n"
+    )
+    done = lint_imports(scratch)
+    assert done.returncode != 0
+    assert "no import cycles" in done.stdout and "BROKEN" in done.stdout
+    assert "No cycles are allowed in eliza.core" in done.stdout, done.stdout
+    assert ".matrix -> .cell_id" in done.stdout, done.stdout

@@ -3,7 +3,6 @@ tmp_path, host facts and evidence made here. No compiler, no build."""
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -77,14 +76,6 @@ HASHES = InputHashes(
     native_tests="nt1",
 )
 BASELINE = "808e7c19fbed23fc8ecaef52353f8dc0ab829031"
-
-
-@pytest.fixture()
-def matrix(tmp_path: Path) -> Matrix:
-    """The project's matrix, written into tmp_path (tests change their copy)."""
-    path = tmp_path / "matrix.yaml"
-    shutil.copy2(REPO_ROOT / "matrix.yaml", path)
-    return load_matrix(path)
 
 
 def facts(matrix: Matrix, **kw: object) -> PlanFacts:

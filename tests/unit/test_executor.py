@@ -1,0 +1,186 @@
+"""The executor with fake runners and a fake builder: it builds each planned cell once,
+hands runners the libraries their steps need, turns a failed build or a broken runner into
+error evidence for exactly the steps it prevented, and counts from the plan. No compiler."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from eliza.adapters.errors import ToolError
+from eliza.adapters.git import GitState
+from eliza.app.checks.job import Job
+from eliza.app.executor import execute
+from eliza.app.project import Project
+from eliza.app.services.built import BuiltCell
+from eliza.app.services.run import Run
+from eliza.core.cell_id import CellId
+from eliza.core.evidence import HostInfo, Status
+from eliza.core.host import decide
+from eliza.core.matrix import Cell, CheckKind, Matrix
+from eliza.core.outcome import CheckOutcome, Span, outcome
+from eliza.core.verify_plan import PlanFacts, Selection, VerifyPlan, plan
+from eliza.formats.evidence_json import read_records
+from tests.unit.test_verify_plan import BASELINE, HASHES, HOST, LINUX_CPU, evidence_for
+
+CPU = frozenset(CellId.parse(c) for c in LINUX_CPU)
+
+
+class FakeBuilder:
+    def __init__(self, root: Path, broken: frozenset[str] = frozenset()) -> None:
+        self.root = root
+        self.broken = broken
+        self.built: Counter[str] = Counter()
+        self.located: Counter[str] = Counter()
+
+    def library(self, cell: Cell) -> Path:
+        path = self.root / cell.platform.id / cell.key / "libelizainference.so"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(cell.id.encode())
+        return path
+
+    def build(self, cell: Cell) -> BuiltCell:
+        self.built[cell.id] += 1
+        if cell.id in self.broken:
+            raise ToolError(f"{cell.id}: conan build failed (log: conan-build.log)")
+        return BuiltCell(
+            cell_id=cell.id,
+            library=self.library(cell),
+            llama_built_now=False,
+            llama_package=self.root,
+            llama_package_id="0" * 40,
+            seconds=0.1,
+            log=self.root / "conan-build.log",
+        )
+
+    def locate(self, cell: Cell) -> Path:
+        self.located[cell.id] += 1
+        return self.library(cell)
+
+    def baseline(self, commit: str, cell: Cell) -> Path:
+        return self.library(cell)
+
+
+class FakeRunners:
+    """Every kind passes, and remembers what it was handed; `broken` kinds raise."""
+
+    def __init__(self, broken: frozenset[CheckKind] = frozenset()) -> None:
+        self.jobs: list[Job] = []
+        self.broken = broken
+
+    def __call__(self, job: Job, evidence: Run) -> list[CheckOutcome]:
+        self.jobs.append(job)
+        if job.steps[0].kind in self.broken:
+            raise ToolError(f"{job.steps[0].check}: the tool crashed")
+        span = Span(started=evidence_time(), finished=evidence_time())
+        return [outcome(str(s.cell), s.check, ran=2, passed=2, span=span) for s in job.steps]
+
+    def table(self) -> dict[CheckKind, FakeRunners]:
+        return dict.fromkeys(CheckKind, self)
+
+
+def evidence_time() -> object:
+    from datetime import UTC, datetime
+
+    return datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def evidence_run(matrix: Matrix, tmp_path: Path) -> Run:
+    return Run(
+        project=Project.from_environment({}, repo=tmp_path),
+        matrix=matrix,
+        log=lambda line: None,
+        bundle=tmp_path / "bundle",
+        hashes=HASHES,
+        git=GitState(commit="c0ffee", dirty=False),
+        host=HostInfo(os="linux", cpu="x86_64"),
+        evidence_dir=tmp_path / "evidence",
+    )
+
+
+def cpu_plan(matrix: Matrix, **selection: object) -> VerifyPlan:
+    caps = {p.id: decide(HOST, p) for p in matrix.platforms}
+    facts = PlanFacts(capabilities=caps, hashes=HASHES, cached_llama=frozenset({("linux-cpu", "none")}))
+    return plan(matrix, facts, Selection(cells=CPU, **selection))  # type: ignore[arg-type]
+
+
+def run_plan(
+    matrix: Matrix, tmp_path: Path, p: VerifyPlan, builder: FakeBuilder, runners: FakeRunners
+) -> tuple[Run, object]:
+    run = evidence_run(matrix, tmp_path)
+    caps = {pl.id: decide(HOST, pl) for pl in matrix.platforms}
+    done = execute(p, run, builder, caps, runners=runners.table())
+    return run, done
+
+
+def test_each_cell_is_built_once_and_runners_get_their_references(matrix: Matrix, tmp_path: Path) -> None:
+    p = cpu_plan(matrix, baseline_commit=None)
+    builder, runners = FakeBuilder(tmp_path / "b"), FakeRunners()
+    _, done = run_plan(matrix, tmp_path, p, builder, runners)
+    assert builder.built == Counter(dict.fromkeys(LINUX_CPU, 1))
+    bench = [j for j in runners.jobs if any(s.kind is CheckKind.BYTE_IDENTITY_GATES for s in j.steps)]
+    assert len(bench) == 1  # one call serves the platform's whole bench group
+    assert CellId.parse("linux-cpu.none") in bench[0].libraries
+    written = {(r.record.cell, r.record.check) for r in read_records([tmp_path / "evidence"]) if r.record}
+    planned = {(str(s.cell), s.check) for s in p.runs} | {
+        (str(s.cell), s.check) for s in p.skips if s.records
+    }
+    assert written == planned
+    assert done.summary().startswith(f"{len(p.runs)} check(s) ran, 0 kept")  # type: ignore[attr-defined]
+
+
+def test_a_failed_build_errors_its_checks_and_those_that_need_it(matrix: Matrix, tmp_path: Path) -> None:
+    p = cpu_plan(matrix, baseline_commit=None)
+    builder, runners = FakeBuilder(tmp_path / "b", broken=frozenset({"linux-cpu.none"})), FakeRunners()
+    run, _ = run_plan(matrix, tmp_path, p, builder, runners)
+    by_key = {(o.cell, o.check): o for o in run.written}
+    own = by_key[("linux-cpu.none", "build")]
+    assert own.status is Status.ERROR and own.reason.startswith(
+        "build failed: linux-cpu.none: conan build failed"
+    )
+    needs = by_key[("linux-cpu.mlx", "abi")]  # compares with the no-gate cell
+    assert needs.status is Status.ERROR and "linux-cpu.none failed to build" in needs.reason
+    alone = by_key[("linux-cpu.mlx", "selector")]  # needs only its own library
+    assert alone.status is Status.PASSED
+
+
+def test_a_broken_runner_becomes_error_evidence_for_its_steps_only(matrix: Matrix, tmp_path: Path) -> None:
+    p = cpu_plan(matrix, baseline_commit=None)
+    runners = FakeRunners(broken=frozenset({CheckKind.SELECTOR}))
+    run, _ = run_plan(matrix, tmp_path, p, FakeBuilder(tmp_path / "b"), runners)
+    states = {(o.cell, o.check): o.status for o in run.written}
+    assert {k for k, v in states.items() if v is Status.ERROR} == {(c, "selector") for c in LINUX_CPU}
+    errored = next(o for o in run.written if o.check == "selector")
+    assert "the tool crashed" in errored.reason
+
+
+def test_kept_steps_run_nothing_and_a_kept_library_is_located(matrix: Matrix, tmp_path: Path) -> None:
+    known = evidence_for(matrix, LINUX_CPU)
+    del known[("linux-cpu.mlx", "selector")]
+    caps = {pl.id: decide(HOST, pl) for pl in matrix.platforms}
+    facts = PlanFacts(capabilities=caps, hashes=HASHES, evidence=known)
+    p = plan(matrix, facts, Selection(cells=CPU, baseline_commit=BASELINE))
+    builder, runners = FakeBuilder(tmp_path / "b"), FakeRunners()
+    run, done = run_plan(matrix, tmp_path, p, builder, runners)
+    assert [(o.cell, o.check) for o in run.written] == [("linux-cpu.mlx", "selector")]
+    assert builder.built == Counter() and builder.located == Counter({"linux-cpu.mlx": 1})
+    assert f"{len(p.kept)} kept" in done.summary()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("broken", [CheckKind.BUILD, CheckKind.ABI])
+def test_outcomes_for_steps_not_asked_for_are_not_recorded(
+    matrix: Matrix,
+    tmp_path: Path,
+    broken: CheckKind,
+) -> None:
+    class Chatty(FakeRunners):
+        def __call__(self, job: Job, evidence: Run) -> list[CheckOutcome]:
+            span = Span(started=evidence_time(), finished=evidence_time())
+            extra = outcome("linux-cpu.none", "selector", ran=1, passed=0, span=span)
+            return [*super().__call__(job, evidence), extra]
+
+    p = cpu_plan(matrix, baseline_commit=None, kinds=frozenset({broken}))
+    run, _ = run_plan(matrix, tmp_path, p, FakeBuilder(tmp_path / "b"), Chatty())
+    assert {o.check for o in run.written} == {broken.value}
