@@ -60,6 +60,8 @@ def _guarded(session: nox.Session, work: Callable[[], object]) -> None:
         sys.stderr.write(f"nox > error: {exc}\n")
         raise SystemExit(exc.exit_code) from None
     except ElizaError as exc:
+        if exc.exit_code == 1:  # it ran and failed: nox's own "Session ... aborted" line
+            session.error(str(exc))
         sys.stderr.write(f"nox > error: {exc}\n")
         raise SystemExit(exc.exit_code) from None
 

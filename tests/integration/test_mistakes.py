@@ -187,14 +187,14 @@ def corpus(scratch: Path) -> list[Mistake]:
             "strict: foreign platform build",
             [*NOX, "-s", f"build-{FOREIGN}"],
             (FOREIGN, "Xcode"),
-            status=1,
+            status=3,
             env=(("ELIZA_STRICT", "true"),),
         ),
         Mistake(
             "strict: verify a foreign cell",
             [*NOX, "-s", "verify", "--", "--strict", "--cell", f"{FOREIGN}.none"],
             (FOREIGN, "Xcode"),
-            status=1,
+            status=3,
         ),
     ]
 
