@@ -17,7 +17,7 @@ from eliza.app.executor import Builder, Execution, execute
 from eliza.app.options import Parser
 from eliza.app.services.baseline import BaselineError, resolve_commit
 from eliza.app.services.bench_options import BenchOptions, parse_bench_args
-from eliza.app.services.build import describe_build
+from eliza.app.services.build import BUILT_VARIABLE, describe_build
 from eliza.app.services.builders import ConanBuilder
 from eliza.app.services.bundle import ensure_tiny_bundle, generate_text, tiny_bundle_default
 from eliza.app.services.exclusive import exclusive
@@ -177,7 +177,8 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         planned = plan_verify(options, ctx, bundle=bundle)
         evidence_run = planned.run
         evidence_run.verbose = options.verbose
-        evidence_run.child_env = dict(ctx.child_env)
+        # The executor builds what each check needs first: the suites build nothing.
+        evidence_run.child_env = {BUILT_VARIABLE: "1", **ctx.child_env}
         for note in planned.plan.notes:
             ctx.log(note)
         done = execute(

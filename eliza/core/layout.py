@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path, PurePath
 
+from eliza.core.cell_id import CellId
+
 # eliza/core/layout.py -> the repository root (module paths are absolute once imported).
 REPO_ROOT = Path(__file__).parents[2]
 
@@ -44,13 +46,14 @@ def report_dir(repo: Path) -> Path:
     return build_root(repo) / "report"
 
 
-def cell_build_dir(cell_id: str, repo: Path) -> Path:
-    """One Conan output folder per matrix cell, e.g. build/linux-cpu/litert+mlx."""
-    platform, _, gates = cell_id.partition(".")
-    return build_root(repo) / platform / (gates or "none")
+def cell_build_dir(cell_id: str | CellId, repo: Path) -> Path:
+    """One Conan output folder per matrix cell, e.g. build/linux-cpu/litert+mlx,
+    build/linux-cpu/none@asan-ubsan."""
+    cell = cell_id if isinstance(cell_id, CellId) else CellId.parse(cell_id)
+    return build_root(repo) / cell.platform / cell.key
 
 
-def library_path(cell_id: str, repo: Path, file_name: str = LIBRARY_NAME) -> Path:
+def library_path(cell_id: str | CellId, repo: Path, file_name: str = LIBRARY_NAME) -> Path:
     """file_name: eliza.core.target.library_file(platform) for a platform that is not ELF."""
     return cell_build_dir(cell_id, repo) / "build" / file_name
 

@@ -21,7 +21,10 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
     platform = job.platform
     watch = Stopwatch()
     junit = evidence.project.build_root / "junit" / f"gates-{platform.id}.xml"
-    env = {"ELIZA_TEST_PLATFORM": platform.id, **evidence.child_env}
+    # The suite tests the cells of this job and the reference cell they are compared with:
+    # the libraries the executor built for it.
+    cells = [str(c) for c in job.libraries if c.platform == platform.id]
+    env = {"ELIZA_TEST_PLATFORM": platform.id, "ELIZA_TEST_CELLS": ",".join(cells), **evidence.child_env}
     result = run_pytest(evidence.project.repo, SUITE, junit, env)
     ids = [c.id for c in job.matrix.cells_of(platform.id)]
     span = watch.span()

@@ -21,7 +21,9 @@ from eliza.app.services.profiles import conan_profiles_for
 from eliza.core.binary_remote import BinaryRemote, RemoteSettingError, remote_from_env
 from eliza.core.build_plan import CellBuildPlan, plan_cell_build
 from eliza.core.conan_profiles import ProfileError
+from eliza.core.layout import library_path
 from eliza.core.matrix import Cell, Matrix, Platform
+from eliza.core.target import library_file
 
 NotBuildableHere = NotHere  # this host lacks what a platform needs to build
 
@@ -55,6 +57,28 @@ def platform_env(platform: Platform) -> dict[str, str]:
 # pytest suites verify runs) are told so through the environment, and then "building" a
 # cell is loading it (eliza.app.services.prebuilt), and nothing is compiled.
 PREBUILT_VARIABLE = "ELIZA_PREBUILT_CELLS"
+# Verify builds every library a check needs before the check runs: the suites it starts
+# are told so, and take each cell's library where its build left it, building nothing.
+BUILT_VARIABLE = "ELIZA_CELLS_BUILT"
+
+
+def built_here(cell: Cell) -> BuiltCell:
+    """A cell this run already built (or whose build stands): its library, nothing built."""
+    library = library_path(cell.id, current().repo, library_file(cell.platform))
+    if not library.is_file():
+        raise BuildError(
+            f"{cell.id}: {BUILT_VARIABLE}=1 says the cell is built, but {library} is missing "
+            f"(build it: nox -s build-{cell.id})"
+        )
+    return BuiltCell(
+        cell_id=cell.id,
+        library=library,
+        llama_built_now=False,
+        llama_package=Path(),
+        llama_package_id="",
+        seconds=0.0,
+        log=library.parent.parent / "conan-build.log",
+    )
 
 
 def binary_remote() -> BinaryRemote | None:
@@ -88,8 +112,10 @@ def build_cells(
     """Builds cells in order. Cells of one platform share one llama.cpp package: the first
     builds it if the Conan cache lacks it (and the Conan remote, when one is set, lacks it
     too), the others reuse it."""
-    if current().env.get(PREBUILT_VARIABLE) == "1":  # a suite a CI check job runs
-        loaded = [load_prebuilt(c) for c in cells]
+    env = current().env
+    if env.get(PREBUILT_VARIABLE) == "1" or env.get(BUILT_VARIABLE) == "1":  # a suite verify runs
+        loader = load_prebuilt if env.get(PREBUILT_VARIABLE) == "1" else built_here
+        loaded = [loader(c) for c in cells]
         for done in loaded:
             if on_built:
                 on_built(done)

@@ -80,7 +80,7 @@ def targets_of(repo: Path) -> list[str]:
 def default_cell(matrix: Matrix) -> Cell:
     """The first cell of a sanitizer variant, else the first no-gate cell."""
     sanitized = [c for c in matrix.cells if c.variant is not None and c.variant.sanitizers]
-    return sanitized[0] if sanitized else next(c for c in matrix.cells if not c.gates)
+    return sanitized[0] if sanitized else next(c for c in matrix.cells if c.is_reference)
 
 
 def executions(output: str) -> int:
