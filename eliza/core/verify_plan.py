@@ -540,6 +540,8 @@ class _Planner:
 def plan(matrix: Matrix, facts: PlanFacts, selection: Selection) -> VerifyPlan:
     """Every decision of a verify, made from facts passed in."""
     planner = _Planner(matrix, facts, selection)
+    if selection.baseline_commit is None and selection.no_baseline_reason and selection.bench:
+        planner.notes.append(f"byte-identity-baseline not run: {selection.no_baseline_reason}")
     wanted = {c.platform for c in selection.cells} if selection.cells is not None else None
     for platform in matrix.platforms:
         if wanted is not None and platform.id not in wanted:

@@ -237,6 +237,7 @@ def test_without_a_baseline_commit_the_baseline_check_is_skipped_with_evidence(m
     p = plan(matrix, facts(matrix, evidence=known), Selection(baseline_commit=None, no_baseline_reason=why))
     skip = only_step(p, "linux-cpu.none", "byte-identity-baseline")
     assert isinstance(skip, Skip) and skip.records and skip.reason == why
+    assert f"byte-identity-baseline not run: {why}" in p.notes
     # and the rest of the bench group stands
     assert isinstance(only_step(p, "linux-cpu.none", "byte-identity-drafter"), Keep)
 
