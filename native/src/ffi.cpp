@@ -1,6 +1,5 @@
 // The C ABI. Every entry point validates its handles, runs inside guarded() so no C++
 // exception crosses the boundary, and reports failures as a status plus *out_error.
-#include <algorithm>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -33,13 +32,16 @@ namespace {
 using eliza::fail;
 
 // "<fn>: <what><detail>" into *out_error without C++ allocation: for catch blocks, which
-// must not throw. A message that does not fit is cut; a failed malloc leaves NULL.
+// must not throw. A message that does not fit is cut on a UTF-8 character boundary (an
+// exception's text may hold a path); a failed malloc leaves NULL.
 int fail_fixed(char ** out_error, int code, const char * fn, const char * what, const char * detail) noexcept {
     if (out_error) {
         std::free(*out_error);
         char buf[1024];
         const int n = std::snprintf(buf, sizeof buf, "%s: %s%s", fn, what, detail ? detail : "");
-        *out_error = n < 0 ? nullptr : eliza::dup_c_string(buf, std::min(sizeof buf - 1, static_cast<size_t>(n)));
+        size_t len = n < 0 ? 0 : static_cast<size_t>(n);
+        if (len > sizeof buf - 1) len = eliza::utf8_boundary(buf, sizeof buf - 1);
+        *out_error = n < 0 ? nullptr : eliza::dup_c_string(buf, len);
     }
     return code;
 }

@@ -26,11 +26,12 @@ namespace {
 thread_local CallScope * t_scope = nullptr;
 thread_local bool t_last_was_error = false;  // a CONT line continues the thread's last error line
 
-// Copies text without trailing newlines/spaces into dst (cap bytes + NUL), truncating.
+// Copies text without trailing newlines/spaces into dst (cap bytes + NUL), truncating on
+// a UTF-8 character boundary (a path in llama.cpp's line may be cut).
 void copy_line(char * dst, size_t cap, const char * text) noexcept {
     size_t n = text ? std::strlen(text) : 0;
     while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r' || text[n - 1] == ' ')) --n;
-    if (n > cap) n = cap;
+    if (n > cap) n = utf8_boundary(text, cap);
     if (n > 0) std::memcpy(dst, text, n);
     dst[n] = '\0';
 }

@@ -25,6 +25,21 @@ inline char * dup_c_string(const char * s, size_t n) noexcept {
 }
 inline char * dup_c_string(const std::string & s) noexcept { return dup_c_string(s.data(), s.size()); }
 
+// How many of the n bytes at s to keep so that they do not end inside a UTF-8 character:
+// n when s[0, n) ends on a character boundary, else the start of the character cut off.
+// Every place that cuts a message to a fixed size cuts here: a consumer that decodes
+// strictly (Java's CharsetDecoder, JavaScript's TextDecoder with fatal) rejects a whole
+// message over one dangling lead byte. Bytes that are not UTF-8 to begin with are left
+// as they are (a message is only ever shortened by an incomplete last character).
+inline size_t utf8_boundary(const char * s, size_t n) noexcept {
+    size_t lead = n;
+    while (lead > 0 && n - lead < 3 && (static_cast<unsigned char>(s[lead - 1]) & 0xC0) == 0x80) --lead;
+    if (lead == 0) return n;
+    const unsigned char c = static_cast<unsigned char>(s[lead - 1]);
+    const size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+    return n - (lead - 1) < len ? lead - 1 : n;
+}
+
 // Sets *out_error (when the caller asked for it) and returns code, so error paths read
 // `return fail(out_error, ELIZA_ERR_INVALID_ARG, "...")`.
 inline int fail(char ** out_error, int code, const std::string & message) noexcept {

@@ -15,7 +15,9 @@
 //
 // Output, one line each: "ok <case>", "FAIL <case>: <why>", "output <case> <prompt#> <ids> |
 // <hex text>" (greedy output, compared across cells by eliza), then "summary <ran> <passed>".
-// Exit status: 0 when every case passed, 1 when one failed, 2 on bad usage or input.
+// Exit status: 0 when every case passed, 1 when one failed, 2 on bad usage or input, 3 when
+// the library (or test kit) reports another ABI version than the header it was built with:
+// refused with one line on stderr before anything else of it is looked up or called.
 
 #include <cstdio>
 #include <cstdlib>
@@ -144,10 +146,16 @@ bool register_fakes(const Kit & kit, const std::string & field, std::string * wh
     return true;
 }
 
+constexpr int kAbiMismatch = 3;
+
 int run_selector(const std::string & kit_path, const std::string & cases_path) {
     void * handle = abi_loader::open_library(TOOL, kit_path);
+    if (!handle) return 2;
+    // The test kit carries the C ABI of the library it is built from: the same version check.
+    const abi_loader::Loaded abi = abi_loader::check_abi(TOOL, handle, kit_path);
+    if (abi != abi_loader::Loaded::ok) return abi == abi_loader::Loaded::abi_mismatch ? kAbiMismatch : 2;
     Kit kit{};
-    if (!handle || !resolve(handle, "eliza_inference_free_string", kit.free_string) ||
+    if (!resolve(handle, "eliza_inference_free_string", kit.free_string) ||
         !resolve(handle, "eliza_testkit_clear_registry", kit.clear) ||
         !resolve(handle, "eliza_testkit_register_fake", kit.register_fake) ||
         !resolve(handle, "eliza_testkit_select", kit.select)) {
@@ -264,7 +272,8 @@ std::string generate(const Api & api, EliInferenceContext * ctx, const std::stri
 int run_fallthrough(const std::string & library, const std::string & plan_path, const std::string & prompts_path,
                     int max_tokens) {
     Api api{};
-    if (!abi_loader::load_api(TOOL, library, api)) return 2;
+    const abi_loader::Loaded loaded = abi_loader::load_api(TOOL, library, api);
+    if (loaded != abi_loader::Loaded::ok) return loaded == abi_loader::Loaded::abi_mismatch ? kAbiMismatch : 2;
     std::vector<std::string> plan;
     std::vector<std::string> prompts;
     if (!read_lines(plan_path, plan) || !read_lines(prompts_path, prompts)) return 2;

@@ -235,12 +235,8 @@ int main(int argc, char ** argv) {
         return 2;
     }
     Api api{};
-    if (!abi_loader::load_api(TOOL, opt.library, api)) return 1;
-    if (std::string(api.abi_version()) != std::to_string(ELIZA_INFERENCE_ABI_VERSION)) {
-        std::fprintf(stderr, "e2e_loop_bench: library ABI %s, expected %d\n", api.abi_version(),
-                     ELIZA_INFERENCE_ABI_VERSION);
-        return 1;
-    }
+    // Refuses a library of another ABI version (abi_loader::check_abi) before any other call.
+    if (abi_loader::load_api(TOOL, opt.library, api) != abi_loader::Loaded::ok) return 1;
 
     const std::string dir = opt.library.substr(0, opt.library.find_last_of('/') + 1);
     const std::string info = bench::read_file(dir + "build-info.json");
