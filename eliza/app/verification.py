@@ -25,6 +25,7 @@ from eliza.app.services.recording import ArtifactHashes
 from eliza.app.services.reporting import describe_paths, render, summary_line
 from eliza.app.services.run import Run, evidence_index, start_run
 from eliza.core.cell_id import CellId
+from eliza.core.host import check_blockers
 from eliza.core.matrix import Matrix
 from eliza.core.verify_plan import PlanFacts, Selection, VerifyPlan, plan
 
@@ -131,6 +132,7 @@ def plan_verify(options: VerifyOptions, ctx: Context, *, bundle: Path) -> Planne
         hashes=run.hashes,
         cached_llama=cached,
         evidence=evidence_index(run, artifacts),
+        check_blockers=check_blockers(ctx.host, matrix.checks, matrix.platforms[0]),
     )
     selection = Selection(
         cells=frozenset(options.cells) if options.cells else None,

@@ -29,14 +29,18 @@ class InputHashes:
     build_check: str = ""  # the code that judges a build
     abi_check: str = ""  # the code that judges an ABI (surface cut, baseline, abidiff)
     native_tests: str = ""  # tests/native and the harness: the native-suite check's cases
+    consumers: str = ""  # native/consumers and the code that runs and judges them
 
 
 def _matrix_entries(cell: Cell, check: Check) -> str:
     """Hash of the matrix entries the check reads: its platform, the cell's gates, itself."""
+    entry = asdict(check)
+    if not check.run_requires:  # a field most checks leave empty: their evidence stays fresh
+        del entry["run_requires"]
     payload = {
         "platform": asdict(cell.platform),
         "gates": [asdict(g) for g in cell.gates],
-        "check": asdict(check),
+        "check": entry,
     }
     if cell.variant is not None:
         payload["variant"] = asdict(cell.variant)
@@ -83,6 +87,11 @@ def fingerprint_for(
     if kind is CheckKind.NATIVE_SUITE:
         parts["tests"] = hashes.native_tests
         parts["bundle"] = hashes.bundle
+    if kind is CheckKind.CONSUMER:
+        parts["consumers"] = hashes.consumers
+        parts["bundle"] = hashes.bundle
+        parts["prompts"] = hashes.prompts
+        build_tools += [r.value for r in check.run_requires]  # node, jdk: the consumers' runtimes
     if kind is CheckKind.ABI:
         parts["check_code"] = hashes.abi_check
         build_tools.append("abidiff")

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from eliza.core.matrix import Platform, Requirement
+from eliza.core.matrix import Check, Platform, Requirement
 
-__all__ = ["Capability", "HostFacts", "Tool", "decide", "emulator_found", "x86_64_level"]
+__all__ = ["Capability", "HostFacts", "Tool", "check_blockers", "decide", "emulator_found", "x86_64_level"]
 
 # /proc/cpuinfo flag names per x86-64 micro-architecture level (psABI). "abm" is how
 # the kernel spells LZCNT; "pni" is SSE3.
@@ -278,11 +278,38 @@ def _requirement(host: HostFacts, req: Requirement, platform: Platform) -> tuple
         return _cross_compiler(host, platform)
     if req is Requirement.ARM64_CPU:
         return _arm64_cpu(host, platform)
+    if req is Requirement.NODE:
+        node = host.programs.get("node")
+        if node is None:
+            return (
+                False,
+                "node, Node.js (not on PATH; Debian/Ubuntu: nodejs, which bash ci/setup.sh installs)",
+            )
+        return True, f"{node.describe()} at {node.path}"
+    if req is Requirement.JDK:
+        missing = [p for p in ("javac", "java") if p not in host.programs]
+        if missing:
+            return False, (
+                f"a JDK: {' and '.join(missing)} not on PATH (Debian/Ubuntu: default-jdk-headless, which "
+                "bash ci/setup.sh installs)"
+            )
+        return True, f"{host.programs['javac'].describe()} at {host.programs['javac'].path}"
     if req is Requirement.IOS_DEVICE:
         if host.ios_device is not None:
             return True, f"iOS device {host.ios_device}"
         return False, f"an iOS device: {host.ios_device_reason or 'none attached'}"
     raise AssertionError(f"unhandled requirement {req!r}")  # a new Requirement needs a branch here
+
+
+def check_blockers(host: HostFacts, checks: Iterable[Check], platform: Platform) -> dict[str, str]:
+    """check id -> what this host lacks to run it (its own run_requires), for the checks
+    that lack something."""
+    out: dict[str, str] = {}
+    for check in checks:
+        missing = [w for ok, w in (_requirement(host, r, platform) for r in check.run_requires) if not ok]
+        if missing:
+            out[check.id] = f"needs {'; '.join(missing)}; this host is {host.describe()}"
+    return out
 
 
 def _host_rule(host: HostFacts, platform: Platform) -> str | None:

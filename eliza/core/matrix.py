@@ -33,6 +33,9 @@ class Requirement(StrEnum):
     APPLE_SILICON = "apple-silicon"
     IOS_DEVICE = "ios-device"
     ARM64_CPU = "arm64-cpu"  # natively, or through the platform's emulator
+    # run-time programs a check needs on the host that runs it (a check's run_requires)
+    NODE = "node"  # Node.js, for the Node consumer
+    JDK = "jdk"  # javac and java, for the JNI consumer
 
 
 class CheckKind(StrEnum):
@@ -46,6 +49,7 @@ class CheckKind(StrEnum):
     ABI = "abi"  # exports and abidiff vs the no-gate cell
     CROSS_ARCH_AGREEMENT = "cross-arch-agreement"  # greedy output vs the reference platform's
     NATIVE_SUITE = "native-suite"  # the C ABI suite (races included) and the bench tools on this build
+    CONSUMER = "consumer"  # the Node and JNI consumers drive the released C ABI on this build
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +125,9 @@ class Check:
     needs_run: bool  # runs the built artefact (so run_requires apply)
     gated_cells_only: bool = False  # only for cells with at least one gate
     device_free: bool = False  # runs the library without its accelerator (the CPU fallback suffices)
+    # Programs the host that runs the check needs besides the platform's run_requires
+    # (a consumer's runtime); where one is missing the check is NOT RUNNABLE HERE.
+    run_requires: tuple[Requirement, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -553,6 +553,7 @@ def _check(c: Mapping[str, Any]) -> Check:
         needs_run=c["needs_run"],
         gated_cells_only=c.get("gated_cells_only", False),
         device_free=c.get("device_free", False),
+        run_requires=tuple(Requirement(r) for r in c.get("run_requires", [])),
     )
 
 

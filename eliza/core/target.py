@@ -117,7 +117,14 @@ def probe_targets(matrix: Matrix) -> tuple[tuple[str, ...], tuple[str, ...]]:
             programs.add(platform.emulator.program)
             if platform.emulator.sysroot:
                 dirs.add(platform.emulator.sysroot)
+    for check in matrix.checks:
+        for req in check.run_requires:
+            programs.update(CHECK_PROGRAMS.get(req.value, ()))
     return tuple(sorted(programs)), tuple(sorted(dirs))
+
+
+# The programs a check's run requirement stands for (eliza.core.host decides from them).
+CHECK_PROGRAMS: dict[str, tuple[str, ...]] = {"node": ("node",), "jdk": ("javac", "java")}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -54,6 +54,9 @@ IDENTITY_KINDS: frozenset[CheckKind] = frozenset(
         CheckKind.CROSS_ARCH_AGREEMENT,
     }
 )
+# Check kinds that load the library into a program of this host (the Python suite, the
+# consumers' node and java): a platform whose binaries only run under an emulator cannot.
+LOADED_BY_THE_HOST: frozenset[CheckKind] = frozenset({CheckKind.NATIVE_SUITE, CheckKind.CONSUMER})
 # Check kinds whose runner serves every cell of a platform at once: they run for all the
 # platform's cells or for none, and the group is kept only when every member would be.
 PLATFORM_GROUPS: Mapping[CheckKind, str] = {
@@ -153,6 +156,8 @@ class PlanFacts:
     hashes: InputHashes
     cached_llama: frozenset[tuple[str, str]] = frozenset()  # (platform, sanitize option) in the cache
     evidence: Mapping[tuple[str, str], KnownRecord] = field(default_factory=dict)
+    # check id -> what this host lacks to run it (a consumer's runtime); see host.check_blockers
+    check_blockers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -391,10 +396,17 @@ class _Planner:
                 state, why = unavailable_state(cell, check, _report_capability(can), matrix.device_gated)
                 self.steps.append(Skip(cell=cell.ref, check=check.id, state=state, reason=why))
                 continue
-            if can.emulated and check.kind is CheckKind.NATIVE_SUITE:
+            if check.id in self.facts.check_blockers:
+                why = self.facts.check_blockers[check.id]
+                self.steps.append(
+                    Skip(cell=cell.ref, check=check.id, state=GridState.NOT_RUNNABLE_HERE, reason=why)
+                )
+                continue
+            if can.emulated and check.kind in LOADED_BY_THE_HOST:
+                emulator = can.runner_words.removeprefix("emulated: ")
                 why = (
-                    "the native suite loads the library into this host's Python, "
-                    f"which cannot run {platform.arch}"
+                    f"{check.id} loads the library into a program of this host, which cannot run "
+                    f"{platform.arch} code (its binaries run only under {emulator})"
                 )
                 self.steps.append(
                     Skip(cell=cell.ref, check=check.id, state=GridState.NOT_RUNNABLE_HERE, reason=why)

@@ -1,6 +1,6 @@
-"""The selector and gate fall-through case tables (native/cases/*.cases): parsing, the
-expansion of the gate table for one cell, the plan the native case runner executes, and
-what the runner prints.
+"""The selector, seam and gate fall-through case tables (native/cases/*.cases): parsing,
+the judgement of a seam step, the expansion of the gate table for one cell, the plan the
+native case runner executes, and what the runner prints.
 
 The same tables are read by the host's pytest suites (through ctypes) and by
 native/tools/case_runner.cpp on a target, so a case exists once. See the comments at the
@@ -18,6 +18,9 @@ from eliza.core.outcome import CaseResult
 
 SELECTOR_TABLE = Path("native") / "cases" / "selector.cases"
 GATE_TABLE = Path("native") / "cases" / "gate-fallthrough.cases"
+# case_runner's selector mode reads it beside SELECTOR_TABLE, so the target check that
+# names only the selector table runs both.
+SEAM_TABLE = Path("native") / "cases" / "seam.cases"
 _SEP = " | "
 _KINDS = ("generates", "create-error", "open-error", "tokenize-error")
 
@@ -109,21 +112,241 @@ def parse_selector_table(text: str, source: str) -> tuple[SelectorCase, ...]:
     cases = []
     for number, (name, fakes, env, bundle, expect) in _rows(text, source, 5):
         where = f"{source}:{number}"
-        parsed: list[Fake] = []
-        for item in [] if fakes == "-" else fakes.split(","):
-            parts = item.strip().split("/")
-            if len(parts) != 4 or not parts[3].lstrip("-").isdigit():
-                raise CaseTableError(f"{where}: fake {item.strip()!r} is not name/available/can_serve/rank")
-            parsed.append(
-                Fake(name=parts[0], available=parts[1] == "1", can_serve=parts[2] == "1", rank=int(parts[3]))
-            )
         if not (expect == "in-tree" or expect.startswith(("chosen ", "error "))):
             raise CaseTableError(f"{where}: expect {expect!r}: use in-tree, chosen <name> or error <text>")
         cases.append(
             SelectorCase(
-                name=name, fakes=tuple(parsed), env=parse_env(env, where), bundle=bundle, expect=expect
+                name=name,
+                fakes=_parse_fakes(fakes, where),
+                env=parse_env(env, where),
+                bundle=bundle,
+                expect=expect,
             )
         )
+    _unique([c.name for c in cases], source)
+    return tuple(cases)
+
+
+# --- the seam table -------------------------------------------------------------------------
+
+# The header's ELIZA_ERR_* names without the prefix, as a seam step spells a failure.
+ERROR_NAMES = (
+    "NOT_IMPLEMENTED",
+    "INVALID_ARG",
+    "BUNDLE_INVALID",
+    "FFI_FAULT",
+    "OOM",
+    "ABI_MISMATCH",
+    "CANCELLED",
+)
+# The calls a seam step can make; those with a message (an out_error) may expect texts.
+WITH_MESSAGE = frozenset({"prefill", "next", "cancel-during-next", "save_slot", "restore_slot"})
+_STATUS_ONLY = frozenset({"cancel", "reset", "reset_keep"})
+SEAM_CALLS = WITH_MESSAGE | _STATUS_ONLY | {"held", "close"}
+_NEXT_KEYS = ("tokens", "text", "drafted", "accepted")
+# The session words the test kit's fake reads (native/testkit/testkit.cpp parses them too,
+# and refuses what it does not know; here a typo is named before anything runs).
+SESSION_WORDS: Mapping[str, tuple[str, ...]] = {
+    "keep": ("prefix", "none", "fail", "overcount"),
+    "reset": ("ok", "fail"),
+    "slots": ("default", "file"),
+    "next": ("step", "block"),
+    "errors": ("said", "quiet"),
+}
+
+
+def _int(word: str) -> int | None:
+    body = word.removeprefix("-")
+    return int(word) if body.isdigit() else None
+
+
+def _ids_of(words: Sequence[str]) -> tuple[int, ...] | None:
+    """Ids >= 0, or None when a word is not one."""
+    ids = [_int(w) for w in words]
+    return None if any(i is None or i < 0 for i in ids) else tuple(i for i in ids if i is not None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepResult:
+    """What one seam step observed: the call's status and message (next: what it wrote),
+    or the fake's held tokens, or whether a close freed the session and the context."""
+
+    rc: int = 0
+    message: str = ""
+    tokens: tuple[int, ...] = ()
+    text: str = ""
+    drafted: int = 0
+    accepted: int = 0
+    held: tuple[int, ...] | None = None  # None: no fake session open
+    closed: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeamStep:
+    call: str
+    args: tuple[int, ...]
+    expect: str  # as written, for messages
+    status: int | str | None  # a count >= 0, an ERROR_NAMES name; None for held and close
+    texts: tuple[str, ...] = ()
+    tokens: tuple[int, ...] = ()  # next: what it must write; held: what the fake must hold
+    text: str | None = None
+    drafted: int = 0
+    accepted: int = 0
+
+    def judge(self, got: StepResult, status_names: Mapping[int, str]) -> str:
+        """ "" when the step observed what it expects, else why not. status_names: the
+        binding's code -> ELIZA_ERR_* name table (the header's codes are not repeated here)."""
+        want = f"want {self.call} -> {self.expect}"
+        if self.call == "held":
+            return "" if got.held == self.tokens else f"{want}; the fake holds {_ids(got.held)}"
+        if self.call == "close":
+            return "" if got.closed else f"{want}; the session or the context's hold outlived the close"
+        name = status_names.get(got.rc, str(got.rc)).removeprefix("ELIZA_ERR_")
+        said = f"; got {got.rc if got.rc >= 0 else name}" + (f" {got.message!r}" if got.message else "")
+        if isinstance(self.status, str):
+            missing = [t for t in self.texts if t not in got.message]
+            if name != self.status or got.rc >= 0:
+                return want + said
+            if self.call in WITH_MESSAGE and not got.message:
+                return f"{want}; the failure carries no message"
+            return f"{want}; the message lacks {missing[0]!r}{said}" if missing else ""
+        if got.rc != self.status or got.message:
+            return want + said
+        if self.call in ("next", "cancel-during-next"):
+            seen = (got.tokens, got.drafted, got.accepted)
+            if seen != (self.tokens, self.drafted, self.accepted) or (
+                self.text is not None and got.text != self.text
+            ):
+                return (
+                    f"{want}; got tokens {_ids(got.tokens)} text {got.text!r} drafted {got.drafted} "
+                    f"accepted {got.accepted}"
+                )
+        return ""
+
+
+def _ids(ids: tuple[int, ...] | None) -> str:
+    if ids is None:
+        return "nothing (no fake session open)"
+    return " ".join(map(str, ids)) or "none"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeamCase:
+    name: str
+    fakes: tuple[Fake, ...]
+    env: str | None
+    session: str  # passed to the test kit verbatim; "-" is every default
+    steps: tuple[SeamStep, ...]
+
+
+def _parse_fakes(field: str, where: str) -> tuple[Fake, ...]:
+    parsed: list[Fake] = []
+    for item in [] if field == "-" else field.split(","):
+        parts = item.strip().split("/")
+        if len(parts) != 4 or not parts[3].lstrip("-").isdigit():
+            raise CaseTableError(f"{where}: fake {item.strip()!r} is not name/available/can_serve/rank")
+        parsed.append(
+            Fake(name=parts[0], available=parts[1] == "1", can_serve=parts[2] == "1", rank=int(parts[3]))
+        )
+    return tuple(parsed)
+
+
+def _parse_session(field: str, where: str) -> str:
+    for word in field.split():
+        key, _, value = word.partition("=")
+        drafted, _, accepted = value.partition(":")
+        if word == "-" or value in SESSION_WORDS.get(key, ()):
+            continue
+        if key == "draft" and drafted.isdigit() and accepted.isdigit() and int(accepted) <= int(drafted):
+            continue
+        words = ", ".join(f"{k}={'|'.join(v)}" for k, v in SESSION_WORDS.items())
+        raise CaseTableError(f"{where}: session word {word!r}: use - or draft=D:A (A <= D), {words}")
+    return field
+
+
+def _parse_step(text: str, where: str) -> SeamStep:
+    step = text.strip()
+
+    def bad(why: str) -> CaseTableError:
+        return CaseTableError(f"{where}: step {step!r}: {why}")
+
+    call_part, arrow, expect = step.partition("->")
+    words = call_part.split()
+    expect = expect.strip()
+    if not arrow or not words or not expect:
+        raise bad("not 'call -> expect'")
+    call = words[0]
+    if call not in SEAM_CALLS:
+        raise bad(f"unknown call {call!r}; use {', '.join(sorted(SEAM_CALLS))}")
+    args = tuple(_int(w) for w in words[1:])
+    arity = {"prefill": len(args), "reset_keep": 1}.get(call, 0)
+    if len(args) != arity or any(a is None for a in args):
+        raise bad(f"{call} takes {arity} integer argument(s)" if call != "prefill" else "prefill takes ids")
+    ints = tuple(a for a in args if a is not None)
+    if call == "held":
+        held = () if expect == "none" else _ids_of(expect.split())
+        if held is None:
+            raise bad("held -> ids >= 0, or none")
+        return SeamStep(call=call, args=ints, expect=expect, status=None, tokens=held)
+    if call == "close":
+        if expect != "closed":
+            raise bad("close -> closed")
+        return SeamStep(call=call, args=ints, expect=expect, status=None)
+    head, _, rest = expect.partition(" ")
+    if head in ERROR_NAMES:
+        texts = _texts(rest)
+        if texts and call not in WITH_MESSAGE:
+            raise bad(f"{call} has no message to hold texts")
+        return SeamStep(call=call, args=ints, expect=expect, status=head, texts=texts)
+    status = _int(head)
+    if status is None or status < 0:
+        raise bad(f"expect a count >= 0 or one of {', '.join(ERROR_NAMES)}")
+    fields: dict[str, list[str]] = {}
+    key = ""
+    for word in rest.split():
+        if word in _NEXT_KEYS and call in ("next", "cancel-during-next") and word not in fields:
+            key = word
+            fields[key] = []
+        elif key:
+            fields[key].append(word)
+        else:
+            raise bad(f"{word!r} after the status; only next takes {', '.join(_NEXT_KEYS)}, once each")
+    tokens = _ids_of(fields.get("tokens", []))
+    counts = {k: _ids_of(fields[k]) for k in ("drafted", "accepted") if k in fields}
+    if (
+        tokens is None
+        or any(c is None or len(c) != 1 for c in counts.values())
+        or len(fields.get("text", "-")) != 1
+    ):
+        raise bad("tokens take ids >= 0; text, drafted and accepted one word each")
+    return SeamStep(
+        call=call,
+        args=ints,
+        expect=expect,
+        status=status,
+        tokens=tokens,
+        text=fields["text"][0] if "text" in fields else None,
+        drafted=(counts.get("drafted") or (0,))[0],
+        accepted=(counts.get("accepted") or (0,))[0],
+    )
+
+
+def parse_seam_table(text: str, source: str) -> tuple[SeamCase, ...]:
+    cases = []
+    for number, (name, fakes, env, session, steps) in _rows(text, source, 5):
+        where = f"{source}:{number}"
+        parsed = tuple(_parse_step(step, where) for step in steps.split(";"))
+        cases.append(
+            SeamCase(
+                name=name,
+                fakes=_parse_fakes(fakes, where),
+                env=parse_env(env, where),
+                session=_parse_session(session, where),
+                steps=parsed,
+            )
+        )
+        if not cases[-1].fakes:
+            raise CaseTableError(f"{where}: a seam case needs a fake to serve its stream")
     _unique([c.name for c in cases], source)
     return tuple(cases)
 

@@ -98,7 +98,8 @@ REFERENCE = _check("byte-identity-reference", CheckKind.BYTE_IDENTITY_REFERENCE,
 BASELINE = _check("byte-identity-baseline", CheckKind.BYTE_IDENTITY_BASELINE, needs_run=True)
 FALLTHROUGH = _check("gate-fallthrough", CheckKind.GATE_FALLTHROUGH, needs_run=True, gated_only=True)
 ABI = _check("abi", CheckKind.ABI, needs_run=False, gated_only=True)
-CHECKS = (BUILD, SELECTOR, REFERENCE, BASELINE, FALLTHROUGH, ABI)
+CONSUMER = _check("consumer", CheckKind.CONSUMER, needs_run=True)
+CHECKS = (BUILD, SELECTOR, REFERENCE, BASELINE, FALLTHROUGH, ABI, CONSUMER)
 
 DEVICE_ITEM = DeviceGatedItem(
     id="npu-on-device",
@@ -219,8 +220,8 @@ def test_fresh_passing_nonempty_evidence_is_verified() -> None:
     assert entry.evidence.artifacts[0].state is ArtifactState.MATCH
     assert entry.anchor == entry_anchor("linux-cpu.none", "build")
     assert report.header.verified == 1
-    # 5 cells x 6 checks, minus gate-fallthrough and abi on the two no-gate cells
-    assert report.header.declared == 26
+    # 5 cells x 7 checks, minus gate-fallthrough and abi on the two no-gate cells
+    assert report.header.declared == 31
     by_state = {c.state: c.count for c in report.header.by_state}
     assert by_state[GridState.NOT_APPLICABLE] == 4
 
@@ -406,7 +407,7 @@ def _all_m3_evidence() -> list[LoadedRecord]:
     for check in ("build", "selector", "byte-identity-reference", "byte-identity-baseline"):
         items.append(record("linux-cpu.none", check))
     for cell in ("linux-cpu.npu", "linux-cpu.xla"):
-        for check in ("build", "selector", "gate-fallthrough", "abi"):
+        for check in ("build", "selector", "gate-fallthrough", "abi", "consumer"):
             items.append(record(cell, check))
     return [loaded(r, f"ev/{r.cell}__{r.check}.json") for r in items]
 
@@ -432,6 +433,8 @@ def test_checklist_ticks_only_from_verified_evidence() -> None:
     assert {(r.cell, r.check) for r in box4.evidence} == {
         ("linux-cpu.npu", "abi"),
         ("linux-cpu.xla", "abi"),
+        ("linux-cpu.npu", "consumer"),
+        ("linux-cpu.xla", "consumer"),
     }
     assert all(r.anchor == entry_anchor(r.cell, r.check) for r in box4.evidence)
 

@@ -221,7 +221,8 @@ def test_markdown_grid_checklist_and_tables(tmp_path: Path, report: Report) -> N
     assert "**2 of 7 checks verified**" in md
     boxes = [line for line in lines if line.startswith("- [")]
     # the only box whose evidence is all VERIFIED is the ABI one
-    assert [b[:6] for b in boxes] == ["- [ ] ", "- [ ] ", "- [ ] ", "- [x] "]
+    # box 4 also needs the consumer check, which this matrix does not declare
+    assert [b[:6] for b in boxes] == ["- [ ] ", "- [ ] ", "- [ ] ", "- [ ] "]
     assert any("missing: linux-cpu.none · selector: FAILED" in line for line in lines)
     assert (
         "| NPU on-device tok/s | Pixel | M4 | bench record from a Pixel | android-arm64 | not claimed |"
@@ -237,8 +238,17 @@ def test_markdown_grid_checklist_and_tables(tmp_path: Path, report: Report) -> N
 def test_markdown_all_ticked_when_evidence_is_complete(tmp_path: Path) -> None:
     records = [rec(c, k) for c in ("linux-cpu.none", "linux-cpu.npu+xla") for k in ("build", "selector")]
     records.append(rec("linux-cpu.npu+xla", "abi"))
+    records.append(rec("linux-cpu.npu+xla", "consumer"))
+    records.append(rec("linux-cpu.none", "consumer"))
     checks = (
         *CHECKS,
+        Check(
+            id="consumer",
+            kind=CheckKind.CONSUMER,
+            description="the consumers drive the C ABI",
+            pass_rule="every step passes",
+            needs_run=True,
+        ),
         Check(
             id="byte-identity-reference",
             kind=CheckKind.BYTE_IDENTITY_REFERENCE,

@@ -43,6 +43,14 @@ ABI_CHECK_INPUTS = (
     "eliza/core/c_abi.py",
 )
 
+# The consumers, and the code that runs and judges them.
+CONSUMER_INPUTS = (
+    "native/consumers",
+    "eliza/app/checks/consumer.py",
+    "eliza/adapters/consumers.py",
+    "eliza/core/consumers.py",
+)
+
 
 def input_hashes(
     repo: Path,
@@ -68,6 +76,8 @@ def input_hashes(
         "ninja": version(host.ninja),
         "nvcc": version(host.nvcc),
         "abidiff": abidiff_version or "absent",
+        "node": version(host.programs.get("node")),
+        "jdk": version(host.programs.get("javac")),
     }
     return InputHashes(
         native=tree_hash(repo, ["native"], exclude=NOT_THE_LIBRARY),
@@ -91,6 +101,7 @@ def input_hashes(
         tools=tools,
         build_check=tree_hash(repo, BUILD_CHECK_INPUTS),
         abi_check=tree_hash(repo, ABI_CHECK_INPUTS),
+        consumers=tree_hash(repo, CONSUMER_INPUTS),
     )
 
 

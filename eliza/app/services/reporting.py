@@ -19,6 +19,7 @@ from eliza.app.services.clock import now
 from eliza.app.services.inputs import fuzz_inputs, input_hashes
 from eliza.core.evidence import Artifact, InputFingerprint, utc_timestamp
 from eliza.core.fingerprint import InputHashes, fingerprint_for
+from eliza.core.host import check_blockers
 from eliza.core.layout import default_prompts
 from eliza.core.matrix import Cell, Check, Matrix
 from eliza.core.report import GridState, HeaderFacts, PlatformCapability, Report, build_report
@@ -86,6 +87,7 @@ def render(
             run_reason=can.run_reason,
             can_run_fallback=can.can_run_fallback,
             fallback_reason=can.fallback_reason,
+            check_blockers=check_blockers(host, matrix.checks, platform),
         )
     state = git.git_state(project.repo)
     cpu = host.cpu_model or host.arch

@@ -196,6 +196,8 @@ def _no_evidence(
         return GridState.DEVICE_GATED, reason, gated_by, notes
     if not capability.can_build:
         return GridState.NOT_BUILDABLE_HERE, capability.build_reason, (), ()
+    if check.needs_run and runnable and check.id in capability.check_blockers:
+        return GridState.NOT_RUNNABLE_HERE, capability.check_blockers[check.id], (), ()
     if check.needs_run and not runnable:
         claims = [i.id for i in device_items if check.id in i.checks and cell.platform.id in i.platforms]
         closes = f"; its evidence from such a host claims {', '.join(claims)}" if claims else ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from eliza.core.evidence import (
@@ -35,6 +35,8 @@ class PlatformCapability:
     # The CPU fallback (device_free checks); as can_run for a platform without one.
     can_run_fallback: bool = False
     fallback_reason: str = ""
+    # check id -> what this host lacks to run it (a consumer's runtime)
+    check_blockers: Mapping[str, str] = field(default_factory=dict)
 
     def can_run_check(self, check: Check) -> bool:
         return self.can_run or (check.device_free and self.can_run_fallback)

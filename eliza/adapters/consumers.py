@@ -1,0 +1,82 @@
+"""Running the consumers of the C ABI (native/consumers): the Node program under node, the
+JVM one through the launcher its build script writes. Each writes a JSON result; this
+module runs them and reads it, and says when a consumer's own runtime is missing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eliza.adapters import proc
+from eliza.adapters.errors import ToolError
+
+CONSUMERS = ("node", "jni")
+TIMEOUT_S = 600
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsumerRun:
+    name: str
+    argv: tuple[str, ...]
+    exit_status: int
+    result: dict[str, Any] | None  # None when it wrote none
+    log: str
+
+
+def missing_runtime(name: str) -> str:
+    """What to install for the consumer to run here, or "" when its runtime is present."""
+    if name == "node":
+        return "" if shutil.which("node") else "node (Debian/Ubuntu: nodejs; bash ci/setup.sh installs it)"
+    if name == "jni":
+        found = shutil.which("javac") and shutil.which("java")
+        return (
+            "" if found else "a JDK, javac and java (Debian/Ubuntu: default-jdk-headless; bash ci/setup.sh)"
+        )
+    raise ValueError(f"unknown consumer {name!r} (known: {', '.join(CONSUMERS)})")
+
+
+def build_jni(repo: Path, out: Path) -> Path:
+    """The JVM consumer's glue library, classes and launcher, built into `out`."""
+    done = proc.run(["bash", repo / "native" / "consumers" / "jni" / "build.sh", out], cwd=repo, timeout=300)
+    if not done.ok:
+        raise ToolError(
+            f"native/consumers/jni/build.sh exited {done.returncode}: {done.stderr.strip()[-1500:]}"
+        )
+    return out / "jni-consumer"
+
+
+def run_consumer(
+    name: str,
+    program: list[str],
+    library: Path,
+    bundle: Path,
+    prompts: Path,
+    max_tokens: int,
+    out: Path,
+    env: dict[str, str] | None = None,
+) -> ConsumerRun:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    work = out.parent / f"{name}-work"
+    argv = [
+        *program,
+        "--library",
+        str(library),
+        "--bundle",
+        str(bundle),
+        "--prompts",
+        str(prompts),
+        "--max-tokens",
+        str(max_tokens),
+        "--out",
+        str(out),
+        "--work",
+        str(work),
+    ]
+    done = proc.run(argv, extra_env=env, timeout=TIMEOUT_S)
+    result = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else None
+    log = f"$ {' '.join(argv)}\nexit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}"
+    return ConsumerRun(name=name, argv=tuple(argv), exit_status=done.returncode, result=result, log=log)
