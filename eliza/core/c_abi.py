@@ -39,3 +39,41 @@ def header_constants(header_text: str) -> dict[str, int]:
 def header_functions(header_text: str) -> frozenset[str]:
     """Every eliza_inference_* function the header declares with ELIZA_API."""
     return frozenset(_FUNCTION.findall(header_text))
+
+
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+
+
+def declarations(header_text: str) -> list[str]:
+    """The header without its comments, one declaration or directive per line, whitespace
+    collapsed: what a compiler sees of the ABI. Two headers with equal declarations
+    declare the same functions, types and constants, however their comments differ."""
+    text = _COMMENT.sub(" ", header_text)
+    lines: list[str] = []
+    for line in text.splitlines():
+        words = " ".join(line.split())
+        if not words:
+            continue
+        if (
+            words.startswith("#")
+            or not lines
+            or lines[-1].startswith("#")
+            or lines[-1].endswith((";", "{", "}"))
+        ):
+            lines.append(words)
+        else:
+            lines[-1] = f"{lines[-1]} {words}"
+    return lines
+
+
+_DECLARES_NOTHING = re.compile(
+    r"^(#\s*(if|ifdef|ifndef|elif|else|endif|undef)\b|#\s*define\s+\w+\(|\w*ASSERT\w*\()"
+)
+
+
+def abi_declarations(header_text: str) -> list[str]:
+    """`declarations` less what declares nothing a consumer binds to: compile-time
+    assertions (static_assert and the macros that wrap it), function-like macros, and the
+    preprocessor conditionals around them. What is left (functions, types, object-like
+    macros, includes) is the ABI the header promises."""
+    return [d for d in declarations(header_text) if not _DECLARES_NOTHING.match(d)]

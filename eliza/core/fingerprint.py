@@ -84,6 +84,8 @@ def fingerprint_for(
         parts["bench"] = hashes.bench
     if kind is CheckKind.BYTE_IDENTITY_BASELINE:
         parts["baseline"] = baseline_commit or "none"
+    if kind is CheckKind.ABI and baseline_commit:  # compared with the pre-M3 library's surface too
+        parts["baseline"] = baseline_commit
     if kind is CheckKind.NATIVE_SUITE:
         parts["tests"] = hashes.native_tests
         parts["bundle"] = hashes.bundle

@@ -265,6 +265,23 @@ def cpu_fallback_reference(matrix: Matrix, platform: Platform, facts: PlanFacts)
     return None
 
 
+def compares_with_baseline(cell: Cell, check: Check) -> bool:
+    """Whether the check compares the cell with the declared baseline's library: the
+    byte-identity-baseline bench, and the abi check of an x86-64 release cell whose
+    platform verify builds here (M3: "no consumer changes", the exported surface against
+    the pre-M3 library's)."""
+    if check.kind is CheckKind.BYTE_IDENTITY_BASELINE:
+        return True
+    platform = cell.platform
+    return (
+        check.kind is CheckKind.ABI
+        and cell.variant is None
+        and platform.arch == "x86_64"
+        and platform.os == "linux"
+        and not platform.slow_build
+    )
+
+
 def _changed_parts(record: EvidenceRecord, current: Mapping[str, str]) -> list[str]:
     old = record.fingerprint.parts
     return sorted(k for k in {*old, *current} if old.get(k) != current.get(k))
@@ -439,7 +456,8 @@ class _Planner:
         for check in cell.checks:
             if check.needs_run or not self._wanted(check):
                 continue
-            verdict = self.verdict(cell, check, artifacts=True)
+            commit = (self.selection.baseline_commit or "") if compares_with_baseline(cell, check) else ""
+            verdict = self.verdict(cell, check, commit, artifacts=True)
             needs: tuple[CellId, ...] = ()
             known = self.facts.evidence.get((cell.id, check.id))
             details = known.record.details if known is not None else {}
@@ -456,7 +474,14 @@ class _Planner:
                 self.steps.append(verdict)
             else:
                 self.steps.append(
-                    Run(cell=cell.ref, check=check.id, kind=check.kind, reason=verdict, needs=needs)
+                    Run(
+                        cell=cell.ref,
+                        check=check.id,
+                        kind=check.kind,
+                        reason=verdict,
+                        needs=needs,
+                        baseline_commit=commit,
+                    )
                 )
 
     def plan_runtime(
@@ -489,7 +514,7 @@ class _Planner:
                     reason=reason,
                     how=can.how_it_runs(check.device_free),
                     needs=self._runtime_needs(cell, check, reference, group),
-                    baseline_commit=commit if check.kind is CheckKind.BYTE_IDENTITY_BASELINE else "",
+                    baseline_commit=commit if compares_with_baseline(cell, check) else "",
                 )
             )
 
@@ -552,7 +577,10 @@ class _Planner:
 def plan(matrix: Matrix, facts: PlanFacts, selection: Selection) -> VerifyPlan:
     """Every decision of a verify, made from facts passed in."""
     planner = _Planner(matrix, facts, selection)
-    if selection.baseline_commit is None and selection.no_baseline_reason and selection.bench:
+    benched = selection.bench and (
+        selection.kinds is None or CheckKind.BYTE_IDENTITY_BASELINE in selection.kinds
+    )
+    if selection.baseline_commit is None and selection.no_baseline_reason and benched:
         planner.notes.append(f"byte-identity-baseline not run: {selection.no_baseline_reason}")
     wanted = {c.platform for c in selection.cells} if selection.cells is not None else None
     for platform in matrix.platforms:

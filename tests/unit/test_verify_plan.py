@@ -25,6 +25,7 @@ from eliza.core.verify_plan import (
     Selection,
     Skip,
     VerifyPlan,
+    compares_with_baseline,
     plan,
 )
 from eliza.formats.matrix_yaml import load_matrix
@@ -98,7 +99,7 @@ def evidence_for(
     for cell_id in cells:
         cell = matrix.cell(cell_id)
         for check in cell.checks:
-            commit = baseline if check.kind is CheckKind.BYTE_IDENTITY_BASELINE else ""
+            commit = baseline if compares_with_baseline(cell, check) else ""
             extra: dict[str, object] = {"compared_with_no_gate": True} if check.kind is CheckKind.ABI else {}
             record = EvidenceRecord(
                 cell=cell.id,
@@ -362,7 +363,8 @@ def test_a_build_session_plans_build_and_abi_and_builds_every_cell(matrix: Matri
     known = evidence_for(matrix, LINUX_CPU)
     kinds = frozenset({CheckKind.BUILD, CheckKind.ABI})
     cells = frozenset(CellId.parse(c) for c in LINUX_CPU)
-    p = plan(matrix, facts(matrix, evidence=known), Selection(cells=cells, kinds=kinds, build_all=True))
+    selection = Selection(cells=cells, kinds=kinds, build_all=True, baseline_commit=BASELINE)
+    p = plan(matrix, facts(matrix, evidence=known), selection)
     assert {str(b.cell) for b in p.builds} == set(LINUX_CPU)
     assert {s.check for s in p.steps if not isinstance(s, Build)} == {"build", "abi"}
     assert all(isinstance(s, Keep) for s in p.steps if not isinstance(s, Build))
@@ -397,3 +399,18 @@ def test_the_matrix_names_each_platform_reference_cell_once(matrix: Matrix) -> N
         ref = matrix.reference_cell(platform.id)
         assert ref is not None and ref.ref == CellId(platform=platform.id)
         assert matrix.cell(ref.ref) is ref
+
+
+def test_the_abi_of_x86_64_release_cells_is_compared_with_the_pre_m3_library(matrix: Matrix) -> None:
+    p = plan(matrix, facts(matrix), SELECT_ALL)
+    abi = only_step(p, "linux-cpu.litert", "abi")
+    assert isinstance(abi, Run) and abi.baseline_commit == BASELINE
+    # the same baseline build serves the bench and the abi check
+    assert [(str(b.cell), b.commit) for b in p.builds if b.commit] == [("linux-cpu.none", BASELINE)]
+    arm = only_step(p, "linux-arm64.litert", "abi")
+    assert isinstance(arm, Run) and arm.baseline_commit == ""  # another architecture: not compared
+    # a record made against another baseline (or none) is stale for this one
+    known = evidence_for(matrix, LINUX_CPU, baseline="0" * 40)
+    p = plan(matrix, facts(matrix, evidence=known), SELECT_ALL)
+    stale = only_step(p, "linux-cpu.mlx", "abi")
+    assert isinstance(stale, Run) and "baseline" in stale.reason

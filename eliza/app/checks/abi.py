@@ -6,15 +6,17 @@ platform's no-gate cell."""
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters.abi_tools import AbiToolMissing, abidiff, abidiff_surfaces, exported_symbols
 from eliza.adapters.errors import ToolError
 from eliza.app.checks.job import Job
 from eliza.app.services.abi_files import baseline_of, constants_text, surface_of, versions_present
+from eliza.app.services.baseline import baseline_root
 from eliza.app.services.clock import Stopwatch
 from eliza.app.services.run import Run
-from eliza.core.c_abi import abi_version, header_functions
+from eliza.core.c_abi import abi_declarations, abi_version, header_functions
 from eliza.core.layout import public_header, public_headers_dir
 from eliza.core.matrix import Cell
 from eliza.core.outcome import CheckOutcome, SubCheck, from_subchecks, outcome
@@ -104,7 +106,86 @@ def _released(
     return subs, details
 
 
-def abi_outcome(cell: Cell, check_id: str, library: Path, reference: Path | None, repo: Path) -> CheckOutcome:
+@dataclass(frozen=True, kw_only=True)
+class PreM3:
+    """The declared baseline's build, for the comparison M3's "no consumer changes" asks
+    for: `library` None when it did not build."""
+
+    commit: str
+    library: Path | None
+    header: Path
+
+
+def _pre_m3(library: Path, pre: PreM3, header_text: str) -> tuple[list[SubCheck], dict[str, object]]:
+    """The cell's exports, the header's declarations and its status constants against the
+    pre-M3 library's and header's. The seam doc puts the seam entirely below the ABI
+    surface, so it allows no difference at all. (The pre-M3 library carries no debug
+    information, so its types are compared through the header that declared them.)"""
+    label = f"the pre-M3 library (baseline {pre.commit[:12]})"
+    if pre.library is None or not pre.library.is_file():
+        detail = f"baseline {pre.commit[:12]} did not build (see this run's log)"
+        return [SubCheck(name=f"{label} was built to compare with", ok=False, detail=detail)], {}
+    if not pre.header.is_file():
+        detail = f"no header at {pre.header}"
+        return [SubCheck(name=f"{label}'s header is here to compare with", ok=False, detail=detail)], {}
+    mine, old = exported_symbols(library), exported_symbols(pre.library)
+    added, removed = sorted(set(mine) - set(old)), sorted(set(old) - set(mine))
+    old_header = pre.header.read_text(encoding="utf-8")
+    declared = "".join(
+        difflib.unified_diff(
+            [f"{d}\n" for d in abi_declarations(old_header)],
+            [f"{d}\n" for d in abi_declarations(header_text)],
+            "pre-M3 header",
+            "the header",
+            n=1,
+        )
+    )
+    constants = "".join(
+        difflib.unified_diff(
+            constants_text(old_header).splitlines(keepends=True),
+            constants_text(header_text).splitlines(keepends=True),
+            "pre-M3 header",
+            "the header",
+            n=0,
+        )
+    )
+    subs = [
+        SubCheck(
+            name=f"exports equal {label}'s",
+            ok=not (added or removed),
+            detail=f"added: {added}; removed: {removed}",
+        ),
+        SubCheck(
+            name="the header declares what the pre-M3 header declared (functions, types, constants)",
+            ok=not declared,
+            detail=f"{len(abi_declarations(header_text))} declarations identical"
+            if not declared
+            else "differs",
+        ),
+        SubCheck(
+            name="the header's ELIZA_* constants equal the pre-M3 header's",
+            ok=not constants,
+            detail=" ".join(constants.split()) if constants else "identical",
+        ),
+    ]
+    details: dict[str, object] = {
+        "baseline_commit": pre.commit,
+        "pre_m3_surface": {
+            "baseline": pre.commit,
+            "library": str(pre.library),
+            "identical": all(s.ok for s in subs),
+            "exports_added": added,
+            "exports_removed": removed,
+            "declarations_diff": declared or "(identical)",
+            "constants_diff": constants or "(identical)",
+        },
+    }
+    return subs, details
+
+
+def abi_outcome(
+    cell: Cell, check_id: str, library: Path, reference: Path | None, repo: Path, pre_m3: PreM3 | None = None
+) -> CheckOutcome:
     watch = Stopwatch()
     header_text = public_header(repo).read_text(encoding="utf-8")
     version = abi_version(header_text)
@@ -137,6 +218,10 @@ def abi_outcome(cell: Cell, check_id: str, library: Path, reference: Path | None
         released_subs, released_details = _released(library, surface, repo, version, header_text)
         subs += released_subs
         details |= released_details
+        if pre_m3 is not None:
+            pre_subs, pre_details = _pre_m3(library, pre_m3, header_text)
+            subs += pre_subs
+            details |= pre_details
         details["compared_with_no_gate"] = reference is not None and reference != library
         if reference is not None and reference != library:
             diff = abidiff(reference, library, public_headers_dir(repo))
@@ -162,8 +247,8 @@ def abi_outcome(cell: Cell, check_id: str, library: Path, reference: Path | None
 
 
 def run(job: Job, evidence: Run) -> list[CheckOutcome]:
-    """Each cell against the released ABI, and a gated cell against its platform's
-    no-gate cell (the step's reference)."""
+    """Each cell against the released ABI, a gated cell against its platform's no-gate
+    cell (the step's reference), and an x86-64 release cell against the pre-M3 library."""
     return [
         abi_outcome(
             cell,
@@ -171,6 +256,13 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             job.library(cell),
             job.libraries.get(step.needs[0]) if step.needs else None,
             evidence.project.repo,
+            PreM3(
+                commit=step.baseline_commit,
+                library=job.baselines.get(step.baseline_commit),
+                header=public_header(baseline_root(step.baseline_commit) / "src"),
+            )
+            if step.baseline_commit
+            else None,
         )
         for step, (cell, check) in zip(job.steps, job.pairs(), strict=True)
     ]

@@ -19,6 +19,7 @@ from eliza.app.services.bundle import ensure_tiny_bundle
 from eliza.app.services.exclusive import exclusive
 from eliza.app.services.recording import ArtifactHashes
 from eliza.app.services.run import evidence_index, start_run
+from eliza.app.verification import VerifyOptions, choose_baseline
 from eliza.core.cell_id import CellId
 from eliza.core.matrix import CheckKind
 from eliza.core.verify_plan import PlanFacts, Selection, plan
@@ -52,7 +53,16 @@ def run(options: BuildOptions, ctx: Context) -> list[BuiltCell]:
             hashes=evidence.hashes,
             evidence=evidence_index(evidence, ArtifactHashes(repo=ctx.project.repo)),
         )
-        selection = Selection(cells=frozenset(options.cells), kinds=BUILD_KINDS, build_all=True)
+        # The abi check compares x86-64 cells with the declared pre-M3 baseline's library,
+        # as verify does, so both record the same evidence.
+        baseline = choose_baseline(VerifyOptions(), matrix)
+        selection = Selection(
+            cells=frozenset(options.cells),
+            kinds=BUILD_KINDS,
+            build_all=True,
+            baseline_commit=baseline.commit,
+            no_baseline_reason=baseline.no_baseline_reason,
+        )
         build_plan = plan(matrix, facts, selection)
         builder: Builder = (
             PrebuiltBuilder(ctx=ctx) if prebuilt else ConanBuilder(ctx=ctx, verbose=options.verbose)

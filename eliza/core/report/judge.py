@@ -81,7 +81,8 @@ _HIGHLIGHT_KEYS: dict[CheckKind, tuple[str, ...]] = {
     CheckKind.BYTE_IDENTITY_GATES: ("first_divergence",),
     CheckKind.BYTE_IDENTITY_BASELINE: ("first_divergence",),
     CheckKind.BYTE_IDENTITY_DRAFTER: ("drafters", "speedup"),
-    CheckKind.ABI: ("released_abi_diff", "abi_diff", "exports"),
+    CheckKind.ABI: ("pre_m3_surface", "released_abi_diff", "abi_diff", "exports"),
+    CheckKind.CONSUMER: ("node", "jni"),
 }
 
 
