@@ -9,29 +9,47 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eliza.app import project
-from eliza.app.context import current_context
+from eliza.app.context import Context, current_context
 from eliza.app.errors import ElizaError, NotHere
 from eliza.app.options import strict_requested
 from eliza.app.services import ci_files
-from eliza.app.sessions import build, ci, ci_rehearsal
-from eliza.app.sessions import verify as verify_session
-from eliza.app.sessions.abi_baseline import abi_baseline_session
-from eliza.app.sessions.bench import bench
-from eliza.app.sessions.fuzz import fuzz as fuzz_targets
-from eliza.app.sessions.generate import generate as generate_text
-from eliza.app.sessions.import_evidence import import_evidence
-from eliza.app.sessions.report import report as render_report
+from eliza.app.sessions import (
+    abi_baseline as abi_baseline_session,
+)
+from eliza.app.sessions import (
+    bench,
+    build,
+    ci,
+    ci_rehearsal,
+    import_evidence,
+)
+from eliza.app.sessions import (
+    fuzz as fuzz_session,
+)
+from eliza.app.sessions import (
+    generate as generate_session,
+)
+from eliza.app.sessions import (
+    report as report_session,
+)
+from eliza.app.sessions import (
+    verify as verify_session,
+)
 from eliza.core.cell_id import CellId
+from eliza.core.matrix import Matrix
 from eliza.core.sessions import SessionKind, SessionSpec, matrix_sessions
 from eliza.formats.matrix_yaml import MatrixError
+
+T = TypeVar("T")
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["tests"]
@@ -66,11 +84,35 @@ def _guarded(session: nox.Session, work: Callable[[], object]) -> None:
         raise SystemExit(exc.exit_code) from None
 
 
+def _use_case(
+    session: nox.Session,
+    parse: Callable[[Sequence[str], Mapping[str, str], Matrix], T],
+    run: Callable[[T, Context], object],
+    *,
+    show: bool = False,
+) -> None:
+    """A session: its options parsed once from argv and the environment, then its use case
+    run in this invocation's context (`show`: print what it returns)."""
+
+    def work() -> None:
+        options = parse(session.posargs, project.current().env, MATRIX)
+        result = run(options, current_context(session.log, MATRIX))
+        if show:
+            print(result)
+
+    _guarded(session, work)
+
+
 def _register(spec: SessionSpec) -> None:
     if spec.kind is SessionKind.BENCH_PLATFORM:
 
         def run(session: nox.Session) -> None:
-            _guarded(session, lambda: bench(MATRIX, spec.platform, session.posargs, session.log))
+            def parse(
+                argv: Sequence[str], env: Mapping[str, str], matrix: Matrix
+            ) -> bench.BenchSessionOptions:
+                return bench.parse_options(argv, env, matrix, spec.platform)
+
+            _use_case(session, parse, bench.run)
 
     else:
         cell_ids = (
@@ -116,42 +158,38 @@ def unit(session: nox.Session) -> None:
 @nox.session(python=False)
 def generate(session: nox.Session) -> None:
     """Greedy text from the tiny bundle through the C ABI: `-- [--cell ID] [--max-tokens N] PROMPT`."""
-    _guarded(session, lambda: print(generate_text(MATRIX, session.posargs, session.log)))
+    _use_case(session, generate_session.parse_options, generate_session.run, show=True)
 
 
 @nox.session(python=False)
 def verify(session: nox.Session) -> None:
     """The main job: build every cell this host can build, generate text, run the checks, write the report."""
 
-    def work() -> None:
-        options = verify_session.parse_options(session.posargs, project.current().env, MATRIX)
-        verify_session.run(options, current_context(session.log, MATRIX))
-
-    _guarded(session, work)
+    _use_case(session, verify_session.parse_options, verify_session.run)
 
 
 @nox.session(python=False)
 def fuzz(session: nox.Session) -> None:
     """Fuzz the C ABI with atheris under the sanitizer cell: `-- [--seconds N] [--target NAME]`."""
-    _guarded(session, lambda: print(fuzz_targets(MATRIX, session.posargs, session.log)))
+    _use_case(session, fuzz_session.parse_options, fuzz_session.run, show=True)
 
 
 @nox.session(name="import-evidence", python=False)
 def import_evidence_session(session: nox.Session) -> None:
     """Bring in evidence made elsewhere (a device run): `-- DIR...`; the report judges it like any record."""
-    _guarded(session, lambda: import_evidence(MATRIX, session.posargs, session.log))
+    _use_case(session, import_evidence.parse_options, import_evidence.run)
 
 
 @nox.session(name="abi-baseline", python=False)
 def abi_baseline(session: nox.Session) -> None:
     """Regenerate native/abi, the released ABI baseline, from the no-gate build (after a deliberate bump)."""
-    _guarded(session, lambda: abi_baseline_session(MATRIX, session.posargs, session.log))
+    _use_case(session, abi_baseline_session.parse_options, abi_baseline_session.run)
 
 
 @nox.session(python=False)
 def report(session: nox.Session) -> None:
     """Render the report (HTML, Markdown, JSON) from evidence directories: `nox -s report -- DIR...`."""
-    _guarded(session, lambda: render_report(MATRIX, session.posargs, session.log))
+    _use_case(session, report_session.parse_options, report_session.run)
 
 
 @nox.session(python=False)
@@ -178,25 +216,25 @@ def ci_files_session(session: nox.Session) -> None:
 @nox.session(name="ci-build", python=False)
 def ci_build(session: nox.Session) -> None:
     """CI build job: every cell of a platform, llama.cpp once (`-- --platform P --out DIR`)."""
-    _guarded(session, lambda: ci.ci_build(MATRIX, session.posargs, session.log))
+    _use_case(session, ci.parse_build_options, ci.run_build)
 
 
 @nox.session(name="ci-check", python=False)
 def ci_check(session: nox.Session) -> None:
     """CI check job: one cell's checks on the build job's cells, compiling nothing (`-- --cell C`)."""
-    _guarded(session, lambda: ci.ci_check(MATRIX, session.posargs, session.log))
+    _use_case(session, ci.parse_check_options, ci.run_check)
 
 
 @nox.session(name="ci-report", python=False)
 def ci_report(session: nox.Session) -> None:
     """CI report job: every job's evidence into one report (`-- --evidence DIR --artifacts DIR`)."""
-    _guarded(session, lambda: ci.ci_report(MATRIX, session.posargs, session.log))
+    _use_case(session, ci.parse_report_options, ci.run_report)
 
 
 @nox.session(name="ci-rehearse", python=False)
 def ci_rehearse(session: nox.Session) -> None:
     """The generated workflow's jobs this host can run, each in a fresh clone (`-- --help`)."""
-    _guarded(session, lambda: ci_rehearsal.rehearse(MATRIX, session.posargs, session.log))
+    _use_case(session, ci_rehearsal.parse_options, ci_rehearsal.run)
 
 
 @nox.session(python=False)

@@ -4,13 +4,15 @@ to skip a measurement), with the options of eliza.app.services.bench_options."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
-from eliza.app.context import current_context
+from eliza.app.context import Context
 from eliza.app.errors import ChecksFailed, NotHere, UsageError
-from eliza.app.executor import execute
+from eliza.app.executor import Execution, execute
+from eliza.app.project import current
 from eliza.app.services.baseline import BaselineError, resolve_commit
-from eliza.app.services.bench_options import options_description, parse_bench_args
+from eliza.app.services.bench_options import BenchOptions, options_description, parse_bench_args
 from eliza.app.services.build import describe_build
 from eliza.app.services.builders import ConanBuilder
 from eliza.app.services.bundle import ensure_tiny_bundle, tiny_bundle_default
@@ -24,18 +26,30 @@ from eliza.core.verify_plan import IDENTITY_KINDS, PlanFacts, Selection, VerifyP
 Log = Callable[[str], None]
 
 
-def bench(matrix: Matrix, platform_id: str, argv: Sequence[str], log: Log) -> None:
-    ctx = current_context(log, matrix)
-    project = ctx.project
-    # Options first: a typo ends here, before anything is built or any evidence is touched.
+@dataclass(frozen=True, kw_only=True)
+class BenchSessionOptions:
+    platform: str
+    bench: BenchOptions
+
+
+def parse_options(
+    argv: Sequence[str], env: Mapping[str, str], matrix: Matrix, platform_id: str
+) -> BenchSessionOptions:
+    """Options first: a typo ends here, before anything is built or any evidence is touched."""
     opts = parse_bench_args(
         argv,
         default_bundle=tiny_bundle_default(),
-        repo=project.repo,
+        repo=current().repo,
         default_baseline=matrix.baseline.ref if matrix.baseline else None,
     )
+    return BenchSessionOptions(platform=platform_id, bench=opts)
+
+
+def run(options: BenchSessionOptions, ctx: Context) -> Execution | None:
+    matrix, log, project = ctx.matrix, ctx.log, ctx.project
+    opts, platform_id = options.bench, options.platform
     commit = None
-    if opts.baseline is not None:
+    if opts.baseline is not None:  # --baseline, or the declared one: it must be a commit here
         try:
             commit = resolve_commit(opts.baseline)
         except BaselineError as exc:
@@ -81,7 +95,7 @@ def bench(matrix: Matrix, platform_id: str, argv: Sequence[str], log: Log) -> No
     if opts.dry_run:
         bench_plan, _ = planned(bundle_ready=False)
         print_plan(bench_plan, as_json=opts.json)
-        return
+        return None
     with exclusive(f"nox -s bench-{platform_id}", log):
         bench_plan, run = planned(bundle_ready=True)
         done = execute(
@@ -97,3 +111,4 @@ def bench(matrix: Matrix, platform_id: str, argv: Sequence[str], log: Log) -> No
                 "byte identity does not hold: "
                 + "; ".join(f"{o.cell}/{o.check}: {o.reason}" for o in done.failed)
             )
+        return done

@@ -13,15 +13,14 @@ fails, naming why):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eliza.adapters import conan_remote
-from eliza.app.context import current_context
+from eliza.app.context import Context
 from eliza.app.errors import BuildFailed, CiFailed, NotHere, UsageError
 from eliza.app.options import Parser
-from eliza.app.project import capability, current, host_facts
 from eliza.app.services import build
 from eliza.app.services.build import BUILD_ERRORS, PREBUILT_VARIABLE, build_cells, describe_build
 from eliza.app.services.builders import PrebuiltBuilder
@@ -47,14 +46,21 @@ def llama_builds_line(count: int, where: str) -> str:
     return f"llama.cpp built {count} time(s) {where}"
 
 
-def _step_summary(text: str) -> None:
-    summary = current().env.get("GITHUB_STEP_SUMMARY")
+def _step_summary(env: Mapping[str, str], text: str) -> None:
+    summary = env.get("GITHUB_STEP_SUMMARY")
     if summary:
         with Path(summary).open("a") as f:
             f.write(text + "\n")
 
 
-def ci_build(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
+@dataclass(frozen=True, kw_only=True)
+class CiBuildOptions:
+    platform: str
+    out: Path
+    cells: tuple[str, ...] = ()  # () : every cell of the platform
+
+
+def parse_build_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> CiBuildOptions:
     parser = Parser("nox -s ci-build --")
     parser.add_argument("--platform", required=True, help="the platform whose cells this job builds")
     parser.add_argument(
@@ -71,21 +77,22 @@ def ci_build(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
     ids = [p.id for p in matrix.platforms]
     if args.platform not in ids:
         parser.error(f"--platform {args.platform!r}: not a platform of {matrix.source} ({', '.join(ids)})")
-    platform = matrix.platform(args.platform)
-    can = capability(platform)
+    known = [c.id for c in matrix.cells_of(args.platform)]
+    unknown = [c for c in args.cell if c not in known]
+    if unknown:
+        parser.error(f"--cell {unknown[0]!r}: not a cell of {args.platform} ({', '.join(known)})")
+    return CiBuildOptions(platform=args.platform, out=args.out, cells=tuple(args.cell))
+
+
+def run_build(options: CiBuildOptions, ctx: Context) -> Path:
+    matrix, log, project = ctx.matrix, ctx.log, ctx.project
+    platform = matrix.platform(options.platform)
+    can = ctx.capability(platform)
     if not can.can_build:
         raise CiFailed(f"{platform.id} cannot be built on this runner: {can.build_reason}")
-    project = current()
     remote = build.binary_remote()
     log(f"Conan remote: {remote.describe() if remote else 'none (ELIZA_CONAN_REMOTE_URL unset)'}")
-    cells = matrix.cells_of(platform.id)
-    if args.cell:
-        unknown = [c for c in args.cell if c not in {x.id for x in cells}]
-        if unknown:
-            parser.error(
-                f"--cell {unknown[0]!r}: not a cell of {platform.id} ({', '.join(c.id for c in cells)})"
-            )
-        cells = tuple(c for c in cells if c.id in args.cell)
+    cells = tuple(c for c in matrix.cells_of(platform.id) if not options.cells or c.id in options.cells)
     try:
         built = build_cells(cells, matrix, on_built=lambda b: log(describe_build(b)), on_progress=log)
         llama = conan_remote.built_llama(built[0].log.parent)
@@ -95,15 +102,23 @@ def ci_build(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
             log(conan_remote.upload_llama(llama, project.cache, remote))
     except BUILD_ERRORS as exc:
         raise BuildFailed(str(exc)) from exc
-    archive = pack_cells(cells, project.repo, project.repo / args.out / f"cells-{platform.id}.tar.gz")
+    archive = pack_cells(cells, project.repo, project.repo / options.out / f"cells-{platform.id}.tar.gz")
     count = sum(b.llama_built_now for b in built)
     line = llama_builds_line(count, f"for {len(built)} cell(s) of {platform.id}")
     log(f"{line}; cells packed into {archive}")
-    _step_summary(f"**build {platform.id}**: {line}")
+    _step_summary(project.env, f"**build {platform.id}**: {line}")
     return archive
 
 
-def ci_check(matrix: Matrix, argv: Sequence[str], log: Log) -> Path | None:
+@dataclass(frozen=True, kw_only=True)
+class CiCheckOptions:
+    cell: CellId
+    artifacts: Path
+    dry_run: bool = False
+    json: bool = False
+
+
+def parse_check_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> CiCheckOptions:
     parser = Parser("nox -s ci-check --")
     parser.add_argument("--cell", required=True, help="the cell whose checks this job runs")
     parser.add_argument("--artifacts", type=Path, required=True, help="where the build jobs' artifacts are")
@@ -112,37 +127,46 @@ def ci_check(matrix: Matrix, argv: Sequence[str], log: Log) -> Path | None:
     args = parser.parse_args(list(argv))
     if args.cell not in {c.id for c in matrix.cells}:
         parser.error(unknown_cell(matrix, args.cell, "--cell"))
-    project = current()
-    if not args.dry_run:
-        unpack_cells(project.repo / args.artifacts, project.repo, log)
+    return CiCheckOptions(
+        cell=CellId.parse(args.cell), artifacts=args.artifacts, dry_run=args.dry_run, json=args.json
+    )
+
+
+def run_check(options: CiCheckOptions, ctx: Context) -> Path | None:
+    """The cell's checks on the build job's cells, strict whatever the session's own
+    options say; nothing is compiled."""
+    project = ctx.project
+    if not options.dry_run:
+        unpack_cells(project.repo / options.artifacts, project.repo, ctx.log)
     # The suites verify runs in other processes take their cells from the artifact too.
-    ctx = replace(current_context(log, matrix), child_env={PREBUILT_VARIABLE: "1"})
-    options = VerifyOptions(
-        cells=(CellId.parse(args.cell),), strict=True, dry_run=args.dry_run, json=args.json
+    job_ctx = replace(ctx, child_env={PREBUILT_VARIABLE: "1"})
+    verify_options = VerifyOptions(
+        cells=(options.cell,), strict=True, dry_run=options.dry_run, json=options.json
     )
     try:
-        result = verify(options, ctx, builder=PrebuiltBuilder(ctx=ctx))
-    except NotHere as exc:  # strict here whatever the session's own options say
-        raise CiFailed(f"{args.cell}: {exc}") from None
-    if args.dry_run:
+        result = verify(verify_options, job_ctx, builder=PrebuiltBuilder(ctx=job_ctx))
+    except NotHere as exc:
+        raise CiFailed(f"{options.cell}: {exc}") from None
+    if options.dry_run:
         return None
     line = llama_builds_line(0, "in this job (its cells came from the build job; nothing was compiled)")
-    log(line)
-    _step_summary(f"**{args.cell}**: {line}")
+    ctx.log(line)
+    _step_summary(project.env, f"**{options.cell}**: {line}")
     return result.report
 
 
-def record_not_in_pipeline(matrix: Matrix, out: Path, log: Log) -> int:
+def record_not_in_pipeline(ctx: Context, out: Path) -> int:
     """Skipped evidence, with the reason, for every check of every cell the pipeline has
     no job for; returns how many records."""
+    matrix = ctx.matrix
     try:
-        pipeline = pipeline_of(matrix, templates_dir(current().repo))
+        pipeline = pipeline_of(matrix, templates_dir(ctx.project.repo))
     except (PipelineError, RunnersError) as exc:
         raise UsageError(str(exc)) from None
     if not pipeline.omitted:
         return 0
     run = replace(
-        start_run(current(), matrix, host_facts(), log, bundle=ensure_tiny_bundle()), evidence_dir=out
+        start_run(ctx.project, matrix, ctx.host, ctx.log, bundle=ensure_tiny_bundle()), evidence_dir=out
     )
     at = now()
     outcomes = [
@@ -155,18 +179,28 @@ def record_not_in_pipeline(matrix: Matrix, out: Path, log: Log) -> int:
     return len(outcomes)
 
 
-def ci_report(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
+@dataclass(frozen=True, kw_only=True)
+class CiReportOptions:
+    evidence: Path
+    artifacts: Path
+
+
+def parse_report_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> CiReportOptions:
     parser = Parser("nox -s ci-report --")
     parser.add_argument("--evidence", type=Path, required=True, help="the check jobs' evidence artifacts")
     parser.add_argument("--artifacts", type=Path, required=True, help="the build jobs' artifacts")
     args = parser.parse_args(list(argv))
-    project = current()
-    evidence = project.repo / args.evidence
+    return CiReportOptions(evidence=args.evidence, artifacts=args.artifacts)
+
+
+def run_report(options: CiReportOptions, ctx: Context) -> Path:
+    project, log = ctx.project, ctx.log
+    evidence = project.repo / options.evidence
     evidence.mkdir(parents=True, exist_ok=True)
     try:
-        unpack_cells(project.repo / args.artifacts, project.repo, log)
+        unpack_cells(project.repo / options.artifacts, project.repo, log)
     except UsageError as exc:  # every build failed: the report still says what ran
         log(f"no cells to re-check artifact hashes against: {exc}")
-    count = record_not_in_pipeline(matrix, evidence / "not-in-ci", log)
+    count = record_not_in_pipeline(ctx, evidence / "not-in-ci")
     log(f"{count} check(s) recorded as not in the CI pipeline")
-    return render_and_say(matrix, [evidence], project.report_dir, log)
+    return render_and_say(ctx.matrix, [evidence], project.report_dir, log)

@@ -30,9 +30,10 @@ import yaml
 
 from eliza.adapters import git
 from eliza.adapters.conan_server import SERVER_VARIABLE, LocalServer, ServerError, local_server, server_python
+from eliza.app.context import Context
 from eliza.app.errors import CiFailed, UsageError
 from eliza.app.options import Parser
-from eliza.app.project import capability, current
+from eliza.app.project import capability
 from eliza.app.services.ci_files import templates_dir, write_or_check
 from eliza.core.binary_remote import PASSWORD_VARIABLE, URL_VARIABLE, USER_VARIABLE
 from eliza.core.ci_jobs import REPORT_JOB, SETUP_COMMAND, Pipeline, PipelineError
@@ -252,7 +253,15 @@ def compare_states(ours: Path, theirs: Path, cells: set[str]) -> list[str]:
     ]
 
 
-def rehearse(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
+@dataclass(frozen=True, kw_only=True)
+class RehearseOptions:
+    workdir: Path | None
+    slow: bool
+    only_platform: tuple[str, ...]
+    compare: Path | None
+
+
+def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> RehearseOptions:
     parser = Parser("nox -s ci-rehearse --")
     parser.add_argument(
         "--workdir",
@@ -275,10 +284,17 @@ def rehearse(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
         help="a report.json (of `nox -s verify`, say) whose states the rehearsal's must equal",
     )
     args = parser.parse_args(list(argv))
-    project = current()
-    if args.compare is not None and not args.compare.is_file():
+    return RehearseOptions(
+        workdir=args.workdir, slow=args.slow, only_platform=tuple(args.only_platform), compare=args.compare
+    )
+
+
+def run(options: RehearseOptions, ctx: Context) -> Path:
+    matrix, log = ctx.matrix, ctx.log
+    project = ctx.project
+    if options.compare is not None and not options.compare.is_file():
         raise UsageError(
-            f"--compare {args.compare}: no such file (a report.json, e.g. build/report/report.json)"
+            f"--compare {options.compare}: no such file (a report.json, e.g. build/report/report.json)"
         )
     if write_or_check(check=True) != 0:
         raise UsageError(f"{WORKFLOW} is out of date with the matrix: run `nox -s ci-files` first")
@@ -289,7 +305,7 @@ def rehearse(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
         raise UsageError(str(exc)) from None
     workflow = yaml.safe_load((project.repo / WORKFLOW).read_text())
     jobs: dict[str, Any] = workflow["jobs"]
-    work = (args.workdir or Path(tempfile.mkdtemp(prefix="eliza-ci-rehearsal-"))).resolve()
+    work = (options.workdir or Path(tempfile.mkdtemp(prefix="eliza-ci-rehearsal-"))).resolve()
     if work.exists() and any(work.iterdir()):
         raise UsageError(f"--workdir {work} is not empty: every rehearsal starts from nothing")
     store = work / "artifacts"
@@ -303,13 +319,13 @@ def rehearse(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
         env = {**os.environ, **_workflow_env(workflow, server)}
         for job_id in job_order(jobs):
             job = jobs[job_id]
-            why = runnable_here(pipeline, job_id, slow=args.slow)
+            why = runnable_here(pipeline, job_id, slow=options.slow)
             platform = _platform_of(pipeline, job_id)
             if (
                 why is None
-                and args.only_platform
+                and options.only_platform
                 and platform is not None
-                and platform not in args.only_platform
+                and platform not in options.only_platform
             ):
                 why = "not among --only-platform"
             blocked = [n for n in _needs(job) if results.get(n) is None or results[n].status != "passed"]
@@ -323,20 +339,20 @@ def rehearse(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
             results[job_id] = run_job(job_id, job, repo=source, work=work, store=store, env=env, log=log)
     _summary(results, log)
     report = store / "report" / "report.json"
-    if args.compare is not None and report.is_file():
+    if options.compare is not None and report.is_file():
         checked = {
             c.cell
             for c in pipeline.checks
             if results.get(c.id, JobResult(job="", status="")).status != "skipped"
         }
-        differences = compare_states(report, args.compare, checked)
+        differences = compare_states(report, options.compare, checked)
         for d in differences:
             log(f"  differs: {d}")
         if differences:
             raise CiFailed(
-                f"the rehearsal's report disagrees with {args.compare} on {len(differences)} check(s)"
+                f"the rehearsal's report disagrees with {options.compare} on {len(differences)} check(s)"
             )
-        log(f"the rehearsal's report agrees with {args.compare} on every check of {len(checked)} cell(s)")
+        log(f"the rehearsal's report agrees with {options.compare} on every check of {len(checked)} cell(s)")
     failed = [r.job for r in results.values() if r.status == "failed"]
     if failed:
         raise CiFailed(f"{len(failed)} job(s) failed: {', '.join(failed)} (logs under {work / 'jobs'})")

@@ -15,11 +15,12 @@ import json
 import re
 import shutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters import proc, sanitizer
+from eliza.app.context import Context
 from eliza.app.errors import Failed, UsageError
 from eliza.app.options import Parser
 from eliza.app.project import current
@@ -151,9 +152,15 @@ def run_target(
     )
 
 
-def fuzz(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
-    project = current()
-    known = targets_of(project.repo)
+@dataclass(frozen=True, kw_only=True)
+class FuzzOptions:
+    seconds: int
+    targets: tuple[str, ...]  # () : every target
+    cell: str | None
+
+
+def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> FuzzOptions:
+    known = targets_of(current().repo)
     parser = Parser("nox -s fuzz --")
     parser.add_argument(
         "--seconds", type=int, default=60, metavar="N", help="how long each target runs (>= 1)"
@@ -176,8 +183,14 @@ def fuzz(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
             parser.error(f"--target {name!r}: not a fuzz target ({', '.join(known)})")
     if args.cell is not None and args.cell not in {c.id for c in matrix.cells}:
         parser.error(unknown_cell(matrix, args.cell, "--cell"))
-    cell = matrix.cell(args.cell) if args.cell else default_cell(matrix)
-    wanted = args.target or known
+    return FuzzOptions(seconds=args.seconds, targets=tuple(args.target), cell=args.cell)
+
+
+def run(options: FuzzOptions, ctx: Context) -> Path:
+    matrix, log, project = ctx.matrix, ctx.log, ctx.project
+    known = targets_of(project.repo)
+    cell = matrix.cell(options.cell) if options.cell else default_cell(matrix)
+    wanted = options.targets or known
     if not wanted:
         raise UsageError(f"no fuzz targets: {project.repo / CORPUS} has no seed corpus folders")
     with exclusive("nox -s fuzz", log):
@@ -191,14 +204,14 @@ def fuzz(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
         results: list[TargetResult] = []
         width = max(len(t) for t in wanted)  # the figures line up in one column
         for target in wanted:
-            log(f"fuzzing {target} for {args.seconds} s on {cell.id} ...")
+            log(f"fuzzing {target} for {options.seconds} s on {cell.id} ...")
             result = run_target(
                 project.repo,
                 target,
                 cell,
                 built.library,
                 bundle,
-                args.seconds,
+                options.seconds,
                 project.build_root / "fuzz" / target,
             )
             results.append(result)
@@ -216,7 +229,7 @@ def fuzz(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
                 {
                     "cell": cell.id,
                     "sanitizers": list(cell.variant.sanitizers) if cell.variant else [],
-                    "seconds_per_target": args.seconds,
+                    "seconds_per_target": options.seconds,
                     "finished_at": utc_timestamp(now()),
                     "inputs": fuzz_inputs(project.repo),
                     "targets": {

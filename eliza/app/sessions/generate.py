@@ -3,10 +3,12 @@ bundle (or --bundle) through the C ABI of a built cell."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters.ffi import ElizaError
+from eliza.app.context import Context
 from eliza.app.errors import NotHere, UsageError
 from eliza.app.options import Parser, positive
 from eliza.app.project import capability
@@ -29,7 +31,16 @@ def default_cell(matrix: Matrix) -> str:
     raise NotHere(f"no no-gate cell of {matrix.source} can be built and run on this host")
 
 
-def generate(matrix: Matrix, argv: Sequence[str], log: Log) -> str:
+@dataclass(frozen=True, kw_only=True)
+class GenerateOptions:
+    cell: str | None
+    max_tokens: int
+    bundle: Path | None
+    prompt: str
+    verbose: bool = False
+
+
+def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> GenerateOptions:
     parser = Parser("nox -s generate --", "greedy generation through the C ABI", skippable=True)
     parser.add_argument(
         "--cell", help="the cell whose library generates (default: the first no-gate cell that runs here)"
@@ -43,15 +54,27 @@ def generate(matrix: Matrix, argv: Sequence[str], log: Log) -> str:
         raise UsageError(unknown_cell(matrix, args.cell, "--cell"))
     if args.bundle is not None:
         check_bundle(args.bundle)
-    cell = matrix.cell(args.cell or default_cell(matrix))
-    built = build_cells((cell,), matrix, echo=args.verbose, on_progress=None if args.verbose else log)[0]
-    bundle = args.bundle or ensure_tiny_bundle()
-    prompt = " ".join(args.prompt) or DEFAULT_PROMPT
+    return GenerateOptions(
+        cell=args.cell,
+        max_tokens=args.max_tokens,
+        bundle=args.bundle,
+        prompt=" ".join(args.prompt) or DEFAULT_PROMPT,
+        verbose=args.verbose,
+    )
+
+
+def run(options: GenerateOptions, ctx: Context) -> str:
+    matrix, log = ctx.matrix, ctx.log
+    cell = matrix.cell(options.cell or default_cell(matrix))
+    built = build_cells((cell,), matrix, echo=options.verbose, on_progress=None if options.verbose else log)[
+        0
+    ]
+    bundle = options.bundle or ensure_tiny_bundle()
     try:
-        tokens, text = generate_text(built.library, bundle, prompt, args.max_tokens)
+        tokens, text = generate_text(built.library, bundle, options.prompt, options.max_tokens)
     except ElizaError as exc:  # the library refused this input (prompt, bundle, ELIZA_* variables)
         raise UsageError(f"generate: {exc.message}") from None
     log(f"library: {built.library}")
     log(f"bundle: {bundle}")
     log(f"{len(tokens)} tokens generated (greedy)")
-    return prompt + text.decode("utf-8", errors="replace")
+    return options.prompt + text.decode("utf-8", errors="replace")

@@ -9,44 +9,54 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from eliza.app.context import Context
 from eliza.app.errors import UsageError
 from eliza.app.options import Parser
-from eliza.app.project import capability, current
 from eliza.core.matrix import Matrix
 from eliza.formats.evidence_json import read_records, write_record
 
 Log = Callable[[str], None]
 
 
-def runs_here(matrix: Matrix, cell_id: str, check_id: str) -> bool:
+def runs_here(ctx: Context, cell_id: str, check_id: str) -> bool:
     """Whether this host builds the cell and can run the check on it."""
-    cell, check = matrix.cell(cell_id), matrix.check(check_id)
-    can = capability(cell.platform)
+    cell, check = ctx.matrix.cell(cell_id), ctx.matrix.check(check_id)
+    can = ctx.capability(cell.platform)
     return can.can_build and (not check.needs_run or can.can_run_check(check.device_free))
 
 
-def import_evidence(matrix: Matrix, argv: Sequence[str], log: Log) -> int:
-    project = current()
+@dataclass(frozen=True, kw_only=True)
+class ImportOptions:
+    evidence: tuple[Path, ...]
+
+
+def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> ImportOptions:
     parser = Parser("nox -s import-evidence --")
     parser.add_argument("evidence", nargs="+", type=Path, help="evidence directories made elsewhere")
     args = parser.parse_args(list(argv))
-    for directory in args.evidence:
+    return ImportOptions(evidence=tuple(args.evidence))
+
+
+def run(options: ImportOptions, ctx: Context) -> int:
+    matrix, log, project = ctx.matrix, ctx.log, ctx.project
+    for directory in options.evidence:
         if not directory.is_dir():
             raise UsageError(f"evidence directory {directory} does not exist; nothing was imported")
     cells = {c.id for c in matrix.cells}
     checks = {c.id for c in matrix.checks}
     accepted = []
-    for item in read_records(args.evidence):
+    for item in read_records(options.evidence):
         record = item.record
         if record is None:
             log(f"not imported: {item.path}: {item.problem}")
         elif record.cell not in cells or record.check not in checks:
             unknown = f"cell {record.cell!r}" if record.cell not in cells else f"check {record.check!r}"
             log(f"not imported: {item.path}: {matrix.source} declares no {unknown}")
-        elif runs_here(matrix, record.cell, record.check):
+        elif runs_here(ctx, record.cell, record.check):
             # Only what this host cannot produce comes in: its own evidence of a check it
             # runs is never replaced by another machine's.
             log(f"not imported: {item.path}: this host runs {record.cell} · {record.check} itself")
@@ -54,14 +64,14 @@ def import_evidence(matrix: Matrix, argv: Sequence[str], log: Log) -> int:
             accepted.append(item)
     if not accepted:
         raise UsageError(
-            f"no usable evidence record in {', '.join(map(str, args.evidence))}; nothing was imported"
+            f"no usable evidence record in {', '.join(map(str, options.evidence))}; nothing was imported"
         )
     # One subdirectory per source directory (its name and a hash of its path), so a later
     # import of another device's run keeps this one; the report resolves duplicates (fresh
     # first, then latest). Records of one (cell, check) in one source: the last read wins.
     for item in accepted:
         assert item.record is not None
-        source = next(d for d in args.evidence if item.path.is_relative_to(d))
+        source = next(d for d in options.evidence if item.path.is_relative_to(d))
         where = source.resolve()
         digest = hashlib.sha256(str(where).encode()).hexdigest()[:8]
         label = f"{re.sub(r'[^A-Za-z0-9._-]', '_', where.name) or 'evidence'}-{digest}"

@@ -3,9 +3,11 @@ and render the report (HTML, Markdown, JSON)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from eliza.app.context import Context
 from eliza.app.errors import UsageError
 from eliza.app.options import Parser
 from eliza.app.project import current
@@ -15,7 +17,14 @@ from eliza.core.matrix import Matrix
 Log = Callable[[str], None]
 
 
-def report(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
+@dataclass(frozen=True, kw_only=True)
+class ReportOptions:
+    evidence: tuple[Path, ...]  # () : the default directories
+    out: Path
+    allow_missing: bool = False
+
+
+def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> ReportOptions:
     project = current()
     parser = Parser("nox -s report --")
     parser.add_argument(
@@ -32,14 +41,18 @@ def report(matrix: Matrix, argv: Sequence[str], log: Log) -> Path:
         help="render even when an evidence directory does not exist (it is listed as a load problem)",
     )
     args = parser.parse_args(list(argv))
-    dirs = args.evidence or project.default_evidence_dirs()
+    return ReportOptions(evidence=tuple(args.evidence), out=args.out, allow_missing=args.allow_missing)
+
+
+def run(options: ReportOptions, ctx: Context) -> Path:
+    dirs = list(options.evidence) or ctx.project.default_evidence_dirs()
     # A directory the user named must exist (a typo must not replace a good report); the
     # default one may not exist yet on a fresh checkout, which renders as "nothing run".
-    missing = [d for d in args.evidence if not d.is_dir()]
-    if missing and not args.allow_missing:
+    missing = [d for d in options.evidence if not d.is_dir()]
+    if missing and not options.allow_missing:
         # Checked before rendering, so a typo never overwrites a good report.
         raise UsageError(
             f"evidence directory {missing[0]} does not exist; nothing was rendered "
             "(name an existing directory, or pass --allow-missing)"
         )
-    return render_and_say(matrix, dirs, args.out, log)
+    return render_and_say(ctx.matrix, dirs, options.out, ctx.log)
