@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from eliza.app.services.reporting import with_fuzz_figures
 from eliza.app.services.inputs import fuzz_inputs
+from eliza.app.services.reporting import with_fuzz_figures
 from eliza.core.layout import REPO_ROOT
 from eliza.formats.fuzz_json import FuzzSummaryError, read_fuzz_summary
 from tests.unit.test_report_model import loaded, record, report_of
