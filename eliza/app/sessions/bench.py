@@ -30,6 +30,7 @@ Log = Callable[[str], None]
 class BenchSessionOptions:
     platform: str
     bench: BenchOptions
+    baseline_given: bool = False  # --baseline on the command line (else the matrix's)
 
 
 def parse_options(
@@ -42,18 +43,23 @@ def parse_options(
         repo=current().repo,
         default_baseline=matrix.baseline.ref if matrix.baseline else None,
     )
-    return BenchSessionOptions(platform=platform_id, bench=opts)
+    given = any(a == "--baseline" or a.startswith("--baseline=") for a in argv)
+    return BenchSessionOptions(platform=platform_id, bench=opts, baseline_given=given)
 
 
 def run(options: BenchSessionOptions, ctx: Context) -> Execution | None:
     matrix, log, project = ctx.matrix, ctx.log, ctx.project
     opts, platform_id = options.bench, options.platform
     commit = None
-    if opts.baseline is not None:  # --baseline, or the declared one: it must be a commit here
+    no_baseline = opts.no_baseline_reason
+    if opts.baseline is not None:
         try:
             commit = resolve_commit(opts.baseline)
         except BaselineError as exc:
-            raise UsageError(str(exc)) from None
+            if options.baseline_given:  # --baseline REF: the user's mistake
+                raise UsageError(str(exc)) from None
+            # the declared one, missing from a shallow clone: not run, and said
+            no_baseline = f"the declared baseline {opts.baseline[:12]} is not in this clone: {exc}"
     platform = matrix.platform(platform_id)
     can = ctx.capability(platform)
     if not can.can_build or not can.can_run:
@@ -69,7 +75,7 @@ def run(options: BenchSessionOptions, ctx: Context) -> Execution | None:
         kinds=IDENTITY_KINDS,
         build_all=True,
         baseline_commit=commit,
-        no_baseline_reason=opts.no_baseline_reason,
+        no_baseline_reason=no_baseline,
     )
 
     def planned(bundle_ready: bool) -> tuple[VerifyPlan, Run]:
