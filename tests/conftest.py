@@ -41,3 +41,72 @@ def lib(library_path: Path) -> Library:
 def ctx(lib: Library, tiny_bundle: Path) -> Iterator[Context]:
     with lib.open_context(tiny_bundle) as context:
         yield context
+
+
+# --------------------------------------------------------------------------- test tiers
+#
+# Every test belongs to exactly one tier: its module's own marker (pytestmark), else its
+# folder's entry below. A test in a folder without an entry and without a marker stops the
+# collection, naming it. `nox -s tests` runs the default tiers; `-- --tier slow` the slow
+# one (CI runs it on a schedule), `--tier all` every tier.
+TIERS = {
+    "unit": "pure modules, no compiler, no build",
+    "cell": "needs built cells: one build of each cell shared by the whole run",
+    "e2e": "copies of the repository, real nox sessions",
+    "slow": "cold builds from nothing, reproducibility, the CI rehearsal, the sanitizer cell, fuzzing",
+}
+DEFAULT_TIERS = ("unit", "cell", "e2e")
+FOLDER_TIERS = {
+    "unit": "unit",
+    "native": "cell",
+    "selector": "cell",
+    "gates": "cell",
+    "bench": "cell",
+    "benchmarks": "cell",
+    "consumers": "cell",
+    "report": "cell",
+    "integration": "e2e",
+    "ci": "e2e",
+    "slow": "slow",
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--tier",
+        action="append",
+        choices=[*TIERS, "all"],
+        help=f"run the tests of this tier (repeatable; default: {', '.join(DEFAULT_TIERS)})",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, words in TIERS.items():
+        config.addinivalue_line("markers", f"{name}: tier: {words}")
+
+
+def tier_of(item: pytest.Item) -> str | list[str] | None:
+    """The test's tier (its own marker, else its folder's), a list when it has several."""
+    own = sorted({m.name for m in item.iter_markers() if m.name in TIERS})
+    if own:
+        return own[0] if len(own) == 1 else own
+    parts = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts
+    return FOLDER_TIERS.get(parts[0]) if len(parts) > 1 else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers = {item.nodeid: tier_of(item) for item in items}
+    wrong = [n for n, t in tiers.items() if not isinstance(t, str)]
+    if wrong:
+        raise pytest.UsageError(
+            f"{len(wrong)} test(s) declare no tier or several, e.g. {wrong[0]} ({tiers[wrong[0]]}): give the "
+            f"module `pytestmark = pytest.mark.<tier>` ({', '.join(TIERS)}) or its folder an entry in "
+            "FOLDER_TIERS (tests/conftest.py)"
+        )
+    chosen = config.getoption("--tier") or list(DEFAULT_TIERS)
+    wanted = set(TIERS) if "all" in chosen else set(chosen)
+    keep = [item for item in items if tiers[item.nodeid] in wanted]
+    dropped = [item for item in items if tiers[item.nodeid] not in wanted]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

@@ -3,12 +3,11 @@ once per build variant (release, ASan+UBSan), the check jobs compile nothing, an
 merged report agrees with `nox -s verify` on this host.
 
 Slow (a cold llama.cpp build in the build job's empty Conan home, then every check of
-four cells): ELIZA_SLOW_TESTS=1 runs it.
+four cells): `nox -s tests -- --tier slow` runs it.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -16,10 +15,7 @@ import pytest
 from eliza.app.project import load_project_matrix
 from tests.ci.helpers import env_for, git_copy, nox
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("ELIZA_SLOW_TESTS") != "1",
-    reason="slow (a cold llama.cpp build); ELIZA_SLOW_TESTS=1 runs it",
-)
+pytestmark = pytest.mark.slow
 
 
 SLOW_VARIANT_CELLS = [

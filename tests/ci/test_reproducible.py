@@ -4,14 +4,13 @@ once without it), gives byte-identical libraries and tools with no path of eithe
 checkout or cache in them; evidence made in one clone verifies the other's artifacts.
 
 Slow (two cold llama.cpp builds: about 20 minutes on 2 cores), so not in the default
-suite: ELIZA_SLOW_TESTS=1 runs it.
+suite: `nox -s tests -- --tier slow` runs it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 
@@ -23,10 +22,7 @@ from tests.ci.helpers import copy_tree, env_for, nox
 CELL = "linux-cpu.none"
 FILES = ("libelizainference.so", "libelizainference_testkit.so", "e2e_loop_bench", "reference_runner")
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("ELIZA_SLOW_TESTS") != "1",
-    reason="slow (two cold llama.cpp builds); ELIZA_SLOW_TESTS=1 runs it",
-)
+pytestmark = pytest.mark.slow
 
 
 def digest(path: Path) -> str:
