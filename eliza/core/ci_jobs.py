@@ -18,6 +18,11 @@ from eliza.core.host import _X86_64_LEVELS, HostFacts, Tool, decide
 from eliza.core.matrix import Matrix, Platform, Requirement
 
 REPORT_JOB = "report"
+# The slow test tier (cold builds, reproducibility, the rehearsal, the sanitizer cell,
+# fuzzing): nightly and on a manual run with slow_tier; its evidence joins the report.
+SLOW_TIER_JOB = "slow-tier"
+SLOW_TIER_COMMAND = "nox -s tests -- --tier slow"
+SLOW_TIER_SCHEDULE = "0 3 * * *"
 # What the generated steps call; the rehearsal recognises them by these words.
 SETUP_COMMAND = "bash ci/setup.sh"
 ARTIFACTS_DIR = "build/ci"  # where build jobs leave, and check/report jobs receive, the cells
@@ -142,7 +147,7 @@ class Pipeline:
 
     @property
     def report_needs(self) -> tuple[str, ...]:
-        return tuple(j.id for j in self.builds) + tuple(j.id for j in self.checks)
+        return (*(j.id for j in self.builds), *(j.id for j in self.checks), SLOW_TIER_JOB)
 
     @property
     def slow_platforms(self) -> tuple[str, ...]:

@@ -68,7 +68,10 @@ def test_one_build_job_per_platform_one_check_job_per_cell_one_report() -> None:
     checked = {"linux-cpu", "linux-cuda", "linux-arm64"}
     assert {j for j in jobs if j.startswith("build-")} == {build_job_id(p) for p in built}
     cells = [c for c in MATRIX.cells if c.platform.id in checked]
-    assert {j for j in jobs if not j.startswith("build-")} == {job_id(c.id) for c in cells} | {"report"}
+    assert {j for j in jobs if not j.startswith("build-")} == {job_id(c.id) for c in cells} | {
+        "report",
+        "slow-tier",
+    }
     for platform in built:
         job = jobs[build_job_id(platform)]
         assert f"nox -s ci-build -- --platform {platform} --out build/ci" in runs(job)
@@ -236,3 +239,16 @@ def test_a_missing_actionlint_is_one_line_naming_the_fix(tmp_path: Path) -> None
 def test_unknown_label_findings_are_recognised() -> None:
     assert unknown_label('label "gpu-h100" is unknown. available labels are "x"') == "gpu-h100"
     assert unknown_label('undefined variable "vars"') is None
+
+
+def test_the_slow_tier_runs_nightly_and_on_request_and_joins_the_report() -> None:
+    data = workflow()
+    on = data.get("on", data.get(True))  # YAML 1.1 reads the key `on` as true
+    assert [c["cron"] for c in on["schedule"]] == ["0 3 * * *"]
+    assert on["workflow_dispatch"]["inputs"]["slow_tier"]["type"] == "boolean"
+    job = data["jobs"]["slow-tier"]
+    assert "schedule" in job["if"] and "inputs.slow_tier" in job["if"]
+    assert any(step.get("run") == "nox -s tests -- --tier slow" for step in job["steps"])
+    upload = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
+    assert upload["with"]["name"].startswith("evidence-")  # the report job downloads evidence-*
+    assert "slow-tier" in data["jobs"]["report"]["needs"]

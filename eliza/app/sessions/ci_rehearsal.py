@@ -33,10 +33,17 @@ from eliza.adapters.conan_server import SERVER_VARIABLE, LocalServer, ServerErro
 from eliza.app.context import Context
 from eliza.app.errors import CiFailed, UsageError
 from eliza.app.options import Parser
-from eliza.app.project import capability
+from eliza.app.project import capability, load_project_matrix
 from eliza.app.services.ci_files import templates_dir, write_or_check
 from eliza.core.binary_remote import PASSWORD_VARIABLE, URL_VARIABLE, USER_VARIABLE
-from eliza.core.ci_jobs import REPORT_JOB, SETUP_COMMAND, Pipeline, PipelineError
+from eliza.core.ci_jobs import (
+    REPORT_JOB,
+    SETUP_COMMAND,
+    SLOW_TIER_COMMAND,
+    SLOW_TIER_JOB,
+    Pipeline,
+    PipelineError,
+)
 from eliza.core.matrix import Matrix
 from eliza.formats.ci_workflow import WORKFLOW, RunnersError, pipeline_of
 
@@ -90,6 +97,8 @@ def runnable_here(pipeline: Pipeline, job: str, *, slow: bool) -> str | None:
     """Why this host does not run the job, or None when it does."""
     if job == REPORT_JOB:
         return None
+    if job == SLOW_TIER_JOB:
+        return f"the slow test tier runs nightly or on a manual run with slow_tier ({SLOW_TIER_COMMAND})"
     build = next((b for b in pipeline.builds if b.id == job), None)
     check = next((c for c in pipeline.checks if c.id == job), None)
     platform_id = build.platform if build else check.platform if check else None
@@ -97,8 +106,6 @@ def runnable_here(pipeline: Pipeline, job: str, *, slow: bool) -> str | None:
         return "not a job of the pipeline the matrix implies (run `nox -s ci-files`)"
     if (build.slow if build else check.slow if check else False) and not slow:
         return "a slow platform's job (runs on workflow_dispatch with slow; here with --slow)"
-    from eliza.app.project import load_project_matrix
-
     can = capability(load_project_matrix().platform(platform_id))
     if not can.can_build:
         return f"{platform_id} cannot be built here: {can.build_reason}"
