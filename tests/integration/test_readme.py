@@ -3,6 +3,7 @@ included), except the one that is this suite itself, which must at least exist."
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from eliza.app.project import capability, load_project_matrix
 from eliza.core.layout import REPO_ROOT
+from eliza.core.matrix import CheckKind
 
 README = REPO_ROOT / "README.md"
 # The test suite cannot run itself from inside itself; it is checked to exist instead.
@@ -39,6 +42,31 @@ def test_a_readme_command_runs_as_written(command: str) -> None:
     )
     assert done.returncode == 0, f"{command}\n{(done.stdout + done.stderr)[-4000:]}"
     assert "Traceback" not in done.stdout + done.stderr
+    if command.endswith("nox -s verify"):
+        assert_verified_what_this_host_builds(done.stdout + done.stderr)
+
+
+def assert_verified_what_this_host_builds(output: str) -> None:
+    """What the README promises of verify: every platform this host builds (and is not a
+    slow build) has every cell built and VERIFIED, and where the host runs it, its selector
+    too; an exit status 0 alone would pass with a platform silently left out."""
+    matrix = load_project_matrix()
+    report = json.loads((REPO_ROOT / "build" / "report" / "report.json").read_text())
+    states = {(e["cell"], e["check"]): e["state"] for row in report["rows"] for e in row["entries"]}
+    checked = 0
+    for platform in matrix.platforms:
+        can = capability(platform)
+        if not can.can_build or platform.slow_build:
+            continue
+        for cell in matrix.cells_of(platform.id):
+            if cell.variant is not None and cell.variant.slow_build:
+                continue  # built once asked for (README: the sanitizer cell)
+            assert states[(cell.id, "build")] == "verified", (cell.id, states[(cell.id, "build")])
+            checked += 1
+            if can.can_run and cell.check_of(CheckKind.SELECTOR) is not None:
+                assert states[(cell.id, "selector")] == "verified", cell.id
+    assert checked >= 8, "the linux-cpu and linux-arm64 cells"
+    assert re.search(r"\d+ of \d+ checks verified", output)
 
 
 def test_the_suite_session_exists() -> None:
