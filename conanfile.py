@@ -122,7 +122,11 @@ class ElizaInferenceConan(ConanFile):
         tc.cache_variables["ELIZA_PREFIX_MAPS"] = f"{llama.package_folder}=/llama-cpp".replace("\\", "/")
         ccache = self.conf.get("user.eliza:ccache")
         if ccache:  # the profile names ccache where it is installed (see eliza.adapters.conan)
-            launcher = ["env"]
+            # CCACHE_BASEDIR over the checkout: ccache hashes the paths under it relative
+            # to the build folder, so another copy of the repository (a CI clone, a
+            # rehearsal's) hits the same entries. The directory is not hashed: the prefix
+            # maps keep the checkout's path out of the debug information.
+            launcher = ["env", f"CCACHE_BASEDIR={self.recipe_folder}", "CCACHE_NOHASHDIR=1"]
             ccache_dir = self.conf.get("user.eliza:ccache_dir")
             if ccache_dir:
                 launcher.append(f"CCACHE_DIR={ccache_dir}")
