@@ -75,13 +75,19 @@ def main(argv: list[str] | None = None) -> int:
     diff.add_argument("right")
     args = parser.parse_args(argv)
 
-    if args.command == "check-matrix":
-        return _check_matrix(args.path or current().matrix_path)
-    if args.command == "ci-files":
-        from eliza.app.services.ci_files import write_or_check
+    from eliza.app.errors import ElizaError
 
-        return write_or_check(check=args.check)
-    return bench_diff([args.left, args.right])
+    try:
+        if args.command == "check-matrix":
+            return _check_matrix(args.path or current().matrix_path)
+        if args.command == "ci-files":
+            from eliza.app.services.ci_files import write_or_check
+
+            return write_or_check(check=args.check)
+        return bench_diff([args.left, args.right])
+    except ElizaError as exc:  # the one root: its class says the exit status
+        sys.stderr.write(f"eliza: error: {exc}\n")
+        return exc.exit_code
 
 
 if __name__ == "__main__":
