@@ -82,6 +82,18 @@ int from_backend(const char * fn, const EliLlmStream & stream, int rc, char * ba
                     (why.empty() ? "failed with status " + std::to_string(rc) + " and gave no reason" : why));
 }
 
+// The header promises _reset_keep's caller a count in [0, n_keep] (what is kept) or 0 after
+// a full reset. A backend that fails, or claims more than it was asked to keep, may hold any
+// prefix, and a caller trusting the count would prefill a suffix onto the wrong one; so the
+// fallback the seam asks of backends is enforced here. When even the reset fails, the
+// stream's state is unknown: ELIZA_ERR_FFI_FAULT, the header's "close this stream".
+int backend_reset_keep(LlmBackendSession & backend, int32_t n_keep) {
+    const int kept = backend.reset_keep(n_keep);
+    const int asked = n_keep > 0 ? n_keep : 0;
+    if (kept >= 0 && kept <= asked) return kept;
+    return backend.reset() >= 0 ? 0 : ELIZA_ERR_FFI_FAULT;
+}
+
 int poisoned(const char * fn, char ** out_error) {
     return fail(out_error, ELIZA_ERR_FFI_FAULT,
                 std::string(fn) + ": an earlier llama.cpp/ggml fatal error left this stream unusable; close it");
@@ -343,7 +355,7 @@ int eliza_inference_llm_stream_reset(EliLlmStream * stream) {
 int eliza_inference_llm_stream_reset_keep(EliLlmStream * stream, int32_t n_keep) {
     if (stream == nullptr) return ELIZA_ERR_INVALID_ARG;
     return guarded("eliza_inference_llm_stream_reset_keep", nullptr, [&] {
-        if (stream->backend) return stream->backend->reset_keep(n_keep);
+        if (stream->backend) return backend_reset_keep(*stream->backend, n_keep);
         if (stream->llama->poisoned()) return ELIZA_ERR_FFI_FAULT;
         return stream->llama->reset_keep(n_keep);
     }, stream ? stream->llama.get() : nullptr);

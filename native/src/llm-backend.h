@@ -28,7 +28,10 @@ public:
     virtual int cancel() = 0;  // ELIZA_OK; safe from another thread
     virtual int reset() = 0;   // clear KV + sampler/counters
     // Prefix-preserving reset; a backend without prefix reuse does a full reset and returns 0.
+    // The FFI holds every backend to that: an error, or a count above max(n_keep, 0), is
+    // followed by reset() and answered 0 (ELIZA_ERR_FFI_FAULT if that reset fails too).
     virtual int reset_keep(int32_t n_keep) = 0;
+    // Defaults: ELIZA_ERR_INVALID_ARG, "this backend does not support slot files".
     virtual int save_slot(const char * filename, char ** out_error);
     virtual int restore_slot(const char * filename, char ** out_error);
 };

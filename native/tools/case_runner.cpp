@@ -6,25 +6,34 @@
 // same case tables the host's Python suites read:
 //
 //   case_runner selector --kit <libelizainference_testkit> --cases <native/cases/selector.cases>
+//                        [--seam-cases <native/cases/seam.cases>]
 //       the selector's resolution table against the compiled selector of the cell's test
-//       kit, with fake factories (no model, no device)
+//       kit, with fake factories (no model, no device); then the seam table (by default the
+//       seam.cases beside --cases, so a caller that names only the selector table runs both):
+//       the FFI's backend branch of every stream function, through the kit's fake backend
 //   case_runner fallthrough --library <libelizainference> --plan <file> --prompts <file> --max-tokens N
 //       the gate fall-through cases of native/cases/gate-fallthrough.cases, expanded for one
 //       cell by eliza (eliza.formats.case_tables) into a plan of concrete bundles and
 //       expectations, through the shipped library
 //
-// Output, one line each: "ok <case>", "FAIL <case>: <why>", "output <case> <prompt#> <ids> |
+// Output, one line each: "ok <case>", "FAIL <case>: <why>" (seam cases are named
+// "seam:<case>"), "output <case> <prompt#> <ids> |
 // <hex text>" (greedy output, compared across cells by eliza), then "summary <ran> <passed>".
 // Exit status: 0 when every case passed, 1 when one failed, 2 on bad usage or input, 3 when
 // the library (or test kit) reports another ABI version than the header it was built with:
 // refused with one line on stderr before anything else of it is looked up or called.
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "abi_loader.h"
@@ -148,7 +157,9 @@ bool register_fakes(const Kit & kit, const std::string & field, std::string * wh
 
 constexpr int kAbiMismatch = 3;
 
-int run_selector(const std::string & kit_path, const std::string & cases_path) {
+int run_seam(void * handle, const Kit & kit, const std::string & seam_path, Tally & tally);
+
+int run_selector(const std::string & kit_path, const std::string & cases_path, const std::string & seam_path) {
     void * handle = abi_loader::open_library(TOOL, kit_path);
     if (!handle) return 2;
     // The test kit carries the C ABI of the library it is built from: the same version check.
@@ -212,7 +223,466 @@ int run_selector(const std::string & kit_path, const std::string & cases_path) {
         }
     }
     kit.clear();
+    const int seam = run_seam(handle, kit, seam_path, tally);
+    kit.clear();
+    if (seam != 0) return seam;
     return tally.finish();
+}
+
+// --- seam: the FFI's backend branch of each stream function, through the kit's fake -------
+// The same steps tests/selector runs through ctypes (native/cases/seam.cases documents them;
+// eliza.formats.case_tables parses and judges them on the host).
+
+struct SeamApi {
+    int (*register_fake_session)(const char *, int, int, int, const char *, char **);
+    EliInferenceContext * (*context_without_model)(const char *, char **);
+    int (*context_holders)(const EliInferenceContext *);
+    int (*sessions_live)(void);
+    char * (*session_held)(void);
+    int (*session_wait_in_next)(int);
+    decltype(&eliza_inference_destroy) destroy;
+    decltype(&eliza_inference_llm_stream_open) open;
+    decltype(&eliza_inference_llm_stream_prefill) prefill;
+    decltype(&eliza_inference_llm_stream_next) next;
+    decltype(&eliza_inference_llm_stream_cancel) cancel;
+    decltype(&eliza_inference_llm_stream_reset) reset;
+    decltype(&eliza_inference_llm_stream_reset_keep) reset_keep;
+    decltype(&eliza_inference_llm_stream_save_slot) save_slot;
+    decltype(&eliza_inference_llm_stream_restore_slot) restore_slot;
+    decltype(&eliza_inference_llm_stream_close) close;
+};
+
+constexpr int kSeamMaxTokens = 4;
+constexpr size_t kSeamTokensCap = 16;
+constexpr size_t kSeamTextCap = 256;
+constexpr int kInNextTimeoutMs = 10000;
+
+// The header's ELIZA_ERR_* codes by the names a step spells them with.
+constexpr struct {
+    const char * name;
+    int code;
+} kErrors[] = {
+    {"NOT_IMPLEMENTED", ELIZA_ERR_NOT_IMPLEMENTED}, {"INVALID_ARG", ELIZA_ERR_INVALID_ARG},
+    {"BUNDLE_INVALID", ELIZA_ERR_BUNDLE_INVALID},   {"FFI_FAULT", ELIZA_ERR_FFI_FAULT},
+    {"OOM", ELIZA_ERR_OOM},                         {"ABI_MISMATCH", ELIZA_ERR_ABI_MISMATCH},
+    {"CANCELLED", ELIZA_ERR_CANCELLED},
+};
+
+std::string status_name(int rc) {
+    if (rc >= 0) return std::to_string(rc);
+    for (const auto & e : kErrors) {
+        if (e.code == rc) return e.name;
+    }
+    return std::to_string(rc);
+}
+
+bool parse_int(const std::string & word, long * out) {
+    const size_t digits = word.rfind('-', 0) == 0 ? 1 : 0;
+    if (word.size() <= digits || word.size() > 10 ||
+        word.find_first_not_of("0123456789", digits) != std::string::npos) {
+        return false;
+    }
+    *out = std::strtol(word.c_str(), nullptr, 10);
+    return true;
+}
+
+std::vector<std::string> words_of(const std::string & s) {
+    std::istringstream in(s);
+    std::vector<std::string> out;
+    for (std::string w; in >> w;) out.push_back(w);
+    return out;
+}
+
+bool has_message(const std::string & call) {
+    return call == "prefill" || call == "next" || call == "cancel-during-next" || call == "save_slot" ||
+           call == "restore_slot";
+}
+
+struct SeamStep {
+    std::string call;
+    std::vector<long> args;
+    std::string expect;         // as written
+    bool error = false;         // the step expects a failure of this code...
+    int code = 0;               // ...or this count
+    std::string texts;          // "&&"-separated, for a failure
+    std::vector<long> tokens;   // next: what it writes; held: what the fake holds
+    bool has_text = false;
+    std::string text;
+    long drafted = 0;
+    long accepted = 0;
+};
+
+// One "call -> expect" step; false with *why for one the table must not hold.
+bool parse_seam_step(const std::string & raw, SeamStep & step, std::string * why) {
+    const size_t arrow = raw.find("->");
+    const std::vector<std::string> call = words_of(arrow == std::string::npos ? raw : raw.substr(0, arrow));
+    step.expect = arrow == std::string::npos ? "" : trim(raw.substr(arrow + 2));
+    if (call.empty() || step.expect.empty()) {
+        *why = "step '" + trim(raw) + "' is not 'call -> expect'";
+        return false;
+    }
+    step.call = call[0];
+    for (size_t i = 1; i < call.size(); ++i) {
+        long v = 0;
+        if (!parse_int(call[i], &v)) {
+            *why = "step '" + trim(raw) + "': '" + call[i] + "' is not an integer";
+            return false;
+        }
+        step.args.push_back(v);
+    }
+    const std::string & c = step.call;
+    const bool known = has_message(c) || c == "cancel" || c == "reset" || c == "reset_keep" || c == "held" ||
+                       c == "close";
+    const size_t arity = c == "prefill" ? step.args.size() : c == "reset_keep" ? 1 : 0;
+    if (!known || step.args.size() != arity) {
+        *why = "step '" + trim(raw) + "': unknown call, or the wrong number of arguments";
+        return false;
+    }
+    const std::vector<std::string> expect = words_of(step.expect);
+    if (c == "held") {
+        for (const std::string & w : expect) {
+            long v = 0;
+            if (step.expect == "none") break;
+            if (!parse_int(w, &v) || v < 0) {
+                *why = "step '" + trim(raw) + "': held -> ids >= 0, or none";
+                return false;
+            }
+            step.tokens.push_back(v);
+        }
+        return true;
+    }
+    if (c == "close") {
+        if (step.expect != "closed") *why = "step '" + trim(raw) + "': close -> closed";
+        return step.expect == "closed";
+    }
+    for (const auto & e : kErrors) {
+        if (expect[0] == e.name) {
+            step.error = true;
+            step.code = e.code;
+            step.texts = trim(step.expect.substr(expect[0].size()));
+            if (!step.texts.empty() && !has_message(c)) {
+                *why = "step '" + trim(raw) + "': " + c + " has no message to hold texts";
+                return false;
+            }
+            return true;
+        }
+    }
+    long status = 0;
+    if (!parse_int(expect[0], &status) || status < 0) {
+        *why = "step '" + trim(raw) + "': expect a count >= 0 or a status name";
+        return false;
+    }
+    step.code = static_cast<int>(status);
+    std::string key;
+    std::vector<std::string> seen;
+    for (size_t i = 1; i < expect.size(); ++i) {
+        const std::string & w = expect[i];
+        const bool is_key = (c == "next" || c == "cancel-during-next") &&
+                            (w == "tokens" || w == "text" || w == "drafted" || w == "accepted");
+        if (is_key && std::find(seen.begin(), seen.end(), w) == seen.end()) {
+            key = w;
+            seen.push_back(w);
+            continue;
+        }
+        long v = 0;
+        const bool number = parse_int(w, &v) && v >= 0;
+        if (key == "tokens" && number) {
+            step.tokens.push_back(v);
+        } else if (key == "text" && !step.has_text) {
+            step.has_text = true;
+            step.text = w;
+        } else if (key == "drafted" && number) {
+            step.drafted = v;
+            key.clear();
+        } else if (key == "accepted" && number) {
+            step.accepted = v;
+            key.clear();
+        } else {
+            *why = "step '" + trim(raw) + "': cannot read '" + w + "'";
+            return false;
+        }
+    }
+    if (!key.empty() && key != "tokens" && !(key == "text" && step.has_text)) {
+        *why = "step '" + trim(raw) + "': " + key + " without its value";
+        return false;
+    }
+    return true;
+}
+
+// What a step observed.
+struct Observed {
+    int rc = 0;
+    std::string message;
+    std::vector<long> tokens;
+    std::string text;
+    long drafted = 0;
+    long accepted = 0;
+    bool has_held = false;  // false: no fake session open
+    std::vector<long> held;
+    bool closed = false;
+};
+
+std::string ids(const std::vector<long> & v) {
+    std::string out;
+    for (long id : v) out += (out.empty() ? "" : " ") + std::to_string(id);
+    return out.empty() ? "none" : out;
+}
+
+// "" when the step observed what it expects, else why not (the host's SeamStep.judge).
+std::string judge(const SeamStep & step, const Observed & got) {
+    const std::string want = "want " + step.call + " -> " + step.expect;
+    if (step.call == "held") {
+        if (got.has_held && got.held == step.tokens) return "";
+        return want + "; the fake holds " + (got.has_held ? ids(got.held) : "nothing (no fake session open)");
+    }
+    if (step.call == "close") {
+        return got.closed ? "" : want + "; the session or the context's hold outlived the close";
+    }
+    const std::string said = "; got " + status_name(got.rc) + (got.message.empty() ? "" : " '" + got.message + "'");
+    if (step.error) {
+        if (got.rc != step.code) return want + said;
+        if (has_message(step.call) && got.message.empty()) return want + "; the failure carries no message";
+        std::string missing;
+        if (!contains_all(got.message, step.texts, &missing)) {
+            return want + "; the message lacks '" + missing + "'" + said;
+        }
+        return "";
+    }
+    if (got.rc != step.code || !got.message.empty()) return want + said;
+    if (step.call == "next" || step.call == "cancel-during-next") {
+        if (got.tokens != step.tokens || got.drafted != step.drafted || got.accepted != step.accepted ||
+            (step.has_text && got.text != step.text)) {
+            return want + "; got tokens " + ids(got.tokens) + " text '" + got.text + "' drafted " +
+                   std::to_string(got.drafted) + " accepted " + std::to_string(got.accepted);
+        }
+    }
+    return "";
+}
+
+// One case's context and stream, closed and destroyed whatever its steps did.
+class SeamStream {
+public:
+    SeamStream(const SeamApi & api, EliInferenceContext * ctx) : api_(api), ctx_(ctx) {}
+    ~SeamStream() {
+        close();
+        if (ctx_) api_.destroy(ctx_);
+    }
+    SeamStream(const SeamStream &) = delete;
+    SeamStream & operator=(const SeamStream &) = delete;
+    void close() {
+        if (stream_) api_.close(stream_);
+        stream_ = nullptr;
+    }
+    EliInferenceContext * ctx() const { return ctx_; }
+    EliLlmStream * stream() const { return stream_; }
+    void set_stream(EliLlmStream * s) { stream_ = s; }
+
+private:
+    const SeamApi & api_;
+    EliInferenceContext * ctx_;
+    EliLlmStream * stream_ = nullptr;
+};
+
+Observed seam_next(const SeamApi & api, const Kit & kit, EliLlmStream * stream) {
+    Observed got;
+    std::vector<int32_t> tokens(kSeamTokensCap);
+    std::vector<char> text(kSeamTextCap, '\0');
+    size_t n = 0;
+    int32_t drafted = -1;
+    int32_t accepted = -1;
+    char * err = nullptr;
+    got.rc = api.next(stream, tokens.data(), tokens.size(), &n, text.data(), text.size(), &drafted, &accepted, &err);
+    got.message = owned(kit.free_string, err);
+    for (size_t i = 0; i < n && i < tokens.size(); ++i) got.tokens.push_back(tokens[i]);
+    got.text = text.data();
+    got.drafted = drafted;
+    got.accepted = accepted;
+    return got;
+}
+
+// Runs one step; false with *why when the step could not even be carried out.
+bool seam_step(const SeamApi & api, const Kit & kit, SeamStream & s, const SeamStep & step, const std::string & slot,
+               Observed & got, std::string * why) {
+    EliLlmStream * stream = s.stream();
+    if (!stream) {
+        *why = step.call + " after close";
+        return false;
+    }
+    char * err = nullptr;
+    const std::string & c = step.call;
+    if (c == "prefill") {
+        std::vector<int32_t> tokens(step.args.begin(), step.args.end());
+        got.rc = api.prefill(stream, tokens.data(), tokens.size(), &err);
+        got.message = owned(kit.free_string, err);
+    } else if (c == "next") {
+        got = seam_next(api, kit, stream);
+    } else if (c == "cancel-during-next") {
+        // next on a worker; this thread cancels once the fake reports the call blocked in it.
+        std::thread worker;
+        try {
+            worker = std::thread([&] { got = seam_next(api, kit, stream); });
+        } catch (const std::exception & e) {
+            *why = std::string("cannot start the worker thread: ") + e.what();
+            return false;
+        }
+        const bool in_next = api.session_wait_in_next(kInNextTimeoutMs) == 1;
+        const int cancelled = api.cancel(stream);
+        worker.join();
+        if (!in_next) *why = "next never blocked in the fake: the cancel did not land mid-call";
+        if (cancelled != ELIZA_OK) *why = "_cancel returned " + status_name(cancelled);
+        if (!why->empty()) return false;
+    } else if (c == "cancel") {
+        got.rc = api.cancel(stream);
+    } else if (c == "reset") {
+        got.rc = api.reset(stream);
+    } else if (c == "reset_keep") {
+        got.rc = api.reset_keep(stream, static_cast<int32_t>(step.args[0]));
+    } else if (c == "save_slot" || c == "restore_slot") {
+        got.rc = (c == "save_slot" ? api.save_slot : api.restore_slot)(stream, slot.c_str(), &err);
+        got.message = owned(kit.free_string, err);
+    } else if (c == "held") {
+        char * held = api.session_held();
+        got.has_held = held != nullptr;
+        for (const std::string & w : words_of(owned(kit.free_string, held))) got.held.push_back(std::atol(w.c_str()));
+    } else if (c == "close") {
+        const int live = api.sessions_live();
+        s.close();
+        char * held = api.session_held();
+        const bool session_gone = held == nullptr && api.sessions_live() == live - 1;
+        kit.free_string(held);
+        got.closed = session_gone && api.context_holders(s.ctx()) == 1;
+    }
+    return true;
+}
+
+// A private directory for the cases' slot files, removed with them.
+class ScratchDir {
+public:
+    ScratchDir() {
+        const char * tmp = std::getenv("TMPDIR");
+        std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/case_runner-seam-XXXXXX";
+        std::vector<char> buf(templ.begin(), templ.end());
+        buf.push_back('\0');
+        if (mkdtemp(buf.data())) path_ = buf.data();
+    }
+    ~ScratchDir() {
+        if (!path_.empty()) rmdir(path_.c_str());
+    }
+    ScratchDir(const ScratchDir &) = delete;
+    ScratchDir & operator=(const ScratchDir &) = delete;
+    const std::string & path() const { return path_; }
+
+private:
+    std::string path_;
+};
+
+int run_seam(void * handle, const Kit & kit, const std::string & seam_path, Tally & tally) {
+    SeamApi api{};
+    if (!resolve(handle, "eliza_testkit_register_fake_session", api.register_fake_session) ||
+        !resolve(handle, "eliza_testkit_context_without_model", api.context_without_model) ||
+        !resolve(handle, "eliza_testkit_context_holders", api.context_holders) ||
+        !resolve(handle, "eliza_testkit_sessions_live", api.sessions_live) ||
+        !resolve(handle, "eliza_testkit_session_held", api.session_held) ||
+        !resolve(handle, "eliza_testkit_session_wait_in_next", api.session_wait_in_next) ||
+        !resolve(handle, "eliza_inference_destroy", api.destroy) ||
+        !resolve(handle, "eliza_inference_llm_stream_open", api.open) ||
+        !resolve(handle, "eliza_inference_llm_stream_prefill", api.prefill) ||
+        !resolve(handle, "eliza_inference_llm_stream_next", api.next) ||
+        !resolve(handle, "eliza_inference_llm_stream_cancel", api.cancel) ||
+        !resolve(handle, "eliza_inference_llm_stream_reset", api.reset) ||
+        !resolve(handle, "eliza_inference_llm_stream_reset_keep", api.reset_keep) ||
+        !resolve(handle, "eliza_inference_llm_stream_save_slot", api.save_slot) ||
+        !resolve(handle, "eliza_inference_llm_stream_restore_slot", api.restore_slot) ||
+        !resolve(handle, "eliza_inference_llm_stream_close", api.close)) {
+        return 2;
+    }
+    std::vector<std::string> lines;
+    if (!read_lines(seam_path, lines)) return 2;
+    const ScratchDir scratch;
+    if (scratch.path().empty()) {
+        std::fprintf(stderr, "case_runner: cannot create a directory for the seam cases' slot files\n");
+        return 2;
+    }
+    for (const std::string & line : lines) {
+        // name | fakes | env | session | steps
+        const std::vector<std::string> f = split(line, " | ");
+        const std::string name = f.empty() ? "" : "seam:" + trim(f[0]);
+        bool env_set = false;
+        std::string env;
+        std::vector<SeamStep> steps;
+        std::string why;
+        if (f.size() != 5 || !parse_env(f[2], &env_set, &env)) {
+            std::fprintf(stderr, "case_runner: %s: not 5 fields with an env of - or \"...\": %s\n",
+                         seam_path.c_str(), line.c_str());
+            return 2;
+        }
+        for (const std::string & raw : split(f[4], ";")) {
+            steps.emplace_back();
+            if (!parse_seam_step(raw, steps.back(), &why)) {
+                std::fprintf(stderr, "case_runner: %s: case %s: %s\n", seam_path.c_str(), name.c_str(), why.c_str());
+                return 2;
+            }
+        }
+        kit.clear();
+        const std::string fakes = trim(f[1]);
+        if (fakes == "-") {
+            std::fprintf(stderr, "case_runner: %s: case %s: a seam case needs a fake to serve its stream\n",
+                         seam_path.c_str(), name.c_str());
+            return 2;
+        }
+        for (const std::string & item : split(fakes, ",")) {
+            const std::vector<std::string> parts = split(trim(item), "/");
+            char * err = nullptr;
+            const int rc = parts.size() != 4 ? ELIZA_ERR_INVALID_ARG
+                                             : api.register_fake_session(
+                                                   parts[0].c_str(), std::atoi(parts[1].c_str()),
+                                                   std::atoi(parts[2].c_str()), std::atoi(parts[3].c_str()),
+                                                   trim(f[3]).c_str(), &err);
+            if (rc < 0) {
+                const std::string said = owned(kit.free_string, err);
+                std::fprintf(stderr, "case_runner: %s: case %s: fake '%s': %s\n", seam_path.c_str(), name.c_str(),
+                             trim(item).c_str(), said.empty() ? "not name/available/can_serve/rank" : said.c_str());
+                return 2;
+            }
+        }
+        char * err = nullptr;
+        SeamStream s(api, api.context_without_model("/bundle", &err));
+        if (!s.ctx()) {
+            tally.fail(name, "no context: " + owned(kit.free_string, err));
+            continue;
+        }
+        eliza_llm_stream_config_t cfg{};
+        cfg.max_tokens = kSeamMaxTokens;
+        cfg.top_p = 1.0f;
+        cfg.repeat_penalty = 1.0f;
+        if (env_set) {
+            setenv("ELIZA_LLM_BACKEND", env.c_str(), 1);
+        } else {
+            unsetenv("ELIZA_LLM_BACKEND");
+        }
+        s.set_stream(api.open(s.ctx(), &cfg, &err));
+        unsetenv("ELIZA_LLM_BACKEND");
+        if (!s.stream()) {
+            tally.fail(name, "_open did not reach a fake: " + owned(kit.free_string, err));
+            continue;
+        }
+        const std::string slot = scratch.path() + "/slot";
+        std::string failure;
+        for (size_t i = 0; i < steps.size() && failure.empty(); ++i) {
+            Observed got;
+            std::string broke;
+            failure = seam_step(api, kit, s, steps[i], slot, got, &broke) ? judge(steps[i], got) : broke;
+            if (!failure.empty()) failure = "step " + std::to_string(i + 1) + ": " + failure;
+        }
+        s.close();
+        std::remove(slot.c_str());
+        if (failure.empty()) {
+            tally.ok(name);
+        } else {
+            tally.fail(name, failure);
+        }
+    }
+    return 0;
 }
 
 // --- gate fall-through through the shipped library -------------------------------------------
@@ -348,7 +818,7 @@ int run_fallthrough(const std::string & library, const std::string & plan_path, 
 
 int usage() {
     std::fprintf(stderr,
-                 "usage: case_runner selector --kit LIB --cases FILE\n"
+                 "usage: case_runner selector --kit LIB --cases FILE [--seam-cases FILE]\n"
                  "       case_runner fallthrough --library LIB --plan FILE --prompts FILE [--max-tokens N]\n");
     return 2;
 }
@@ -358,13 +828,14 @@ int usage() {
 int main(int argc, char ** argv) {
     if (argc < 2) return usage();
     const std::string mode = argv[1];
-    std::string kit, cases, library, plan, prompts;
+    std::string kit, cases, seam_cases, library, plan, prompts;
     int max_tokens = 16;
     for (int i = 2; i + 1 < argc; i += 2) {
         const std::string flag = argv[i];
         const std::string value = argv[i + 1];
         if (flag == "--kit") kit = value;
         else if (flag == "--cases") cases = value;
+        else if (flag == "--seam-cases") seam_cases = value;
         else if (flag == "--library") library = value;
         else if (flag == "--plan") plan = value;
         else if (flag == "--prompts") prompts = value;
@@ -372,7 +843,13 @@ int main(int argc, char ** argv) {
         else return usage();
     }
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
-    if (mode == "selector" && !kit.empty() && !cases.empty()) return run_selector(kit, cases);
+    if (mode == "selector" && !kit.empty() && !cases.empty()) {
+        if (seam_cases.empty()) {
+            const size_t slash = cases.rfind('/');
+            seam_cases = (slash == std::string::npos ? std::string() : cases.substr(0, slash + 1)) + "seam.cases";
+        }
+        return run_selector(kit, cases, seam_cases);
+    }
     if (mode == "fallthrough" && !library.empty() && !plan.empty() && !prompts.empty()) {
         return run_fallthrough(library, plan, prompts, max_tokens);
     }

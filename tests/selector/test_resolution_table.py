@@ -71,7 +71,7 @@ def test_open_dispatches_to_the_chosen_factory(
             stream.prefill([1, 2, 3])
             step = stream.next()
         assert kit.fake_opens("fake-open") == before + 1
-        assert step.text == b"fake:fake-open" and step.status == 1
+        assert (step.tokens, step.text, step.status) == ([4], b"fake-open:[4]", 0)  # last id + 1
 
         monkeypatch.setenv("ELIZA_LLM_BACKEND", "llama.cpp")
         with ctx.open_stream() as stream:
