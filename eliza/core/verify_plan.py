@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TypeVar
 
 from eliza.core.cell_id import CellId
 from eliza.core.evidence import EvidenceRecord
@@ -123,6 +124,7 @@ class Skip:
 
 
 Step = Build | Run | Keep | Skip
+S = TypeVar("S", Build, Run, Keep, Skip)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,24 +167,24 @@ class VerifyPlan:
     steps: tuple[Step, ...]
     notes: tuple[str, ...] = ()  # per-platform decisions in words ("linux-cuda: not buildable here — ...")
 
-    def of(self, kind: type[Step]) -> list[Step]:
+    def of(self, kind: type[S]) -> list[S]:
         return [s for s in self.steps if isinstance(s, kind)]
 
     @property
     def builds(self) -> list[Build]:
-        return [s for s in self.steps if isinstance(s, Build)]
+        return self.of(Build)
 
     @property
     def runs(self) -> list[Run]:
-        return [s for s in self.steps if isinstance(s, Run)]
+        return self.of(Run)
 
     @property
     def kept(self) -> list[Keep]:
-        return [s for s in self.steps if isinstance(s, Keep)]
+        return self.of(Keep)
 
     @property
     def skips(self) -> list[Skip]:
-        return [s for s in self.steps if isinstance(s, Skip)]
+        return self.of(Skip)
 
     def counts(self) -> dict[str, int]:
         return {
@@ -241,14 +243,7 @@ class VerifyPlan:
 
 
 def _report_capability(can: Capability) -> PlatformCapability:
-    return PlatformCapability(
-        can_build=can.can_build,
-        build_reason=can.build_reason,
-        can_run=can.can_run,
-        run_reason=can.run_reason,
-        can_run_fallback=can.can_run_fallback,
-        fallback_reason=can.fallback_reason,
-    )
+    return PlatformCapability.of(can)
 
 
 def cpu_fallback_reference(matrix: Matrix, platform: Platform, facts: PlanFacts) -> Cell | None:

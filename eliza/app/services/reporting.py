@@ -80,15 +80,7 @@ def render(
     capabilities = {}
     for platform in matrix.platforms:
         can = capability(platform)
-        capabilities[platform.id] = PlatformCapability(
-            can_build=can.can_build,
-            build_reason=can.build_reason,
-            can_run=can.can_run,
-            run_reason=can.run_reason,
-            can_run_fallback=can.can_run_fallback,
-            fallback_reason=can.fallback_reason,
-            check_blockers=check_blockers(host, matrix.checks, platform),
-        )
+        capabilities[platform.id] = PlatformCapability.of(can, check_blockers(host, matrix.checks, platform))
     state = git.git_state(project.repo)
     cpu = host.cpu_model or host.arch
     report = build_report(

@@ -15,6 +15,7 @@ from eliza.core.evidence import (
     InputFingerprint,
     Status,
 )
+from eliza.core.host import Capability
 from eliza.core.matrix import Cell, Check, CheckKind, DeviceGatedItem
 from eliza.core.report.states import GridState
 
@@ -40,6 +41,19 @@ class PlatformCapability:
 
     def can_run_check(self, check: Check) -> bool:
         return self.can_run or (check.device_free and self.can_run_fallback)
+
+    @classmethod
+    def of(cls, can: Capability, check_blockers: Mapping[str, str] | None = None) -> PlatformCapability:
+        """What the host probe decided (eliza.core.host.decide), as the report judges by."""
+        return cls(
+            can_build=can.can_build,
+            build_reason=can.build_reason,
+            can_run=can.can_run,
+            run_reason=can.run_reason,
+            can_run_fallback=can.can_run_fallback,
+            fallback_reason=can.fallback_reason,
+            check_blockers=dict(check_blockers or {}),
+        )
 
 
 UNPROBED = PlatformCapability(
