@@ -96,13 +96,16 @@ def test_utf8_is_never_split_across_steps(ctx: Context) -> None:
     with ctx.open_stream(greedy_config(16)) as stream:
         stream.prefill(ctx.tokenize("The price"))
         steps = list(stream.steps())
-    chain = [ctx.tokenize(t, add_special=False, parse_special=True) for t in ("€",)]
-    assert chain  # € tokenizes; the planted chain emits it as three byte tokens
     texts = [s.text for s in steps]
     for text in texts:
         text.decode("utf-8")  # strict: raises on a split character
+    # The planted chain emits "€" as its three byte tokens, one a step: each token is one
+    # byte of the character, which a step's text cannot hold on its own.
+    euro = "€".encode()
+    assert [len(s.tokens) for s in steps[:3]] == [1, 1, 1]
+    assert [ctx.detokenize(s.tokens) for s in steps[:3]] == [euro[i : i + 1] for i in range(3)]
     # The three byte tokens of "€" arrive in three steps but the text only with the third.
-    assert texts[:4] == [b"", b"", "€".encode(), b"."]
+    assert texts[:4] == [b"", b"", euro, b"."]
     for prompt in PROMPTS[:3]:
         with ctx.open_stream(greedy_config(60)) as stream:
             stream.prefill(ctx.tokenize(prompt))
@@ -121,15 +124,27 @@ def test_next_returns_final_at_max_tokens(ctx: Context) -> None:
         assert again.status == 1 and again.tokens == []
 
 
-def test_next_returns_final_at_eos(ctx: Context) -> None:
-    vocab_ids = [ctx.tokenize(t, add_special=False, parse_special=True) for t in PLANTED_CHAIN[1:-1]]
+def planted_chain_ids(bundle: Path) -> list[int]:
+    """The vocabulary ids of the planted chain, read from the tiny model's GGUF."""
+    from gguf import GGUFReader
+
+    (model,) = (bundle / "text").glob("*.gguf")
+    tokens = [str(t) for t in GGUFReader(str(model)).fields["tokenizer.ggml.tokens"].contents()]
+    return [tokens.index(t) for t in PLANTED_CHAIN]
+
+
+def test_next_returns_final_at_eos(ctx: Context, tiny_bundle: Path) -> None:
+    price, *emitted, eos = planted_chain_ids(tiny_bundle)
+    prompt = ctx.tokenize("The price")
+    assert prompt[-1] == price  # the prompt ends where the chain starts
     with ctx.open_stream(greedy_config(100)) as stream:
-        stream.prefill(ctx.tokenize("The price"))
+        stream.prefill(prompt)
         steps = list(stream.steps())
     assert steps[-1].status == 1 and steps[-1].tokens == []  # EOS is not emitted as a token
     assert all(s.status == 0 for s in steps[:-1])
-    assert len(steps) == len(PLANTED_CHAIN) - 1  # bytes of €, ".", then EOS
-    assert vocab_ids  # the chain's tokens exist in the vocabulary
+    # bytes of €, ".", then EOS: exactly the chain's tokens, one a step
+    assert [s.tokens for s in steps[:-1]] == [[t] for t in emitted]
+    assert ctx.detokenize([eos], unparse_special=True) == b"</s>"
 
 
 def test_cancel_from_another_thread(ctx: Context) -> None:
