@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from eliza.adapters import ffi
 from eliza.adapters.ffi import (
     ERR_BUNDLE_INVALID,
     ERR_CANCELLED,
@@ -19,6 +20,10 @@ from eliza.adapters.ffi import (
     greedy_config,
 )
 from eliza.app.project import load_project_matrix
+from eliza.core.c_abi import header_constants
+from eliza.core.layout import REPO_ROOT, public_header
+
+HEADER = public_header(REPO_ROOT)
 
 
 def call_status(lib: Library, name: str, *args):
@@ -236,7 +241,25 @@ def test_bundle_error_code(lib: Library, tmp_path: Path) -> None:
     err = ctypes.c_void_p()
     assert not lib.lib.eliza_inference_create(str(tmp_path / "nope").encode(), ctypes.byref(err))
     assert "does not exist" in lib.take_error(err)
-    assert ERR_BUNDLE_INVALID == -3
+    with pytest.raises(ElizaError) as raised:
+        lib.open_context(tmp_path / "nope")
+    assert raised.value.code == ERR_BUNDLE_INVALID and "does not exist" in raised.value.message
+
+
+def test_the_bindings_status_constants_are_the_headers() -> None:
+    """Every ELIZA_* constant of the header is the binding's constant of that name less its
+    prefix (ELIZA_ERR_CANCELLED: ffi.ERR_CANCELLED), with the same value; the binding has
+    no status the header lacks, and names each status as the header does."""
+    header = header_constants(HEADER.read_text(encoding="utf-8"))
+    statuses = {n: v for n, v in header.items() if n == "ELIZA_OK" or n.startswith("ELIZA_ERR_")}
+    assert "ELIZA_OK" in statuses and len(statuses) > 1, f"{HEADER}: no status constants found"
+    for name, value in header.items():
+        ours = name.removeprefix("ELIZA_")
+        assert hasattr(ffi, ours), f"{name} ({value}) has no {ours} in eliza.adapters.ffi"
+        assert getattr(ffi, ours) == value, f"ffi.{ours} is {getattr(ffi, ours)}, the header's {name} {value}"
+    bound = {n for n in vars(ffi) if n == "OK" or n.startswith("ERR_")}
+    assert {f"ELIZA_{n}" for n in bound} == set(statuses)
+    assert {value: name for name, value in statuses.items()} == ffi.STATUS_NAMES
 
 
 def test_rejected_slot_file_leaves_the_stream_as_it_was(ctx: Context, tmp_path: Path) -> None:
