@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from eliza.adapters.git import copy_working_tree
+from eliza.core.evidence import Status
 from eliza.core.layout import REPO_ROOT
 from eliza.formats.evidence_json import read_records, write_record
 from eliza.formats.files import remove_stale_temporaries, stale_temporaries
@@ -249,10 +250,21 @@ def test_kill_9_in_the_middle_of_a_build_then_the_next_build_recovers(
             os.killpg(build.pid, signal.SIGKILL)
             build.wait()
     evidence = checkout / "build" / "evidence"
-    assert all(item.ok for item in read_records([evidence])) if evidence.is_dir() else True
+    # The build's records are written when it ends: the killed one left none, whole or
+    # half-written (a temporary of an atomic write included).
+    left = sorted(p.name for p in evidence.iterdir()) if evidence.is_dir() else []
+    assert left == [], f"the killed build left evidence files: {left}"
     again = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, text=True, timeout=1800)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     rebuilt = checkout / "build" / "linux-cpu" / "none" / "build" / "libelizainference.so"
     assert sha256_file(rebuilt) == sha256_file(library_path)
-    assert all(item.ok for item in read_records([evidence]))
+    loaded = read_records([evidence])
+    assert [item.problem for item in loaded if not item.ok] == []
+    records = {(r.cell, r.check): r for r in (item.record for item in loaded) if r is not None}
+    assert sorted(records) == [("linux-cpu.none", "abi"), ("linux-cpu.none", "build")]
+    assert {key: r.status for key, r in records.items()} == dict.fromkeys(records, Status.PASSED)
+    # the build record names the library the second build made, with its hash
+    library = str(rebuilt.resolve().relative_to(checkout.resolve()))
+    artifacts = {a.path: a.sha256 for a in records["linux-cpu.none", "build"].artifacts}
+    assert artifacts.get(library) == sha256_file(rebuilt), artifacts
     assert not stale_temporaries(checkout / "build")
