@@ -3,13 +3,17 @@ Chromium, across merged directories, and against an edited matrix."""
 
 from __future__ import annotations
 
+import os
+import platform
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from eliza.adapters.browser import screenshot
+from eliza.adapters.browser import find_chromium, screenshot
 from eliza.adapters.conan import llama_source_version
 from eliza.adapters.git import GitState
 from eliza.app.project import current, host_facts, load_project_matrix
@@ -49,10 +53,75 @@ def write_evidence(directory: Path, bundle: Path, outcome: CheckOutcome) -> None
     write_record(directory, record)
 
 
-@pytest.mark.skipif(
-    shutil.which("chromium") is None, reason="chromium is not installed (ci/setup.sh installs it)"
-)
+BROWSERS = "chromium, chromium-browser or google-chrome"
+
+
+def _os_release() -> set[str]:
+    """ID and ID_LIKE of /etc/os-release ("debian", "ubuntu", ...)."""
+    try:
+        text = Path("/etc/os-release").read_text(encoding="utf-8")
+    except OSError:
+        return set()
+    return {
+        word.lower()
+        for _key, value in re.findall(r"^(ID|ID_LIKE)=(.*)$", text, flags=re.M)
+        for word in value.strip("\"' ").split()
+    }
+
+
+def _can_install_as_root() -> bool:
+    if os.geteuid() == 0:
+        return True
+    sudo = shutil.which("sudo")
+    if sudo is None:
+        return False
+    return subprocess.run([sudo, "-n", "true"], capture_output=True, check=False).returncode == 0
+
+
+def _a_package_provides_chromium() -> bool:
+    """Whether apt can install the package ci/setup.sh asks for: it has a candidate, or apt
+    has no package lists yet (setup.sh fetches them first) and this is not Ubuntu (Debian's
+    archive has chromium; Ubuntu's is a snap)."""
+    policy = subprocess.run(["apt-cache", "policy", "chromium"], capture_output=True, text=True, check=False)
+    found = re.search(r"^\s*Candidate:\s*(\S+)", policy.stdout, flags=re.M)
+    if found and found.group(1) != "(none)":
+        return True
+    lists = Path("/var/lib/apt/lists")
+    if lists.is_dir() and any(lists.glob("*_Packages*")):
+        return False
+    return "ubuntu" not in _os_release()
+
+
+def no_browser_expected() -> str | None:
+    """Why ci/setup.sh installs no browser on this host (None: it installs chromium, so a
+    host without one is a broken install). It installs one on Debian/Ubuntu, as root or
+    with passwordless sudo, where a package provides it."""
+    missing = f"no {BROWSERS} on PATH"
+    system = platform.system()
+    if system != "Linux":
+        return f"{missing}: ci/setup.sh installs none on {system} (install Chromium or Google Chrome)"
+    if shutil.which("apt-get") is None or shutil.which("apt-cache") is None:
+        return f"{missing}: not Debian/Ubuntu (no apt-get), ci/setup.sh installs none (install Chromium)"
+    if not _can_install_as_root():
+        return f"{missing}: ci/setup.sh installs it only as root or with passwordless sudo (chromium)"
+    if not _a_package_provides_chromium():
+        return (
+            f"{missing}, and no package provides chromium here (apt-cache policy chromium: no candidate; "
+            "Ubuntu ships it only as a snap): install Google Chrome"
+        )
+    return None
+
+
 def test_report_renders_in_chromium_with_escaped_script(tmp_path: Path) -> None:
+    browser = find_chromium()  # the way the report finds it
+    if browser is None:
+        why = no_browser_expected()
+        if why is not None:
+            pytest.skip(why)
+        pytest.fail(f"no {BROWSERS} on PATH, though ci/setup.sh installs chromium here: run bash ci/setup.sh")
+    version = subprocess.run([browser, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    if version.returncode != 0 and "snap" in (version.stdout + version.stderr).lower():
+        pytest.skip(f"{browser} is a snap stub that needs snapd (Ubuntu's chromium): install Google Chrome")
     evil = "<script>alert('x')</script>"
     write_evidence(
         tmp_path / "evidence",
