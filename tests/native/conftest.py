@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.silence import pytest_runtest_makereport  # noqa: F401  (the silence check, for every test here)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def one_decode_thread_by_default() -> Iterator[None]:

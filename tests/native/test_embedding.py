@@ -4,7 +4,6 @@ could end the process run in a child process; every child must print nothing."""
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
@@ -119,54 +118,6 @@ s = good.open_stream(greedy_config(4)); s.prefill(good.tokenize("hello")); resul
     assert message.startswith("eliza_inference_llm_stream_open: ")
     assert "GGML_ASSERT(n_embd_head == hparams.n_embd_head_k()) failed" in message
     assert len(run.result["tokens"]) == 4  # the host and the library carry on
-
-
-SILENT_MARKER = "ELIZA_SILENCE_CHILD"
-
-
-@pytest.mark.skipif(os.environ.get(SILENT_MARKER) == "1", reason="already inside the silent run")
-def test_the_native_suite_prints_nothing(library_path: Path, tmp_path: Path) -> None:
-    """Runs tests/native in a child whose fds 1 and 2 are files; pytest itself reports on
-    a duplicate of the original stdout, so only the library (and anything else native)
-    could write to the files. Both must stay empty."""
-    import subprocess
-    import sys
-
-    from eliza.core.layout import REPO_ROOT
-
-    out, err, report = tmp_path / "fd1", tmp_path / "fd2", tmp_path / "report.txt"
-    script = f"""
-import os, sys
-report = open({str(report)!r}, "w", buffering=1)
-for fd, path in ((1, {str(out)!r}), (2, {str(err)!r})):
-    f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(f, fd)
-    os.close(f)
-sys.stdout = sys.stderr = report
-import pytest
-code = pytest.main(["-q", "-s", "-p", "no:cacheprovider", "tests/native"])
-report.flush()
-os._exit(int(code))
-"""
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=REPO_ROOT,
-        # the races' silence is shown by 50 rounds each; their thousand run in the suite itself
-        # (and their counts are not the check's figures)
-        env={
-            **{k: v for k, v in os.environ.items() if k != "ELIZA_RACE_FIGURES"},
-            SILENT_MARKER: "1",
-            "PYTHONPATH": str(REPO_ROOT),
-            "ELIZA_RACE_ITERATIONS": "50",
-        },
-        timeout=1800,
-        check=False,
-    )
-    summary = report.read_text()
-    assert proc.returncode == 0, summary[-3000:]
-    assert out.read_bytes() == b"", out.read_bytes()[:2000]
-    assert err.read_bytes() == b"", err.read_bytes()[:2000]
-    assert " passed" in summary
 
 
 def test_non_finite_config_values_are_refused_at_open(ctx: Context) -> None:
