@@ -1,0 +1,96 @@
+"""The success paths of the sessions whose failures other tests cover: `generate` prints the
+library's own greedy text; a CI build job packs a cell and the check job verifies it from
+the artifact, compiling nothing; `bench-<platform>` measures and records identity.
+The CI jobs and the bench run in a clone (with the history: the baseline is built there),
+so this checkout's evidence is left alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eliza.adapters.git import copy_working_tree
+from eliza.core.layout import REPO_ROOT
+
+
+def nox(root: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ELIZA_") or k == "ELIZA_CACHE_DIR"}
+    env["PYTHONPATH"] = str(root)
+    return subprocess.run(
+        [sys.executable, "-m", "nox", "-s", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("success") / "repo"
+    subprocess.run(["git", "clone", "--quiet", f"file://{REPO_ROOT}", str(root)], check=True, timeout=120)
+    return copy_working_tree(REPO_ROOT, root, remove_deleted=True)
+
+
+def records(root: Path) -> dict[tuple[str, str], dict[str, object]]:
+    found = {}
+    for path in (root / "build" / "evidence").glob("*__*.json"):
+        data = json.loads(path.read_text())
+        found[(data["cell"], data["check"])] = data
+    return found
+
+
+def test_generate_prints_the_librarys_greedy_text() -> None:
+    from eliza.app.services.build import ensure_cell_built
+    from eliza.app.services.bundle import ensure_tiny_bundle, generate_text
+
+    done = nox(REPO_ROOT, "generate", "--", "--cell", "linux-cpu.none", "--max-tokens", "8", "Once", "upon")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "8 tokens generated (greedy)" in done.stderr
+    library = ensure_cell_built("linux-cpu.none").library
+    _, text = generate_text(library, ensure_tiny_bundle(), "Once upon", 8)
+    assert done.stdout.strip().splitlines()[-1] == "Once upon" + text.decode("utf-8", errors="replace")
+
+
+def test_a_check_job_verifies_a_cell_from_its_build_jobs_artifact(clone: Path) -> None:
+    built = nox(
+        clone, "ci-build", "--", "--platform", "linux-cpu", "--cell", "linux-cpu.none", "--out", "build/ci"
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert (clone / "build" / "ci" / "cells-linux-cpu.tar.gz").is_file()
+    check = nox(clone, "ci-check", "--", "--cell", "linux-cpu.none", "--artifacts", "build/ci")
+    assert check.returncode == 0, check.stderr[-3000:]
+    assert "llama.cpp built 0 time(s) in this job" in check.stderr
+    found = records(clone)
+    cell = "linux-cpu.none"
+    for name in ("build", "abi", "selector", "gate-fallthrough", "byte-identity-reference", "consumer"):
+        assert found[(cell, name)]["status"] == "passed", (name, found[(cell, name)]["reason"])
+    report = json.loads((clone / "build" / "report" / "report.json").read_text())
+    states = {(e["cell"], e["check"]): e["state"] for row in report["rows"] for e in row["entries"]}
+    assert states[(cell, "selector")] == "verified" and states[(cell, "consumer")] == "verified"
+
+
+def test_a_bench_session_measures_and_records_identity(clone: Path) -> None:
+    done = nox(
+        clone,
+        "bench-linux-cpu",
+        "--",
+        *("--max-tokens", "8", "--repeats", "1", "--overhead-pairs", "5", "--drafter-pairs", "3"),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "seam overhead: decode tok/s FFI / reference" in done.stderr
+    found = records(clone)
+    for cell in ("linux-cpu.none", "linux-cpu.mlx"):
+        record = found[(cell, "byte-identity-reference")]
+        assert record["status"] == "passed" and record["counts"]["ran"] > 0  # type: ignore[index]
+    gates = found[("linux-cpu.mlx", "byte-identity-gates")]
+    assert gates["status"] == "passed", gates["reason"]
+    metrics = found[("linux-cpu.none", "byte-identity-reference")]["metrics"]
+    assert "seam_overhead_ratio" in metrics  # type: ignore[operator]
