@@ -24,10 +24,9 @@ def unpack_fork(dest: Path) -> Path:
     pin = pinned_source()
     archive = ensure_sdist(current().cache, pin)
     with tarfile.open(archive) as tar:
-        top = tar.getnames()[0].split("/")[0]
-        members = [m for m in tar.getmembers() if m.name.startswith(f"{top}/{pin.subdir}/")]
+        members = [m for m in tar.getmembers() if m.name.startswith(f"{pin.subdir}/")]
         tar.extractall(dest, members=members, filter="data")
-    tree = dest / top / pin.subdir
+    tree = dest / pin.subdir
     marker = tree / "src" / "llama.cpp"
     marker.write_text(marker.read_text() + "\n// a fork's change: this line makes it another tree\n")
     return tree
