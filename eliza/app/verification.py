@@ -12,7 +12,7 @@ from pathlib import Path
 from eliza.adapters import conan
 from eliza.adapters.browser import screenshot
 from eliza.app.context import Context
-from eliza.app.errors import ChecksFailed, NotHere, UsageError
+from eliza.app.errors import ChecksFailed, ElizaError, NotHere, UsageError
 from eliza.app.executor import Builder, Execution, execute
 from eliza.app.options import Parser
 from eliza.app.services.baseline import BaselineError, resolve_commit
@@ -174,6 +174,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         planned = plan_verify(options, ctx, bundle=tiny_bundle_default())
         print_plan(planned.plan, as_json=options.json)
         return VerifyResult(plan=planned.plan)
+    builder = builder or ConanBuilder(ctx=ctx, verbose=options.verbose)
     with exclusive("nox -s verify", ctx.log):
         bundle = ensure_tiny_bundle()
         planned = plan_verify(options, ctx, bundle=bundle)
@@ -186,7 +187,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         done = execute(
             planned.plan,
             evidence_run,
-            builder or ConanBuilder(ctx=ctx, verbose=options.verbose),
+            builder,
             ctx.capabilities(),
             bench=bench_options_for(ctx, bundle, planned.baseline),
             describe_build=describe_build,
@@ -199,7 +200,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
                 if cell_id.is_reference and not ctx.capabilities()[cell_id.platform].emulated
             ),
             None,
-        ) or _kept_reference_library(ctx, builder_or_default(builder, ctx))
+        ) or _kept_reference_library(ctx, builder)
         if sample is not None:
             _, text = generate_text(sample, bundle, SAMPLE_PROMPT)
             ctx.log(
@@ -224,10 +225,6 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         return VerifyResult(plan=planned.plan, report=paths.html, execution=done)
 
 
-def builder_or_default(builder: Builder | None, ctx: Context) -> Builder:
-    return builder or ConanBuilder(ctx=ctx)
-
-
 def _kept_reference_library(ctx: Context, builder: Builder) -> Path | None:
     """The first natively runnable platform's reference library, when nothing was built:
     the sample still goes through a library this process can load."""
@@ -238,7 +235,7 @@ def _kept_reference_library(ctx: Context, builder: Builder) -> Path | None:
             continue
         try:
             library = builder.locate(cell)
-        except OSError:
+        except (OSError, ElizaError):  # not built here (or not in this CI job's artifact)
             continue
         if library.is_file():
             return library
