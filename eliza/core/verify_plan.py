@@ -15,7 +15,7 @@ The executor (eliza.app.executor) carries a plan out and decides nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeVar
@@ -242,10 +242,6 @@ class VerifyPlan:
 # --------------------------------------------------------------------------- planning
 
 
-def _report_capability(can: Capability) -> PlatformCapability:
-    return PlatformCapability.of(can)
-
-
 def cpu_fallback_reference(matrix: Matrix, platform: Platform, facts: PlanFacts) -> Cell | None:
     """The CPU reference cell a CUDA platform's fallback run is compared with: the reference
     cell of a CPU platform of the same OS and architecture that this host can build."""
@@ -277,11 +273,6 @@ def compares_with_baseline(cell: Cell, check: Check) -> bool:
     )
 
 
-def _changed_parts(record: EvidenceRecord, current: Mapping[str, str]) -> list[str]:
-    old = record.fingerprint.parts
-    return sorted(k for k in {*old, *current} if old.get(k) != current.get(k))
-
-
 class _Planner:
     def __init__(self, matrix: Matrix, facts: PlanFacts, selection: Selection) -> None:
         self.matrix = matrix
@@ -306,7 +297,7 @@ class _Planner:
         current = fingerprint_for(cell, check, self.facts.hashes, baseline_commit)
         record = known.record
         if record.fingerprint.key != current.key:
-            changed = ", ".join(_changed_parts(record, current.parts))
+            changed = ", ".join(record.fingerprint.differing_parts(current))
             return f"inputs changed since {record.finished_at}: {changed}"
         if not is_fresh_pass(record, current):
             return f"last run {record.status.value} ({record.counts.passed}/{record.counts.ran} passed)"
@@ -320,6 +311,11 @@ class _Planner:
         )
 
     # -- steps
+
+    def skip_unavailable(self, cell: Cell, check: Check, can: Capability) -> None:
+        """A check this host will not run, in the state the report gives it without evidence."""
+        state, why = unavailable_state(cell, check, PlatformCapability.of(can), self.matrix.device_gated)
+        self.steps.append(Skip(cell=cell.ref, check=check.id, state=state, reason=why))
 
     def skip_all(
         self,
@@ -344,8 +340,7 @@ class _Planner:
                         )
                     )
                     continue
-                state, why = unavailable_state(cell, check, _report_capability(can), self.matrix.device_gated)
-                self.steps.append(Skip(cell=cell.ref, check=check.id, state=state, reason=why))
+                self.skip_unavailable(cell, check, can)
 
     def plan_platform(self, platform: Platform) -> None:
         matrix, selection = self.matrix, self.selection
@@ -402,8 +397,7 @@ class _Planner:
         groups: dict[str, list[tuple[Cell, Check]]] = {}
         for cell, check in runtime:
             if not can.can_run_check(check.device_free):
-                state, why = unavailable_state(cell, check, _report_capability(can), matrix.device_gated)
-                self.steps.append(Skip(cell=cell.ref, check=check.id, state=state, reason=why))
+                self.skip_unavailable(cell, check, can)
                 continue
             if check.id in self.facts.check_blockers:
                 why = self.facts.check_blockers[check.id]
@@ -581,7 +575,3 @@ def plan(matrix: Matrix, facts: PlanFacts, selection: Selection) -> VerifyPlan:
         planner.plan_platform(platform)
     builds = planner.builds()
     return VerifyPlan(steps=(*builds, *planner.steps), notes=tuple(planner.notes))
-
-
-def steps_of(plan_: VerifyPlan, cell: CellId) -> Iterator[Step]:
-    return (s for s in plan_.steps if s.cell == cell)

@@ -63,15 +63,6 @@ def to_record(
     )
 
 
-def resolve_artifact(artifact: Artifact, repo: Path) -> bool | None:
-    """The report's artifact check: True/False when the file is here, None when it is not."""
-    path = Path(artifact.path)
-    path = path if path.is_absolute() else repo / path
-    if not path.is_file():
-        return None
-    return sha256_file(path) == artifact.sha256
-
-
 def save(
     outcome: CheckOutcome,
     fingerprint: InputFingerprint,
@@ -99,7 +90,7 @@ class ArtifactHashes:
         return self._seen[key]
 
     def resolve(self, artifact: Artifact) -> bool | None:
-        """True/False when the file is here, None when it is not (as resolve_artifact)."""
+        """True/False when the file is here, None when it is not (the report's artifact check)."""
         path = Path(artifact.path)
         path = path if path.is_absolute() else self.repo / path
         if not path.is_file():

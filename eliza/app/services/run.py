@@ -14,14 +14,13 @@ from eliza.adapters.errors import ToolError
 from eliza.app.project import Project
 from eliza.app.services import recording
 from eliza.app.services.bench_options import default_settings_description
-from eliza.app.services.clock import Stopwatch
 from eliza.app.services.inputs import input_hashes
 from eliza.core.evidence import HostInfo, LoadedRecord, Status
-from eliza.core.fingerprint import InputHashes, fingerprint_for, is_fresh_pass
+from eliza.core.fingerprint import InputHashes, fingerprint_for
 from eliza.core.host import HostFacts
 from eliza.core.layout import default_prompts
-from eliza.core.matrix import Cell, Check, CheckKind, Matrix
-from eliza.core.outcome import CheckOutcome, outcome
+from eliza.core.matrix import Matrix
+from eliza.core.outcome import CheckOutcome
 from eliza.core.verify_plan import KnownRecord
 from eliza.formats.evidence_json import read_records
 
@@ -44,8 +43,6 @@ class Run:
     git: git.GitState
     host: HostInfo
     evidence_dir: Path
-    only: frozenset[str] | None = None  # cell ids whose evidence this run records (None: all)
-    cpu_reference: Path | None = None  # a CPU no-gate library, for the CUDA cells' fallback check
     verbose: bool = False  # tool output shown as it runs (else: in each cell's log, with progress)
     ran_on: dict[str, str] = field(default_factory=dict)  # platform id -> how its checks ran, if not natively
     written: list[CheckOutcome] = field(default_factory=list)
@@ -53,15 +50,10 @@ class Run:
     # ELIZA_PREBUILT_CELLS=1, so the suites take their cells from its artifact).
     child_env: dict[str, str] = field(default_factory=dict)
 
-    def check_of(self, cell: Cell, kind: CheckKind) -> Check | None:
-        return next((c for c in cell.checks if c.kind is kind), None)
-
     def record(self, outcomes: Sequence[CheckOutcome]) -> list[CheckOutcome]:
         """Writes each outcome as an evidence record; returns what was written."""
         written: list[CheckOutcome] = []
         for o in outcomes:
-            if self.only is not None and o.cell not in self.only:
-                continue
             cell = self.matrix.cell(o.cell)
             check = self.matrix.check(o.check)
             baseline = str(o.details.get("baseline_commit", "")) if o.details else ""
@@ -83,18 +75,6 @@ class Run:
             self.log(f"  {o.cell:<24} {o.check:<24} {mark}" + (f" ({said[:200]})" if said else ""))
         return written
 
-    def fresh_pass(
-        self,
-        cell: Cell,
-        check: Check,
-        existing: dict[tuple[str, str], LoadedRecord],
-        baseline_commit: str = "",
-    ) -> bool:
-        item = existing.get((cell.id, check.id))
-        record = item.record if item else None
-        current = fingerprint_for(cell, check, self.hashes, baseline_commit)
-        return record is not None and is_fresh_pass(record, current)
-
 
 def start_run(
     project: Project,
@@ -105,7 +85,6 @@ def start_run(
     bundle: Path,
     prompts: Path | None = None,
     bench_settings: str | None = None,
-    only: frozenset[str] | None = None,
 ) -> Run:
     """Reads what evidence is keyed by: the input hashes of the tree, the commit, the host.
     bench_settings describes non-default bench settings (see eliza.app.services.bench_options)."""
@@ -127,25 +106,11 @@ def start_run(
         git=git.git_state(project.repo),
         host=recording.host_info(host),
         evidence_dir=project.evidence_dir,
-        only=only,
     )
 
 
 def existing_records(directory: Path) -> dict[tuple[str, str], LoadedRecord]:
     return {(r.record.cell, r.record.check): r for r in read_records([directory]) if r.record is not None}
-
-
-def errored(run: Run, cells: Sequence[Cell], kinds: set[CheckKind], reason: str) -> list[CheckOutcome]:
-    """Error evidence for the checks of `kinds` on `cells` that a failure prevented."""
-    span = Stopwatch().span()
-    outcomes = [
-        outcome(c.id, k.id, ran=0, passed=0, span=span, reason=reason, error=True)
-        for c in cells
-        for k in c.checks
-        if k.kind in kinds
-    ]
-    run.record(outcomes)
-    return outcomes
 
 
 def evidence_index(run: Run, hashes: recording.ArtifactHashes) -> dict[tuple[str, str], KnownRecord]:
