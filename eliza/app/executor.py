@@ -13,8 +13,8 @@ from typing import Protocol
 
 from eliza.app.checks import RUNNERS
 from eliza.app.checks.job import Job
+from eliza.app.errors import NotHere
 from eliza.app.services.bench_options import BenchOptions
-from eliza.app.services.build import BUILD_ERRORS
 from eliza.app.services.built import BuiltCell
 from eliza.app.services.clock import Stopwatch, now
 from eliza.app.services.run import RUN_ERRORS, Run
@@ -26,8 +26,6 @@ from eliza.core.outcome import CheckOutcome, outcome, skipped
 from eliza.core.target import TargetRunner
 from eliza.core.verify_plan import PLATFORM_GROUPS, BuildRole, VerifyPlan
 from eliza.core.verify_plan import Run as RunStep
-
-Log = Callable[[str], None]
 
 
 class Builder(Protocol):
@@ -67,6 +65,11 @@ class Execution:
         )
 
 
+# BUILD_ERRORS are tool errors too (RUN_ERRORS); NotHere: a reference of a platform this
+# host cannot build, which becomes error evidence of the steps that needed it.
+BUILD_FAILURES: tuple[type[BaseException], ...] = (*RUN_ERRORS, NotHere)
+
+
 def _errors(steps: Sequence[RunStep], reason: str) -> list[CheckOutcome]:
     span = Stopwatch().span()
     return [
@@ -104,7 +107,9 @@ def execute(
                 baselines[(cell.platform.id, step.commit)] = builder.baseline(step.commit, cell)
                 continue
             built = builder.build(cell)
-        except (*RUN_ERRORS, *BUILD_ERRORS) as exc:
+        # BUILD_ERRORS are tool errors too; NotHere: a reference of a platform this host
+        # cannot build, which becomes error evidence of the steps that needed it.
+        except BUILD_FAILURES as exc:
             if step.role is BuildRole.BASELINE:
                 # The baseline check says so itself (the runner finds no library for it).
                 run.log(f"baseline {step.commit[:12]}: build failed: {str(exc)[-2000:]}")
