@@ -108,6 +108,26 @@ class Planned:
     artifact_hashes: ArtifactHashes = field(default_factory=ArtifactHashes)
 
 
+def plan_facts(
+    ctx: Context,
+    run: Run,
+    artifacts: ArtifactHashes,
+    *,
+    cached_llama: frozenset[tuple[str, str]] = frozenset(),
+) -> PlanFacts:
+    """What a plan is made from (verify's, a build session's, a bench session's): this host's
+    capabilities, the run's input hashes, the evidence on disk with its artifacts checked,
+    and what the host lacks for a check's own requirements."""
+    matrix = ctx.matrix
+    return PlanFacts(
+        capabilities=ctx.capabilities(),
+        hashes=run.hashes,
+        cached_llama=cached_llama,
+        evidence=evidence_index(run, artifacts),
+        check_blockers=check_blockers(ctx.host, matrix.checks, matrix.platforms[0]),
+    )
+
+
 def plan_verify(options: VerifyOptions, ctx: Context, *, bundle: Path) -> Planned:
     """Every decision verify will make, from this host, this tree and the evidence on disk."""
     matrix = ctx.matrix
@@ -121,19 +141,15 @@ def plan_verify(options: VerifyOptions, ctx: Context, *, bundle: Path) -> Planne
                 raise NotHere(f"{pid}: {can.build_reason if not can.can_build else can.run_reason}")
     run = start_run(ctx.project, matrix, ctx.host, ctx.log, bundle=bundle)
     artifacts = ArtifactHashes(repo=ctx.project.repo)
-    slow = [p for p in matrix.platforms if p.slow_build] + [
-        c.platform for c in matrix.cells if c.variant is not None and c.variant.slow_build
-    ]
-    cached = conan.cached_llama_variants(
-        ctx.project.cache, list({p.id: p for p in slow}.values()), conan.llama_source_version(ctx.project.env)
+    # The cache decides only whether a plain verify starts a slow platform's build (a slow
+    # variant runs only when named; --cell names what to build): ask Conan only then.
+    slow = [p for p in matrix.platforms if p.slow_build] if not options.cells else []
+    cached = (
+        conan.cached_llama_variants(ctx.project.cache, slow, conan.llama_source_version(ctx.project.env))
+        if slow
+        else frozenset()
     )
-    facts = PlanFacts(
-        capabilities=capabilities,
-        hashes=run.hashes,
-        cached_llama=cached,
-        evidence=evidence_index(run, artifacts),
-        check_blockers=check_blockers(ctx.host, matrix.checks, matrix.platforms[0]),
-    )
+    facts = plan_facts(ctx, run, artifacts, cached_llama=cached)
     selection = Selection(
         cells=frozenset(options.cells) if options.cells else None,
         rerun=options.rerun,

@@ -18,10 +18,10 @@ from eliza.app.services.builders import ConanBuilder
 from eliza.app.services.bundle import ensure_tiny_bundle, tiny_bundle_default
 from eliza.app.services.exclusive import exclusive
 from eliza.app.services.recording import ArtifactHashes
-from eliza.app.services.run import Run, evidence_index, start_run
-from eliza.app.verification import print_plan
+from eliza.app.services.run import Run, start_run
+from eliza.app.verification import plan_facts, print_plan
 from eliza.core.matrix import Matrix
-from eliza.core.verify_plan import IDENTITY_KINDS, PlanFacts, Selection, VerifyPlan, plan
+from eliza.core.verify_plan import IDENTITY_KINDS, Selection, VerifyPlan, plan
 
 Log = Callable[[str], None]
 
@@ -91,11 +91,7 @@ def run(options: BenchSessionOptions, ctx: Context) -> Execution | None:
             prompts=opts.settings.prompts,
             bench_settings=options_description(opts, project.env),
         )
-        facts = PlanFacts(
-            capabilities=ctx.capabilities(),
-            hashes=run.hashes,
-            evidence=evidence_index(run, ArtifactHashes(repo=project.repo)),
-        )
+        facts = plan_facts(ctx, run, ArtifactHashes(repo=project.repo))
         return plan(matrix, facts, selection), run
 
     if opts.dry_run:

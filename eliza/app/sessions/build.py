@@ -18,11 +18,11 @@ from eliza.app.services.built import BuiltCell
 from eliza.app.services.bundle import ensure_tiny_bundle
 from eliza.app.services.exclusive import exclusive
 from eliza.app.services.recording import ArtifactHashes
-from eliza.app.services.run import evidence_index, start_run
-from eliza.app.verification import VerifyOptions, choose_baseline
+from eliza.app.services.run import start_run
+from eliza.app.verification import VerifyOptions, choose_baseline, plan_facts
 from eliza.core.cell_id import CellId
 from eliza.core.matrix import CheckKind
-from eliza.core.verify_plan import PlanFacts, Selection, plan
+from eliza.core.verify_plan import Selection, plan
 
 BUILD_KINDS = frozenset({CheckKind.BUILD, CheckKind.ABI})
 
@@ -48,11 +48,7 @@ def run(options: BuildOptions, ctx: Context) -> list[BuiltCell]:
     with exclusive("nox -s build-*", ctx.log):
         quiet: list[str] = []
         evidence = start_run(ctx.project, matrix, ctx.host, quiet.append, bundle=ensure_tiny_bundle())
-        facts = PlanFacts(
-            capabilities=ctx.capabilities(),
-            hashes=evidence.hashes,
-            evidence=evidence_index(evidence, ArtifactHashes(repo=ctx.project.repo)),
-        )
+        facts = plan_facts(ctx, evidence, ArtifactHashes(repo=ctx.project.repo))
         # The abi check compares x86-64 cells with the declared pre-M3 baseline's library,
         # as verify does, so both record the same evidence.
         baseline = choose_baseline(VerifyOptions(), matrix)
