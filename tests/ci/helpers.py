@@ -13,7 +13,19 @@ from eliza.adapters.git import copy_working_tree
 from eliza.core.layout import REPO_ROOT
 
 # What would tie a copy to the caller's setup rather than to its own cache and tree.
-_DROPPED = ("ELIZA_MATRIX", "ELIZA_TEST_CELL", "ELIZA_TEST_CELLS", "ELIZA_TEST_PLATFORM", "ELIZA_STRICT")
+_DROPPED = (
+    "ELIZA_MATRIX",
+    "ELIZA_TEST_CELL",
+    "ELIZA_TEST_CELLS",
+    "ELIZA_TEST_PLATFORM",
+    "ELIZA_STRICT",
+    # the caller's build state and library settings (a verify's suites, a fork checkout)
+    "ELIZA_CELLS_BUILT",
+    "ELIZA_PREBUILT_CELLS",
+    "ELIZA_LLAMA_CPP_DIR",
+    "ELIZA_LLM_BACKEND",
+    "ELIZA_N_CTX",
+)
 
 
 def copy_tree(dest: Path) -> Path:
@@ -43,6 +55,13 @@ def nox(
         text=True,
         timeout=timeout,
     )
+
+
+def history_clone(dest: Path) -> Path:
+    """A clone of this repository with its history (the declared baseline is a commit of
+    it), carrying the working tree as it is."""
+    subprocess.run(["git", "clone", "--quiet", f"file://{REPO_ROOT}", str(dest)], check=True, timeout=120)
+    return copy_working_tree(REPO_ROOT, dest, remove_deleted=True)
 
 
 def git_copy(dest: Path) -> Path:

@@ -5,39 +5,23 @@ The same flag works for ci-check and bench-<platform>."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from eliza.adapters.git import copy_working_tree
-from eliza.core.layout import REPO_ROOT
 from eliza.formats.matrix_yaml import load_matrix
+from tests.ci.helpers import env_for, history_clone
+from tests.ci.helpers import nox as run_nox
 
 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A clone with the history (the declared baseline is a commit of it), carrying the
-    working tree as it is."""
-    clone = tmp_path_factory.mktemp("dry") / "repo"
-    subprocess.run(["git", "clone", "--quiet", f"file://{REPO_ROOT}", str(clone)], check=True, timeout=120)
-    return copy_working_tree(REPO_ROOT, clone, remove_deleted=True)
+    return history_clone(tmp_path_factory.mktemp("dry") / "repo")
 
 
 def nox(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ELIZA_") or k == "ELIZA_CACHE_DIR"}
-    env["PYTHONPATH"] = str(root)
-    return subprocess.run(
-        [sys.executable, "-m", "nox", "-s", *args],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_nox(root, "-s", *args, env=env_for(root), timeout=300)
 
 
 def test_verify_dry_run_plans_every_check_and_writes_nothing(fresh: Path) -> None:

@@ -7,36 +7,23 @@ so this checkout's evidence is left alone."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from eliza.adapters.git import copy_working_tree
 from eliza.core.layout import REPO_ROOT
+from tests.ci.helpers import env_for, history_clone
+from tests.ci.helpers import nox as run_nox
 
 
-def nox(root: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ELIZA_") or k == "ELIZA_CACHE_DIR"}
-    env["PYTHONPATH"] = str(root)
-    return subprocess.run(
-        [sys.executable, "-m", "nox", "-s", *args],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+def nox(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_nox(root, "-s", *args, env=env_for(root))
 
 
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("success") / "repo"
-    subprocess.run(["git", "clone", "--quiet", f"file://{REPO_ROOT}", str(root)], check=True, timeout=120)
-    return copy_working_tree(REPO_ROOT, root, remove_deleted=True)
+    return history_clone(tmp_path_factory.mktemp("success") / "repo")
 
 
 def records(root: Path) -> dict[tuple[str, str], dict[str, object]]:
