@@ -53,6 +53,10 @@ else
     command -v npm >/dev/null || missing+=(npm)
     # javac and jni.h: the JNI consumer's glue and classes (native/consumers/jni/build.sh).
     command -v javac >/dev/null || missing+=(default-jdk-headless)
+    # sshd and ssh-keygen: the device-lab tests start a real OpenSSH server on 127.0.0.1.
+    command -v ssh >/dev/null || missing+=(openssh-client)
+    [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+    command -v adb >/dev/null || optional+=(adb)
     command -v chromium >/dev/null || command -v chromium-browser >/dev/null || optional+=(chromium)
     if ((${#missing[@]} + ${#optional[@]})); then
         if ! command -v apt-get >/dev/null; then
@@ -75,7 +79,7 @@ else
             # Ubuntu's chromium is a snap stub that fails without snapd: the report then
             # has no screenshot, and says so.
             "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${optional[@]}" \
-                || say "could not install ${optional[*]}: the report is rendered without its screenshot"
+                || say "could not install ${optional[*]}: without chromium the report has no screenshot, without adb the adb device transport cannot run"
         fi
     fi
 fi
