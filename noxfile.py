@@ -115,9 +115,7 @@ def _register(spec: SessionSpec) -> None:
             _use_case(session, parse, bench.run)
 
     else:
-        cell_ids = (
-            (spec.cell,) if spec.cell is not None else tuple(c.id for c in MATRIX.cells_of(spec.platform))
-        )
+        cell_ids = spec.cells
 
         def run(session: nox.Session) -> None:
             def work() -> None:

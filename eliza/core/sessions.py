@@ -22,6 +22,13 @@ class SessionSpec:
     kind: SessionKind
     platform: str
     cell: str | None = None
+    cells: tuple[str, ...] = ()  # what the session builds: its one cell, or the platform's
+
+
+def platform_build_cells(matrix: Matrix, platform: Platform) -> tuple[Cell, ...]:
+    """The cells `build-<platform>` builds: all but those of a slow-build variant (an ASan
+    llama.cpp takes a quarter of an hour cold), which only their own cell session builds."""
+    return tuple(c for c in matrix.cells_of(platform.id) if c.variant is None or not c.variant.slow_build)
 
 
 def build_session_name(platform: Platform) -> str:
@@ -46,17 +53,21 @@ def matrix_sessions(matrix: Matrix) -> tuple[SessionSpec, ...]:
         cells = matrix.cells_of(platform.id)
         if not cells:
             continue
-        gate_sets = ", ".join(c.key for c in cells)
+        built = platform_build_cells(matrix, platform)
+        gate_sets = ", ".join(c.key for c in built)
         slow = " (slow: a cold llama.cpp build takes long)" if platform.slow_build else ""
+        apart = [c for c in cells if c not in built]
+        alone = f"; {', '.join(cell_session_name(c) for c in apart)} builds its variant" if apart else ""
         specs.append(
             SessionSpec(
                 name=build_session_name(platform),
                 description=(
-                    f"Build all {len(cells)} cells of {platform.id} ({gate_sets}){slow}: "
+                    f"Build the {len(built)} cells of {platform.id} ({gate_sets}){slow}{alone}: "
                     f"{platform.description}"
                 ),
                 kind=SessionKind.BUILD_PLATFORM,
                 platform=platform.id,
+                cells=tuple(c.id for c in built),
             )
         )
         specs.append(
@@ -84,6 +95,7 @@ def matrix_sessions(matrix: Matrix) -> tuple[SessionSpec, ...]:
                     kind=SessionKind.BUILD_CELL,
                     platform=platform.id,
                     cell=cell.id,
+                    cells=(cell.id,),
                 )
             )
     return tuple(specs)
