@@ -8,10 +8,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from eliza.adapters.bench_tools import BenchSettings
+from eliza.adapters.targets import Target
 from eliza.app.errors import UsageError
 from eliza.app.options import Parser, positive
 from eliza.core.layout import default_prompts
-from eliza.core.target import TargetRunner
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,8 +32,8 @@ class BenchOptions:
     verbose: bool = False
     dry_run: bool = False  # print the plan, do nothing
     json: bool = False  # the plan as JSON
-    # How the platform's binaries run here (natively, or under its emulator): set per platform.
-    runner: TargetRunner | None = None
+    # How the platform's binaries run (natively, under its emulator, on a device): set per platform.
+    runner: Target | None = None
 
 
 def parse_bench_args(
