@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 CONNECT_TIMEOUT_S = 10
+STATUS_MARKER = "@eliza-exit-status "
 # Where a device keeps its store and run directories when the lab names none.
 DEFAULT_WORK_DIRS = {"ssh": "/tmp/eliza-device", "adb": "/data/local/tmp/eliza-device"}
 # What a probe runs on the device: its identity (Android: model and build fingerprint too).
@@ -130,22 +131,20 @@ def parse_identity(transport: Transport, output: str) -> dict[str, str]:
 
 
 def ssh_argv(device: Device, command: str, *, connect_timeout: int = CONNECT_TIMEOUT_S) -> list[str]:
-    """ssh that never prompts (BatchMode), gives up connecting after connect_timeout, takes a
-    new host key on first contact and refuses a changed one; the lab's options after ours."""
-    argv = [
-        "ssh",
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        f"ConnectTimeout={connect_timeout}",
-        "-o",
-        "StrictHostKeyChecking=accept-new",
-        "-o",
-        "ServerAliveInterval=5",
-        "-o",
-        "ServerAliveCountMax=3",
-    ]
+    """ssh that never prompts (BatchMode, first, so nothing overrides it: ssh keeps the first
+    value of each setting), then the lab's options, then defaults they may override: give up
+    connecting after connect_timeout, take a new host key on first contact and refuse a
+    changed one, notice a device gone within 15 s, print ssh's errors only."""
+    argv = ["ssh", "-o", "BatchMode=yes"]
     for option in device.ssh_options:
+        argv += ["-o", option]
+    for option in (
+        f"ConnectTimeout={connect_timeout}",
+        "StrictHostKeyChecking=accept-new",
+        "ServerAliveInterval=5",
+        "ServerAliveCountMax=3",
+        "LogLevel=ERROR",
+    ):
         argv += ["-o", option]
     return [*argv, device.address, "--", command]
 
@@ -164,16 +163,30 @@ def remote_command(
     env: Mapping[str, str] | None = None,
 ) -> str:
     """The shell line that runs argv on the device: in its run directory, with env, under the
-    device's command prefix, killed by `timeout` (when the device has it) after timeout_s."""
+    device's command prefix, killed by `timeout` (when the device has it) after timeout_s.
+    Its exit status comes last on stderr (STATUS_MARKER): without that line, the connection
+    broke, whatever status ssh or adb ended with."""
     words = [*device.command_prefix, *argv]
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted((env or {}).items()))
     program = " ".join(shlex.quote(w) for w in words)
     limit = max(1, int(timeout_s))
     run = f"env {assignments} {program}" if assignments else program
     return (
-        f"cd {shlex.quote(run_dir)} && if command -v timeout >/dev/null 2>&1; "
-        f"then exec timeout -k 5 {limit} {run}; else exec {run}; fi"
+        f"cd {shlex.quote(run_dir)} || exit 97; if command -v timeout >/dev/null 2>&1; "
+        f'then timeout -k 5 {limit} {run}; else {run}; fi; echo "{STATUS_MARKER}$?" >&2'
     )
+
+
+def split_status(stderr: str) -> tuple[int | None, str]:
+    """(the program's exit status, stderr without the marker line); None: no marker came."""
+    head, marker, tail = stderr.rpartition(STATUS_MARKER)
+    if not marker:
+        return None, stderr
+    status, _, rest = tail.partition("\n")
+    try:
+        return int(status.strip()), head + rest
+    except ValueError:
+        return None, stderr
 
 
 def stage_script(store: str, run_dir: str, links: Sequence[tuple[str, str]], *, replace: bool = True) -> str:

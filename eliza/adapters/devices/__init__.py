@@ -28,6 +28,7 @@ from eliza.core.lab import (
     parse_identity,
     present_script,
     remote_command,
+    split_status,
     stage_script,
 )
 
@@ -155,9 +156,12 @@ class DeviceTarget:
                 words.append(word)
         self._stage()
         line = remote_command(self.device, self.run_dir, words, timeout_s=self._timeout_s, env=env)
-        done = self.link.shell(line, timeout=self._timeout_s + 60, step=f"running {Path(argv[0]).name}")
-        if done.returncode == -1:
-            raise DeviceError(self.device, f"running {Path(argv[0]).name}", done.stderr)
+        step = f"running {Path(argv[0]).name}"
+        done = self.link.shell(line, timeout=self._timeout_s + 60, step=step)
+        status, stderr = split_status(done.stderr)
+        if status is None:  # the connection broke before the program's status came
+            raise DeviceError(self.device, step, stderr or f"the transport exited {done.returncode}")
+        done = proc.Completed(argv=done.argv, returncode=status, stdout=done.stdout, stderr=stderr)
         if done.ok:
             for remote, host in outs.items():
                 host.parent.mkdir(parents=True, exist_ok=True)

@@ -98,9 +98,11 @@ class SshLink:
         return ssh_argv(self.device, command, connect_timeout=self.connect_timeout)
 
     def shell(self, command: str, *, timeout: float, step: str) -> proc.Completed:
+        """255 is ssh's own failure, or a remote program killed by a signal: a program's run
+        tells them apart by its status line (eliza.core.lab.remote_command)."""
         _program("ssh", self.device)
         done = _call(self._argv(command), timeout=timeout)
-        if done.returncode == SSH_FAILED or (done.returncode == -1 and "could not run" in done.stderr):
+        if done.returncode == -1 or (done.returncode == SSH_FAILED and not step.startswith("running ")):
             raise DeviceError(self.device, step, done.stderr)
         return done
 
@@ -143,7 +145,7 @@ class AdbLink:
     def shell(self, command: str, *, timeout: float, step: str) -> proc.Completed:
         _program("adb", self.device)
         done = _call(adb_argv(self.device, "shell", command), timeout=timeout)
-        if self._failed(done):
+        if self._failed(done) and not (step.startswith("running ") and done.returncode != -1):
             raise DeviceError(self.device, step, done.stderr)
         return done
 
