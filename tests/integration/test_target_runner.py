@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from eliza.app.checks.target_cases import _run_cases
 from eliza.adapters.targets import LocalTarget
+from eliza.app.checks.target_cases import _run_cases
 from eliza.core.target import TargetRunner
 
 

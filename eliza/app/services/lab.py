@@ -10,7 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from eliza.adapters.devices import DeviceTarget, probe
+from eliza.adapters.devices import DeviceTarget
+from eliza.adapters.devices import probe as probe
 from eliza.adapters.targets import Target
 from eliza.app.context import Context
 from eliza.app.errors import NotHere, UsageError
