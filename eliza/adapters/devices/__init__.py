@@ -150,7 +150,7 @@ class DeviceTarget:
                 remote = f"{self.run_dir}/out/{len(outs)}-{path.name}"
                 outs[remote] = path
                 words.append(remote)
-            elif "/" in word and path.exists():
+            elif "/" in word and not word.startswith(self.run_dir) and path.exists():
                 words.append(self.place(path))
             else:
                 words.append(word)

@@ -19,6 +19,7 @@ from eliza.core.outcome import CaseResult, CheckOutcome, cases_outcome
 from eliza.core.target import test_kit_file
 from eliza.formats.case_tables import (
     GATE_TABLE,
+    SEAM_TABLE,
     SELECTOR_TABLE,
     RunnerReport,
     expand_gate_cases,
@@ -52,12 +53,15 @@ def _run_cases(runner: Target, argv: list[str], prefix: str) -> tuple[RunnerRepo
 
 def selector_on_target(job: Job, evidence: Run, runner: Target) -> list[CheckOutcome]:
     table = evidence.project.repo / SELECTOR_TABLE
+    seam = evidence.project.repo / SEAM_TABLE
     outcomes = []
     for cell, check in job.pairs():
         watch = Stopwatch()
         build = job.library(cell).parent
         kit = build / test_kit_file(cell.platform)
-        argv = [str(build / RUNNER), "selector", "--kit", str(kit), "--cases", str(table)]
+        # The seam table named, not found beside --cases: on a device each file is pushed alone.
+        argv = [str(build / RUNNER), "selector", "--kit", str(kit), "--cases", str(table),
+                "--seam-cases", str(seam)]  # fmt: skip
         report, log, error = _run_cases(runner, argv, "selector::")
         outcomes.append(
             cases_outcome(cell.id, check.id, report.cases, log, watch.span(), (table, kit), error=error)
