@@ -12,6 +12,7 @@ import subprocess
 import tarfile
 import tempfile
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -138,13 +139,20 @@ class AdbLink:
     def __init__(self, device: Device) -> None:
         self.device = device
 
+    @staticmethod
+    def _call(argv: list[str], timeout: float) -> proc.Completed:
+        """adb's own server chatter ("* daemon not running; starting now ...") left out."""
+        done = _call(argv, timeout=timeout)
+        said = "".join(line for line in done.stderr.splitlines(keepends=True) if not line.startswith("* "))
+        return replace(done, stderr=said)
+
     def _failed(self, done: proc.Completed) -> bool:
         said = done.stderr.strip().lower()
         return done.returncode == -1 or said.startswith(("error:", "adb: error", "adb: device"))
 
     def shell(self, command: str, *, timeout: float, step: str) -> proc.Completed:
         _program("adb", self.device)
-        done = _call(adb_argv(self.device, "shell", command), timeout=timeout)
+        done = self._call(adb_argv(self.device, "shell", command), timeout)
         if self._failed(done) and not (step.startswith("running ") and done.returncode != -1):
             raise DeviceError(self.device, step, done.stderr)
         return done
@@ -153,7 +161,7 @@ class AdbLink:
         incoming = f"{self.device.store}/.incoming"
         self.shell(f"mkdir -p {incoming}", timeout=timeout, step="push")
         for sha, path in files.items():
-            done = _call(adb_argv(self.device, "push", str(path), f"{incoming}/{sha}"), timeout=timeout)
+            done = self._call(adb_argv(self.device, "push", str(path), f"{incoming}/{sha}"), timeout)
             if not done.ok:
                 raise DeviceError(self.device, f"push of {path.name}", done.stderr or done.stdout)
             moved = self.shell(
@@ -165,7 +173,7 @@ class AdbLink:
                 raise DeviceError(self.device, f"push of {path.name}", moved.stderr or moved.stdout)
 
     def read(self, remote: str, local: Path, *, timeout: float) -> None:
-        done = _call(adb_argv(self.device, "pull", remote, str(local)), timeout=timeout)
+        done = self._call(adb_argv(self.device, "pull", remote, str(local)), timeout)
         if not done.ok:
             raise DeviceError(self.device, f"fetch of {remote}", done.stderr or done.stdout)
 
