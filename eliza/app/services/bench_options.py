@@ -34,6 +34,7 @@ class BenchOptions:
     json: bool = False  # the plan as JSON
     # How the platform's binaries run (natively, under its emulator, on a device): set per platform.
     runner: Target | None = None
+    devices: Path | None = None  # --devices: a lab file (eliza.app.services.lab)
 
 
 def parse_bench_args(
@@ -76,6 +77,13 @@ def parse_bench_args(
         "--dry-run", action="store_true", help="print the plan (builds and checks) and do nothing"
     )
     parser.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
+    parser.add_argument(
+        "--devices",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help="a lab file: the platform's bench runs on its device (default: $ELIZA_DEVICES, else none)",
+    )
     args = parser.parse_args(list(argv))
     if args.json and not args.dry_run:
         parser.error("--json goes with --dry-run (the plan as JSON)")
@@ -94,6 +102,7 @@ def parse_bench_args(
         bundle=args.bundle, prompts=args.prompts, max_tokens=args.max_tokens, repeats=args.repeats
     )
     return BenchOptions(
+        devices=args.devices,
         settings=settings,
         baseline=args.baseline,
         overhead_pairs=args.overhead_pairs,
