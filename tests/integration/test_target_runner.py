@@ -33,7 +33,7 @@ def test_a_run_that_reports_every_case_is_trusted(tmp_path: Path) -> None:
     assert error == ""
     assert [(c.name, c.passed) for c in report.cases] == [("selector::a", True), ("selector::b", False)]
     assert report.cases[1].message == "expected chosen x"
-    assert "exec" in log and "summary 2 1" in log
+    assert "[emulated: test]" in log and "summary 2 1" in log  # the log names how it ran
 
 
 def test_a_crash_under_the_emulator_is_an_error_with_the_output_tail(tmp_path: Path) -> None:
