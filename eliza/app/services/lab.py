@@ -41,8 +41,6 @@ def lab_from(
     path = value if value is not None else (Path(env[VARIABLE]) if env.get(VARIABLE, "").strip() else None)
     if path is None:
         return None
-    if not path.is_absolute() and cwd is not None:
-        path = cwd / path
     if not path.is_file():
         said = "--devices" if value is not None else VARIABLE
         raise UsageError(f"{said} {path}: no such lab file (see docs/devices.md)")
