@@ -33,6 +33,9 @@ from eliza.app.sessions import (
     import_evidence,
 )
 from eliza.app.sessions import (
+    devices as devices_session,
+)
+from eliza.app.sessions import (
     fuzz as fuzz_session,
 )
 from eliza.app.sessions import (
@@ -182,6 +185,12 @@ def import_evidence_session(session: nox.Session) -> None:
 def abi_baseline(session: nox.Session) -> None:
     """Regenerate native/abi, the released ABI baseline, from the no-gate build (after a deliberate bump)."""
     _use_case(session, abi_baseline_session.parse_options, abi_baseline_session.run)
+
+
+@nox.session(python=False)
+def devices(session: nox.Session) -> None:
+    """The lab's devices (`-- --devices PATH`, ELIZA_DEVICES): reachable or why, platform, cells."""
+    _use_case(session, devices_session.parse_options, devices_session.run)
 
 
 @nox.session(python=False)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from eliza.adapters import proc
 from eliza.adapters.errors import ToolError
+from eliza.adapters.targets import Target
 from eliza.core.bench_records import BenchFormatError, BenchRun
 from eliza.core.layout import REPO_ROOT
-from eliza.core.target import TargetRunner
 from eliza.formats.bench_jsonl import load_run
 
 DEFAULT_PROMPTS = REPO_ROOT / "native" / "tools" / "prompts" / "default.txt"
@@ -68,20 +68,22 @@ def run_tool(
     argv: list[str],
     out: Path,
     env: Mapping[str, str] | None = None,
-    runner: TargetRunner | None = None,
+    runner: Target | None = None,
 ) -> BenchRun:
-    """Runs a bench tool (through the platform's runner: natively or under its emulator,
-    with a time limit) and loads what it wrote."""
+    """Runs a bench tool (through the platform's target: natively, under its emulator or on
+    a lab device, with a time limit) and loads what it wrote."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
     argv = [tmp.as_posix() if a == str(out) else a for a in argv]
     tool = Path(argv[0]).name
     if runner is not None:
-        argv = runner.argv(argv)
-    result = proc.run(argv, extra_env=env, timeout=runner.timeout_s if runner else None)
+        result = runner.run(argv, env=env, outputs=(tmp,))
+    else:
+        result = proc.run(argv, extra_env=env)
     if not result.ok:
         tmp.unlink(missing_ok=True)
-        raise BenchToolError(f"{tool} exited {result.returncode}: {result.stderr.strip()[-2000:]}")
+        where = f" on {runner.words}" if runner is not None and runner.words.startswith("device") else ""
+        raise BenchToolError(f"{tool} exited {result.returncode}{where}: {result.stderr.strip()[-2000:]}")
     tmp.replace(out)
     try:
         return load_run(out)

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from eliza.app import project as project_module
 from eliza.app.project import Project
 from eliza.core.host import Capability, HostFacts, decide
+from eliza.core.lab import DeviceState
 from eliza.core.matrix import Matrix, Platform
 
 Log = Callable[[str], None]
@@ -25,9 +26,11 @@ class Context:
     # Added to the environment of the processes a session starts (the suites verify runs):
     # a CI check job says there that cells come from its artifact.
     child_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # platform id -> the lab device that runs its checks, as probed (eliza.app.services.lab)
+    devices: Mapping[str, DeviceState] = field(default_factory=lambda: MappingProxyType({}))
 
     def capability(self, platform: Platform) -> Capability:
-        return decide(self.host, platform)
+        return decide(self.host, platform, self.devices.get(platform.id))
 
     def capabilities(self) -> dict[str, Capability]:
         return {p.id: self.capability(p) for p in self.matrix.platforms}

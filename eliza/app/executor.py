@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from eliza.adapters.targets import LocalTarget, Target
 from eliza.app.checks import RUNNERS
 from eliza.app.checks.job import Job
 from eliza.app.errors import NotHere
@@ -92,7 +93,9 @@ def execute(
     bench: BenchOptions | None = None,
     runners: Mapping[CheckKind, Callable[[Job, Run], list[CheckOutcome]]] = RUNNERS,
     describe_build: Callable[[BuiltCell], str] | None = None,
+    devices: Mapping[str, Callable[[], Target]] | None = None,
 ) -> Execution:
+    """`devices`: platform id -> how to open the lab device its checks run on."""
     matrix: Matrix = run.matrix
     done = Execution(plan=plan)
     at = now()
@@ -127,7 +130,7 @@ def execute(
         groups.setdefault(_group_key(run_step), []).append(run_step)
     for steps in groups.values():
         done.written += run.record(
-            _run_group(steps, run, builder, capabilities, done, baselines, bench, runners)
+            _run_group(steps, run, builder, capabilities, done, baselines, bench, runners, devices or {})
         )
     return done
 
@@ -147,6 +150,7 @@ def _run_group(
     baselines: Mapping[tuple[str, str], Path],
     bench: BenchOptions | None,
     runners: Mapping[CheckKind, Callable[[Job, Run], list[CheckOutcome]]],
+    devices: Mapping[str, Callable[[], Target]],
 ) -> list[CheckOutcome]:
     """One runner call: the steps' libraries, then the runner; a library that failed to
     build, or a runner that broke, becomes error evidence for exactly these steps."""
@@ -167,6 +171,11 @@ def _run_group(
     how = steps[0].how
     if how != "native":
         run.ran_on[platform.id] = how
+    target: Target | None = None
+    if can.device and platform.id in devices:
+        target = devices[platform.id]()
+    elif can.emulated:
+        target = LocalTarget(TargetRunner(prefix=can.runner, words=can.runner_words))
     job = Job(
         matrix=matrix,
         platform=platform,
@@ -174,7 +183,7 @@ def _run_group(
         libraries=libraries,
         built={c: b for c, b in done.built.items() if c in libraries},
         baselines={commit: path for (pid, commit), path in baselines.items() if pid == platform.id},
-        target=TargetRunner(prefix=can.runner, words=can.runner_words) if can.emulated else None,
+        target=target,
         bench=bench,
     )
     runner = runners[steps[0].kind]
@@ -183,5 +192,8 @@ def _run_group(
     except RUN_ERRORS as exc:
         run.log(f"{platform.id}: {steps[0].check} could not run: {exc}")
         return _errors(steps, f"{steps[0].check} could not run: {str(exc)[-1500:]}")
+    finally:
+        if target is not None:
+            target.close()
     wanted = {(str(s.cell), s.check) for s in steps}
     return [o for o in outcomes if (o.cell, o.check) in wanted]

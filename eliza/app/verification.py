@@ -15,6 +15,7 @@ from eliza.app.context import Context
 from eliza.app.errors import ChecksFailed, ElizaError, NotHere, UsageError
 from eliza.app.executor import Builder, Execution, execute
 from eliza.app.options import Parser
+from eliza.app.services import lab
 from eliza.app.services.baseline import BaselineError, resolve_commit
 from eliza.app.services.bench_options import BenchOptions, parse_bench_args
 from eliza.app.services.build import BUILT_VARIABLE, describe_build
@@ -26,6 +27,7 @@ from eliza.app.services.reporting import describe_paths, render, summary_line
 from eliza.app.services.run import Run, evidence_index, start_run
 from eliza.core.cell_id import CellId
 from eliza.core.host import check_blockers
+from eliza.core.lab import Lab
 from eliza.core.matrix import Matrix
 from eliza.core.verify_plan import PlanFacts, Selection, VerifyPlan, plan
 
@@ -42,6 +44,7 @@ class VerifyOptions:
     json: bool = False
     strict: bool = False
     verbose: bool = False
+    lab: Lab | None = None  # --devices / ELIZA_DEVICES: devices that run their platforms' checks
 
 
 def parser(prog: str = "nox -s verify --") -> Parser:
@@ -66,6 +69,7 @@ def parser(prog: str = "nox -s verify --") -> Parser:
         help="print the plan (builds, runs, kept and skipped checks) and do nothing",
     )
     p.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
+    lab.add_option(p)
     return p
 
 
@@ -184,6 +188,7 @@ def bench_options_for(ctx: Context, bundle: Path, baseline: BaselineChoice) -> B
 
 
 def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None) -> VerifyResult:
+    ctx = lab.with_lab(ctx, options.lab, strict=options.strict)
     if options.dry_run:
         # The bundle as it is: a dry run writes nothing, so a missing bundle makes the
         # bundle-dependent checks plan to run.
@@ -198,6 +203,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         evidence_run.verbose = options.verbose
         # The executor builds what each check needs first: the suites build nothing.
         evidence_run.child_env = {BUILT_VARIABLE: "1", **ctx.child_env}
+        evidence_run.device_facts = lab.device_facts(ctx)
         for note in planned.plan.notes:
             ctx.log(note)
         done = execute(
@@ -207,13 +213,14 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
             ctx.capabilities(),
             bench=bench_options_for(ctx, bundle, planned.baseline),
             describe_build=describe_build,
+            devices=lab.device_targets(ctx),
         )
         ctx.log(f"verify: {done.summary()}")
         sample = next(
             (
                 path
                 for cell_id, path in done.libraries.items()
-                if cell_id.is_reference and not ctx.capabilities()[cell_id.platform].emulated
+                if cell_id.is_reference and not ctx.capabilities()[cell_id.platform].as_target
             ),
             None,
         ) or _kept_reference_library(ctx, builder)
@@ -230,6 +237,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
             bundle,
             hashes=evidence_run.hashes,
             artifact_matches=planned.artifact_hashes.resolve,
+            capabilities=ctx.capabilities(),
         )
         ctx.log(describe_paths(paths, screenshot(paths.html, ctx.project.report_dir / "report.png")))
         ctx.log(summary_line(report))
@@ -247,7 +255,7 @@ def _kept_reference_library(ctx: Context, builder: Builder) -> Path | None:
     for platform in ctx.matrix.platforms:
         can = ctx.capability(platform)
         cell = ctx.matrix.reference_cell(platform.id)
-        if cell is None or not can.can_run or can.emulated:
+        if cell is None or not can.can_run or can.as_target:
             continue
         try:
             library = builder.locate(cell)

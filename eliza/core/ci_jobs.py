@@ -40,6 +40,9 @@ class Runner:
     provides: frozenset[Requirement] = frozenset()
     device: bool = False  # runs checks only; never compiles
     self_hosted: bool = False
+    # A lab file on the runner (docs/devices.md): its check jobs run their cells' checks on
+    # the lab's devices (ELIZA_DEVICES), e.g. a phone on adb or a Mac over ssh.
+    lab: str = ""
 
     @property
     def name(self) -> str:
@@ -120,6 +123,7 @@ class CheckJob:
     slow: bool
     needs: tuple[str, ...]  # build jobs whose cells it checks (its platform's, a CPU reference's)
     artifacts: tuple[str, ...]  # their artifacts
+    lab: str = ""  # the runner's lab file: the checks run on its devices (ELIZA_DEVICES)
 
     @property
     def evidence_artifact(self) -> str:
@@ -148,6 +152,11 @@ class Pipeline:
     @property
     def report_needs(self) -> tuple[str, ...]:
         return (*(j.id for j in self.builds), *(j.id for j in self.checks), SLOW_TIER_JOB)
+
+    @property
+    def lab_checks(self) -> tuple[CheckJob, ...]:
+        """The check jobs whose cells' checks run on a lab's devices."""
+        return tuple(j for j in self.checks if j.lab)
 
     @property
     def slow_platforms(self) -> tuple[str, ...]:
@@ -251,6 +260,7 @@ def plan_pipeline(matrix: Matrix, runners: Sequence[Runner]) -> Pipeline:
                     slow=platform.slow_build or any(b.slow for b in needed),
                     needs=tuple(b.id for b in needed),
                     artifacts=tuple(b.artifact for b in needed),
+                    lab=runner.lab,
                 )
             )
     report = next((p for p in matrix.platforms if not p.slow_build and p.id in builds), None)

@@ -8,8 +8,9 @@ a release engineer needs (what is missing, what was found and where).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from eliza.core.lab import DeviceState
 from eliza.core.matrix import Check, Platform, Requirement
 
 __all__ = ["Capability", "HostFacts", "Tool", "check_blockers", "decide", "emulator_found", "x86_64_level"]
@@ -154,6 +155,16 @@ class Capability:
     # command prefix (e.g. qemu-aarch64 -L <sysroot>) and its words; () natively.
     runner: tuple[str, ...] = ()
     runner_words: str = ""
+    # A lab device runs the platform's run-time checks ("device NAME via ssh DEST"), or the
+    # declared one is unreachable (device_error: why; its checks are NOT RUNNABLE HERE).
+    device: str = ""
+    device_error: str = ""
+
+    @property
+    def as_target(self) -> bool:
+        """Whether the platform's binaries run as target binaries (under an emulator or on a
+        device), never loaded into a program of this host."""
+        return bool(self.runner) or bool(self.device)
 
     def can_run_check(self, device_free: bool) -> bool:
         """Whether a check that runs the library can run here."""
@@ -165,6 +176,8 @@ class Capability:
 
     def how_it_runs(self, device_free: bool) -> str:
         """ "native" when the whole platform runs here, the emulator in words, else the fallback."""
+        if self.can_run and self.device:
+            return self.device
         if self.can_run and self.emulated:
             return self.runner_words
         if self.can_run or not (device_free and self.can_run_fallback):
@@ -330,8 +343,51 @@ def _verdict(found: list[str], missing: list[str], host: HostFacts, nothing: str
     return True, f"has {', '.join(found)}" if found else nothing
 
 
-def decide(host: HostFacts, platform: Platform) -> Capability:
-    """Can `platform` be built and run on `host`? Every no comes with what is missing."""
+def on_device(can: Capability, platform: Platform, state: DeviceState) -> Capability:
+    """A lab device declared for the platform: reachable, it meets the run_requires it
+    provides and runs the checks; unreachable, the checks cannot run (not here either)."""
+    words = state.device.words()
+    if not state.reachable:
+        return replace(
+            can,
+            can_run=False,
+            run_reason=f"needs {words}, which is unreachable: {state.error}",
+            missing_run=platform.run_requires,
+            can_run_fallback=False,
+            fallback_reason=f"{words} is unreachable",
+            runner=(),
+            runner_words="",
+            device_error=state.error,
+        )
+    lacking = [r for r in platform.run_requires if r not in state.device.provides]
+    if lacking:
+        said = ", ".join(r.value for r in lacking)
+        return replace(
+            can,
+            can_run=False,
+            run_reason=f"{words} does not provide {said} (its lab entry's provides)",
+            missing_run=tuple(lacking),
+            can_run_fallback=False,
+            runner=(),
+            runner_words="",
+        )
+    uname = state.identity.get("uname", "")
+    return replace(
+        can,
+        can_run=True,
+        run_reason=f"{words}" + (f" ({uname})" if uname else ""),
+        missing_run=(),
+        can_run_fallback=True,
+        fallback_reason=words,
+        runner=(),
+        runner_words=words,
+        device=words,
+    )
+
+
+def decide(host: HostFacts, platform: Platform, device: DeviceState | None = None) -> Capability:
+    """Can `platform` be built and run on `host` (its run-time checks on `device`, when a lab
+    declares one)? Every no comes with what is missing."""
     found: list[str] = []
     missing: list[str] = []
     missing_build: list[Requirement] = []
@@ -369,7 +425,7 @@ def decide(host: HostFacts, platform: Platform) -> Capability:
             "needs no special hardware",
         )
     emulated = can_run and platform.emulator is not None and host.arch != platform.arch
-    return Capability(
+    can = Capability(
         runner=platform.emulator.argv() if emulated and platform.emulator else (),
         runner_words=f"emulated: {emulator_found(host, platform)[1]}" if emulated else "",
         can_build=can_build,
@@ -381,3 +437,4 @@ def decide(host: HostFacts, platform: Platform) -> Capability:
         can_run_fallback=can_fallback,
         fallback_reason=fallback_reason,
     )
+    return can if device is None else on_device(can, platform, device)

@@ -384,8 +384,12 @@ class _Planner:
         runtime = [(c, k) for c in active for k in c.checks if k.needs_run and self._wanted(k)]
         if not runtime:
             return
-        if not (can.can_run or can.can_run_fallback):
+        if can.device_error:
+            self.notes.append(f"{platform.id}: run-time checks not run: {can.run_reason}")
+        elif not (can.can_run or can.can_run_fallback):
             self.notes.append(f"{platform.id}: run-time checks not run here ({can.run_reason})")
+        elif can.device:
+            self.notes.append(f"{platform.id}: checks run as target binaries on {can.run_reason}")
         elif can.emulated:
             self.notes.append(f"{platform.id}: checks run as target binaries, {can.runner_words}")
         elif not can.can_run:
@@ -396,6 +400,21 @@ class _Planner:
             )
         groups: dict[str, list[tuple[Cell, Check]]] = {}
         for cell, check in runtime:
+            if can.device_error:
+                # The declared device is unreachable: fresh evidence from it stands (its
+                # reachability is no input of the fingerprint); the rest cannot run now.
+                verdict = self.verdict(cell, check, artifacts=check.kind in IDENTITY_KINDS)
+                self.steps.append(
+                    verdict
+                    if isinstance(verdict, Keep)
+                    else Skip(
+                        cell=cell.ref,
+                        check=check.id,
+                        state=GridState.NOT_RUNNABLE_HERE,
+                        reason=can.run_reason,
+                    )
+                )
+                continue
             if not can.can_run_check(check.device_free):
                 self.skip_unavailable(cell, check, can)
                 continue
@@ -405,12 +424,18 @@ class _Planner:
                     Skip(cell=cell.ref, check=check.id, state=GridState.NOT_RUNNABLE_HERE, reason=why)
                 )
                 continue
-            if can.emulated and check.kind in LOADED_BY_THE_HOST:
-                emulator = can.runner_words.removeprefix("emulated: ")
-                why = (
-                    f"{check.id} loads the library into a program of this host, which cannot run "
-                    f"{platform.arch} code (its binaries run only under {emulator})"
-                )
+            if can.as_target and check.kind in LOADED_BY_THE_HOST:
+                if can.device:
+                    why = (
+                        f"{check.id} loads the library into a program of this host; the platform's "
+                        f"checks run on {can.device}"
+                    )
+                else:
+                    emulator = can.runner_words.removeprefix("emulated: ")
+                    why = (
+                        f"{check.id} loads the library into a program of this host, which cannot run "
+                        f"{platform.arch} code (its binaries run only under {emulator})"
+                    )
                 self.steps.append(
                     Skip(cell=cell.ref, check=check.id, state=GridState.NOT_RUNNABLE_HERE, reason=why)
                 )

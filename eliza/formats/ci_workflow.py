@@ -39,7 +39,17 @@ def _runner(path: Path, i: int, raw: Any) -> Runner:
     where = f"{path}: runners[{i}]"
     if not isinstance(raw, dict):
         raise RunnersError(f"{where}: expected a mapping")
-    known = {"labels", "description", "os", "arch", "x86_64_level", "provides", "device", "self_hosted"}
+    known = {
+        "labels",
+        "description",
+        "os",
+        "arch",
+        "x86_64_level",
+        "provides",
+        "device",
+        "self_hosted",
+        "lab",
+    }
     if unknown := sorted(set(raw) - known):
         raise RunnersError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
     for key in ("labels", "description", "os", "arch"):
@@ -68,7 +78,17 @@ def _runner(path: Path, i: int, raw: Any) -> Runner:
         provides=offered,
         device=bool(raw.get("device", False)),
         self_hosted=bool(raw.get("self_hosted", False)),
+        lab=_lab(where, raw),
     )
+
+
+def _lab(where: str, raw: dict[str, Any]) -> str:
+    lab = raw.get("lab", "")
+    if not isinstance(lab, str) or (lab and not lab.startswith("/")):
+        raise RunnersError(f"{where}.lab: the absolute path of a lab file on the runner (docs/devices.md)")
+    if lab and not raw.get("self_hosted"):
+        raise RunnersError(f"{where}.lab: only a self-hosted runner has a lab (set self_hosted: true)")
+    return lab
 
 
 def load_runners(path: Path) -> tuple[Runner, ...]:

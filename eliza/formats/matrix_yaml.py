@@ -298,3 +298,9 @@ def _explain(err: ValidationError, root: yaml.Node) -> list[tuple[KeyPath, str, 
         props = list(schema.get("properties", {}))
         return [(path, f"must name at least one of: {', '.join(props)}", description)]
     return [(path, err.message, description)]
+
+
+# The same reader, locator and schema wording serve the lab file (eliza.formats.lab_yaml).
+read_yaml = _read_yaml
+locate = _locate
+explain = _explain

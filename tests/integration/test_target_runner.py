@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from eliza.adapters.targets import LocalTarget
 from eliza.app.checks.target_cases import _run_cases
 from eliza.core.target import TargetRunner
 
@@ -21,7 +22,9 @@ def script(tmp_path: Path, body: str) -> Path:
 
 
 # A runner prefix like qemu's: it execs the binary it is given.
-EMULATOR = TargetRunner(prefix=("sh", "-c", 'exec "$@"', "emulator"), words="emulated: test", timeout_s=5)
+EMULATOR = LocalTarget(
+    TargetRunner(prefix=("sh", "-c", 'exec "$@"', "emulator"), words="emulated: test", timeout_s=5)
+)
 
 
 def test_a_run_that_reports_every_case_is_trusted(tmp_path: Path) -> None:
@@ -30,7 +33,7 @@ def test_a_run_that_reports_every_case_is_trusted(tmp_path: Path) -> None:
     assert error == ""
     assert [(c.name, c.passed) for c in report.cases] == [("selector::a", True), ("selector::b", False)]
     assert report.cases[1].message == "expected chosen x"
-    assert "exec" in log and "summary 2 1" in log
+    assert "[emulated: test]" in log and "summary 2 1" in log  # the log names how it ran
 
 
 def test_a_crash_under_the_emulator_is_an_error_with_the_output_tail(tmp_path: Path) -> None:
@@ -43,7 +46,7 @@ def test_a_crash_under_the_emulator_is_an_error_with_the_output_tail(tmp_path: P
 
 def test_a_hang_is_cut_off_by_the_time_limit(tmp_path: Path) -> None:
     binary = script(tmp_path, 'echo "ok a"; exec sleep 60\n')
-    quick = TargetRunner(prefix=EMULATOR.prefix, words=EMULATOR.words, timeout_s=1)
+    quick = LocalTarget(TargetRunner(prefix=EMULATOR.runner.prefix, words=EMULATOR.words, timeout_s=1))
     _, _, error = _run_cases(quick, [str(binary)], "")
     assert "did not finish within 1 s" in error
 
@@ -62,6 +65,8 @@ def test_a_run_whose_summary_is_missing_or_wrong_is_not_trusted(tmp_path: Path, 
 
 def test_a_missing_emulator_is_an_error_not_an_exception(tmp_path: Path) -> None:
     binary = script(tmp_path, 'echo "summary 0 0"\n')
-    absent = TargetRunner(prefix=(str(tmp_path / "no-such-qemu"),), words="emulated: none", timeout_s=5)
+    absent = LocalTarget(
+        TargetRunner(prefix=(str(tmp_path / "no-such-qemu"),), words="emulated: none", timeout_s=5)
+    )
     _, _, error = _run_cases(absent, [str(binary)], "")
     assert "no-such-qemu could not run" in error and "before its summary" in error

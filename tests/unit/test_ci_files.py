@@ -5,6 +5,7 @@ and actionlint finds nothing in them."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -252,3 +253,31 @@ def test_the_slow_tier_runs_nightly_and_on_request_and_joins_the_report() -> Non
     upload = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
     assert upload["with"]["name"].startswith("evidence-")  # the report job downloads evidence-*
     assert "slow-tier" in data["jobs"]["report"]["needs"]
+
+
+def test_a_runner_with_a_lab_runs_its_check_jobs_through_it_and_the_header_says_which(tmp_path: Path) -> None:
+    templates = tmp_path / "ci"
+    shutil.copytree(templates_dir(REPO_ROOT), templates)
+    runners = yaml.safe_load((templates / "runners.yaml").read_text())
+    first = runners["runners"][0]
+    first |= {"self_hosted": True, "lab": "/etc/eliza/lab.yaml"}
+    (templates / "runners.yaml").write_text(yaml.safe_dump(runners))
+    text = render_ci_files(MATRIX, templates)[WORKFLOW]
+    jobs = yaml.safe_load(text)["jobs"]
+    labs = {
+        name: step.get("env", {}).get("ELIZA_DEVICES")
+        for name, job in jobs.items()
+        for step in job["steps"]
+        if "ci-check" in str(step.get("run", ""))
+    }
+    on_first = {job_id(c.id) for c in MATRIX.cells if list(c.platform.ci_runner) == first["labels"]}
+    assert on_first and {n for n, lab in labs.items() if lab == "/etc/eliza/lab.yaml"} == on_first & set(labs)
+    header = text.split("\nname: matrix", 1)[0]
+    assert all(f"#   - {j} (" in header for j in on_first & set(labs))
+    assert (
+        "No check job runs through a lab file" in render_ci_files(MATRIX, templates_dir(REPO_ROOT))[WORKFLOW]
+    )
+    first["self_hosted"] = False
+    (templates / "runners.yaml").write_text(yaml.safe_dump(runners))
+    with pytest.raises(RunnersError, match=r"runners\[0\]\.lab: only a self-hosted runner has a lab"):
+        load_runners(templates / "runners.yaml")

@@ -234,7 +234,7 @@ def bench_platform(
                 outcomes.append(drafter_outcome(r, check.id, opts, log, rounds))
             elif check.kind is CheckKind.CROSS_ARCH_AGREEMENT:
                 outcomes.append(agreement_outcome(r, check.id, reference_run, log))
-    emulated = opts.runner is not None and bool(opts.runner.prefix)
+    emulated = opts.runner is not None and opts.runner.emulated
     if emulated:
         log(f"{platform_id}: seam overhead not measured: timings under an emulator say nothing of the target")
     overhead = measure_overhead(none, opts, log) if none is not None and not emulated else None

@@ -8,13 +8,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eliza.adapters.targets import Target
 from eliza.app.services.bench_options import BenchOptions
 from eliza.app.services.built import BuiltCell
 from eliza.app.services.run import Run as EvidenceRun
 from eliza.core.cell_id import CellId
 from eliza.core.matrix import Cell, Check, Matrix, Platform
 from eliza.core.outcome import CheckOutcome
-from eliza.core.target import TargetRunner
 from eliza.core.verify_plan import Run
 
 
@@ -26,7 +26,7 @@ class Job:
     libraries: Mapping[CellId, Path]  # every library the steps read: subjects and references
     built: Mapping[CellId, BuiltCell] = field(default_factory=dict)  # the cells built in this run
     baselines: Mapping[str, Path] = field(default_factory=dict)  # commit -> this platform's baseline library
-    target: TargetRunner | None = None  # the emulator, when the platform's binaries run under one
+    target: Target | None = None  # the emulator or the lab device, when the platform's binaries run there
     bench: BenchOptions | None = None  # the bench's settings, for the byte-identity runner
 
     @property

@@ -10,15 +10,16 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from eliza.adapters import proc
+from eliza.adapters.targets import Target
 from eliza.app.checks.job import Job
 from eliza.app.services.clock import Stopwatch
 from eliza.app.services.run import Run
 from eliza.core.matrix import Gate
 from eliza.core.outcome import CaseResult, CheckOutcome, cases_outcome
-from eliza.core.target import TargetRunner, test_kit_file
+from eliza.core.target import test_kit_file
 from eliza.formats.case_tables import (
     GATE_TABLE,
+    SEAM_TABLE,
     SELECTOR_TABLE,
     RunnerReport,
     expand_gate_cases,
@@ -32,11 +33,11 @@ RUNNER = "case_runner"
 MAX_TOKENS = 16
 
 
-def _run_cases(runner: TargetRunner, argv: list[str], prefix: str) -> tuple[RunnerReport, str, str]:
+def _run_cases(runner: Target, argv: list[str], prefix: str) -> tuple[RunnerReport, str, str]:
     """(report, log, error): error says why the runner's own result cannot be trusted
     (it crashed, hung, or stopped before its summary)."""
-    done = proc.run(runner.argv(argv), timeout=runner.timeout_s)
-    log = f"$ {' '.join(runner.argv(argv))}\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
+    done = runner.run(argv)
+    log = f"$ {' '.join(argv)}  [{runner.words}]\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
     report = parse_runner_output(done.stdout, prefix)
     if done.returncode not in (0, 1) or report.summary is None:
         said = done.stderr.strip()[-800:]
@@ -50,14 +51,17 @@ def _run_cases(runner: TargetRunner, argv: list[str], prefix: str) -> tuple[Runn
     return report, log, ""
 
 
-def selector_on_target(job: Job, evidence: Run, runner: TargetRunner) -> list[CheckOutcome]:
+def selector_on_target(job: Job, evidence: Run, runner: Target) -> list[CheckOutcome]:
     table = evidence.project.repo / SELECTOR_TABLE
+    seam = evidence.project.repo / SEAM_TABLE
     outcomes = []
     for cell, check in job.pairs():
         watch = Stopwatch()
         build = job.library(cell).parent
         kit = build / test_kit_file(cell.platform)
-        argv = [str(build / RUNNER), "selector", "--kit", str(kit), "--cases", str(table)]
+        # The seam table named, not found beside --cases: on a device each file is pushed alone.
+        argv = [str(build / RUNNER), "selector", "--kit", str(kit), "--cases", str(table),
+                "--seam-cases", str(seam)]  # fmt: skip
         report, log, error = _run_cases(runner, argv, "selector::")
         outcomes.append(
             cases_outcome(cell.id, check.id, report.cases, log, watch.span(), (table, kit), error=error)
@@ -95,7 +99,7 @@ def case_bundles(tiny: Path, root: Path, gates: Sequence[Gate]) -> dict[str, Pat
     return bundles
 
 
-def gate_fallthrough_on_target(job: Job, evidence: Run, runner: TargetRunner) -> list[CheckOutcome]:
+def gate_fallthrough_on_target(job: Job, evidence: Run, runner: Target) -> list[CheckOutcome]:
     """Every cell the steps name and the platform's reference cell run the gate table; a
     case that generates passes only with the reference cell's output."""
     repo = evidence.project.repo
@@ -113,7 +117,9 @@ def gate_fallthrough_on_target(job: Job, evidence: Run, runner: TargetRunner) ->
     for cell in cells:
         watch = Stopwatch()
         plan = work / f"{cell.gate_key}.plan"
-        atomic_write_text(plan, plan_text(expand_gate_cases(templates, matrix.gates, cell), bundles))
+        # The plan names each bundle as the target sees it (the same path here; its copy on a device).
+        placed = {name: Path(runner.place(path)) for name, path in bundles.items()}
+        atomic_write_text(plan, plan_text(expand_gate_cases(templates, matrix.gates, cell), placed))
         library = job.library(cell)
         argv = [str(library.parent / RUNNER), "fallthrough", "--library", str(library), "--plan", str(plan)]
         argv += ["--prompts", str(prompts), "--max-tokens", str(MAX_TOKENS)]

@@ -8,10 +8,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from eliza.adapters.bench_tools import BenchSettings
+from eliza.adapters.targets import Target
 from eliza.app.errors import UsageError
 from eliza.app.options import Parser, positive
 from eliza.core.layout import default_prompts
-from eliza.core.target import TargetRunner
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,8 +32,9 @@ class BenchOptions:
     verbose: bool = False
     dry_run: bool = False  # print the plan, do nothing
     json: bool = False  # the plan as JSON
-    # How the platform's binaries run here (natively, or under its emulator): set per platform.
-    runner: TargetRunner | None = None
+    # How the platform's binaries run (natively, under its emulator, on a device): set per platform.
+    runner: Target | None = None
+    devices: Path | None = None  # --devices: a lab file (eliza.app.services.lab)
 
 
 def parse_bench_args(
@@ -76,6 +77,13 @@ def parse_bench_args(
         "--dry-run", action="store_true", help="print the plan (builds and checks) and do nothing"
     )
     parser.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
+    parser.add_argument(
+        "--devices",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help="a lab file: the platform's bench runs on its device (default: $ELIZA_DEVICES, else none)",
+    )
     args = parser.parse_args(list(argv))
     if args.json and not args.dry_run:
         parser.error("--json goes with --dry-run (the plan as JSON)")
@@ -94,6 +102,7 @@ def parse_bench_args(
         bundle=args.bundle, prompts=args.prompts, max_tokens=args.max_tokens, repeats=args.repeats
     )
     return BenchOptions(
+        devices=args.devices,
         settings=settings,
         baseline=args.baseline,
         overhead_pairs=args.overhead_pairs,

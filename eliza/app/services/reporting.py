@@ -3,7 +3,7 @@ the report (HTML, Markdown, JSON): what `nox -s report`, verify and the CI repor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from eliza.app.services.clock import now
 from eliza.app.services.inputs import fuzz_inputs, input_hashes
 from eliza.core.evidence import Artifact, InputFingerprint, utc_timestamp
 from eliza.core.fingerprint import InputHashes, fingerprint_for
-from eliza.core.host import check_blockers
+from eliza.core.host import Capability, check_blockers
 from eliza.core.layout import default_prompts
 from eliza.core.matrix import Cell, Check, Matrix
 from eliza.core.report import GridState, HeaderFacts, PlatformCapability, Report, build_report
@@ -39,6 +39,7 @@ def render(
     *,
     hashes: InputHashes | None = None,
     artifact_matches: Callable[[Artifact], bool | None] | None = None,
+    capabilities: Mapping[str, Capability] | None = None,
 ) -> tuple[ReportPaths, Report]:
     """Reads evidence from every directory, judges it against the current tree, renders
     HTML, Markdown and JSON. Returns (paths, report). `hashes` and `artifact_matches`: what
@@ -77,17 +78,18 @@ def render(
         tools = recorded_tools.get((cell.id, check.id))
         return fresh if tools is None else InputFingerprint.of({**fresh.parts, "tools": tools})
 
-    capabilities = {}
+    judged = {}
     for platform in matrix.platforms:
-        can = capability(platform)
-        capabilities[platform.id] = PlatformCapability.of(can, check_blockers(host, matrix.checks, platform))
+        # A lab's devices (verify's capabilities) decide where a platform's checks run.
+        can = capabilities[platform.id] if capabilities is not None else capability(platform)
+        judged[platform.id] = PlatformCapability.of(can, check_blockers(host, matrix.checks, platform))
     state = git.git_state(project.repo)
     cpu = host.cpu_model or host.arch
     report = build_report(
         matrix,
         records=records,
         current_fingerprint=current_fingerprint,
-        capabilities=capabilities,
+        capabilities=judged,
         artifact_matches=artifact_matches or recording.ArtifactHashes(repo=project.repo).resolve,
         facts=HeaderFacts(
             commit=state.commit,

@@ -45,6 +45,8 @@ class Run:
     evidence_dir: Path
     verbose: bool = False  # tool output shown as it runs (else: in each cell's log, with progress)
     ran_on: dict[str, str] = field(default_factory=dict)  # platform id -> how its checks ran, if not natively
+    # platform id -> the identity of the lab device its checks ran on (uname -a, ...)
+    device_facts: dict[str, dict[str, str]] = field(default_factory=dict)
     written: list[CheckOutcome] = field(default_factory=list)
     # Added to the environment of the processes the checks start (a CI check job's
     # ELIZA_PREBUILT_CELLS=1, so the suites take their cells from its artifact).
@@ -60,6 +62,9 @@ class Run:
             if check.needs_run and o.status is not Status.SKIPPED:
                 # How the library ran: evidence of a fallback run must say so.
                 o = replace(o, details={**o.details, "ran_on": self.ran_on.get(cell.platform.id, "native")})
+                device = self.device_facts.get(cell.platform.id)
+                if device is not None and o.details["ran_on"].startswith("device "):
+                    o = replace(o, details={**o.details, "device": dict(device)})
             recording.save(
                 o,
                 fingerprint_for(cell, check, self.hashes, baseline),

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from eliza.app.context import Context
 from eliza.app.errors import ChecksFailed, NotHere, UsageError
 from eliza.app.executor import Execution, execute
+from eliza.app.options import strict_requested
 from eliza.app.project import current
+from eliza.app.services import lab as lab_service
 from eliza.app.services.baseline import BaselineError, resolve_commit
 from eliza.app.services.bench_options import BenchOptions, options_description, parse_bench_args
 from eliza.app.services.build import describe_build
@@ -20,6 +22,7 @@ from eliza.app.services.exclusive import exclusive
 from eliza.app.services.recording import ArtifactHashes
 from eliza.app.services.run import Run, start_run
 from eliza.app.verification import plan_facts, print_plan
+from eliza.core.lab import Lab
 from eliza.core.matrix import Matrix
 from eliza.core.verify_plan import IDENTITY_KINDS, Selection, VerifyPlan, plan
 
@@ -31,6 +34,8 @@ class BenchSessionOptions:
     platform: str
     bench: BenchOptions
     baseline_given: bool = False  # --baseline on the command line (else the matrix's)
+    lab: Lab | None = None  # --devices / ELIZA_DEVICES
+    strict: bool = False
 
 
 def parse_options(
@@ -44,10 +49,17 @@ def parse_options(
         default_baseline=matrix.baseline.ref if matrix.baseline else None,
     )
     given = any(a == "--baseline" or a.startswith("--baseline=") for a in argv)
-    return BenchSessionOptions(platform=platform_id, bench=opts, baseline_given=given)
+    return BenchSessionOptions(
+        platform=platform_id,
+        bench=opts,
+        baseline_given=given,
+        lab=lab_service.lab_from(opts.devices, env, matrix),
+        strict=strict_requested(argv, env),
+    )
 
 
 def run(options: BenchSessionOptions, ctx: Context) -> Execution | None:
+    ctx = lab_service.with_lab(ctx, options.lab, strict=options.strict)
     matrix, log, project = ctx.matrix, ctx.log, ctx.project
     opts, platform_id = options.bench, options.platform
     commit = None
@@ -100,6 +112,7 @@ def run(options: BenchSessionOptions, ctx: Context) -> Execution | None:
         return None
     with exclusive(f"nox -s bench-{platform_id}", log):
         bench_plan, run = planned(bundle_ready=True)
+        run.device_facts = lab_service.device_facts(ctx)
         done = execute(
             bench_plan,
             run,
@@ -107,6 +120,7 @@ def run(options: BenchSessionOptions, ctx: Context) -> Execution | None:
             ctx.capabilities(),
             bench=opts,
             describe_build=describe_build,
+            devices=lab_service.device_targets(ctx),
         )
         if done.failed:
             raise ChecksFailed(

@@ -22,6 +22,7 @@ from eliza.app.context import Context
 from eliza.app.errors import BuildFailed, CiFailed, NotHere, UsageError
 from eliza.app.options import Parser
 from eliza.app.services import build
+from eliza.app.services import lab as lab_service
 from eliza.app.services.build import BUILD_ERRORS, PREBUILT_VARIABLE, build_cells, describe_build
 from eliza.app.services.builders import PrebuiltBuilder
 from eliza.app.services.bundle import ensure_tiny_bundle
@@ -33,6 +34,7 @@ from eliza.app.services.run import start_run
 from eliza.app.verification import VerifyOptions, verify
 from eliza.core.cell_id import CellId
 from eliza.core.ci_jobs import PipelineError
+from eliza.core.lab import Lab
 from eliza.core.matrix import Matrix
 from eliza.core.matrix_rules import unknown_cell
 from eliza.core.outcome import skipped
@@ -116,6 +118,7 @@ class CiCheckOptions:
     artifacts: Path
     dry_run: bool = False
     json: bool = False
+    lab: Lab | None = None  # --devices / ELIZA_DEVICES: a device runner's lab
 
 
 def parse_check_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> CiCheckOptions:
@@ -124,11 +127,16 @@ def parse_check_options(argv: Sequence[str], env: Mapping[str, str], matrix: Mat
     parser.add_argument("--artifacts", type=Path, required=True, help="where the build jobs' artifacts are")
     parser.add_argument("--dry-run", action="store_true", help="print the job's plan and do nothing")
     parser.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
+    lab_service.add_option(parser)
     args = parser.parse_args(list(argv))
     if args.cell not in {c.id for c in matrix.cells}:
         parser.error(unknown_cell(matrix, args.cell, "--cell"))
     return CiCheckOptions(
-        cell=CellId.parse(args.cell), artifacts=args.artifacts, dry_run=args.dry_run, json=args.json
+        cell=CellId.parse(args.cell),
+        artifacts=args.artifacts,
+        dry_run=args.dry_run,
+        json=args.json,
+        lab=lab_service.lab_from(args.devices, env, matrix),
     )
 
 
@@ -141,7 +149,7 @@ def run_check(options: CiCheckOptions, ctx: Context) -> Path | None:
     # The suites verify runs in other processes take their cells from the artifact too.
     job_ctx = replace(ctx, child_env={PREBUILT_VARIABLE: "1"})
     verify_options = VerifyOptions(
-        cells=(options.cell,), strict=True, dry_run=options.dry_run, json=options.json
+        cells=(options.cell,), strict=True, dry_run=options.dry_run, json=options.json, lab=options.lab
     )
     try:
         result = verify(verify_options, job_ctx, builder=PrebuiltBuilder(ctx=job_ctx))

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from eliza.app.context import Context
 from eliza.app.options import strict_requested
+from eliza.app.services.lab import lab_from
 from eliza.app.verification import VerifyOptions, VerifyResult, parser, verify
 from eliza.core.cell_id import CellId, CellIdError
 from eliza.core.matrix import Matrix
@@ -37,6 +38,7 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
         json=args.json,
         strict=strict_requested(argv, env),
         verbose=args.verbose,
+        lab=lab_from(args.devices, env, matrix),
     )
 
 
