@@ -63,6 +63,14 @@ def render(
         for r in reversed(records)
         if r.record is not None and r.record.details.get("baseline_commit")
     }
+    # A perf record's reference and rounds (its fingerprint's `reference` part).
+    baselines |= {
+        (r.record.cell, r.record.check): str(r.record.details["perf"]["reference_identity"])
+        for r in reversed(records)
+        if r.record is not None
+        and isinstance(r.record.details.get("perf"), dict)
+        and "reference_identity" in r.record.details["perf"]
+    }
     # Tool versions are facts of the host that ran a check, which the host rendering the
     # report (a CI report job, say) may not have: the report takes them as recorded, while
     # verify, on the host that runs checks, re-runs a check when its tools changed.
