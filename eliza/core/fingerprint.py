@@ -30,6 +30,7 @@ class InputHashes:
     abi_check: str = ""  # the code that judges an ABI (surface cut, baseline, abidiff)
     native_tests: str = ""  # tests/native and the harness: the native-suite check's cases
     consumers: str = ""  # native/consumers and the code that runs and judges them
+    perf_check: str = ""  # the perf runner, its statistics and its round settings
 
 
 def _matrix_entries(cell: Cell, check: Check) -> str:
@@ -93,6 +94,7 @@ def fingerprint_for(
         parts["prompts"] = hashes.prompts
         parts["bench"] = hashes.bench
         parts["reference"] = baseline_commit or "none"
+        parts["check_code"] = hashes.perf_check
     if kind is CheckKind.ABI and baseline_commit:  # compared with the pre-M3 library's surface too
         parts["baseline"] = baseline_commit
     if kind is CheckKind.NATIVE_SUITE:

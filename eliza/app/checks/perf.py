@@ -16,7 +16,6 @@ from eliza.app.checks.job import Job
 from eliza.app.services.bench_options import BenchOptions
 from eliza.app.services.clock import Stopwatch, now
 from eliza.app.services.run import Run
-from eliza.core.bench_diff import run_decode_tok_s, run_first_token_ms
 from eliza.core.bench_records import BenchRun
 from eliza.core.evidence import Status
 from eliza.core.matrix import Cell, Check
@@ -29,22 +28,26 @@ from eliza.formats.files import atomic_write_text, sha256_file
 Log = Callable[[str], None]
 
 
-def prefill_tok_s(run: BenchRun) -> float:
-    """Median over prompts of prompt tokens / median prefill time."""
-    rates = [
-        len(p.prompt_tokens) / (statistics.median(p.prefill_ms) / 1000.0)
-        for p in run.prompts
-        if p.prefill_ms and statistics.median(p.prefill_ms) > 0
-    ]
-    return statistics.median(rates) if rates else 0.0
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values)) if values else 0.0
 
 
 def run_metrics(run: BenchRun) -> dict[str, float]:
-    """What one bench run contributes to each metric: one sample per round and side."""
+    """What one bench run contributes to each metric: one sample per round and side. Per
+    prompt the best of its repeats (the fastest decode, the shortest prefill and first
+    token: other processes of a busy machine only ever slow a repeat down), then the median
+    over prompts; the process's peak RSS."""
+    decode = [max(p.decode_tok_s) for p in run.prompts if len(p.tokens) > 1 and p.decode_tok_s]
+    prefill = [
+        len(p.prompt_tokens) / (min(p.prefill_ms) / 1000.0)
+        for p in run.prompts
+        if p.prefill_ms and min(p.prefill_ms) > 0
+    ]
+    first = [min(p.first_token_ms) for p in run.prompts if p.first_token_ms]
     return {
-        "decode_tok_s": run_decode_tok_s(run),
-        "prefill_tok_s": prefill_tok_s(run),
-        "first_token_ms": run_first_token_ms(run),
+        "decode_tok_s": _median(decode),
+        "prefill_tok_s": _median(prefill),
+        "first_token_ms": _median(first),
         "peak_rss_kb": float(max((p.peak_rss_kb for p in run.prompts), default=0)),
     }
 

@@ -33,8 +33,8 @@ class BenchOptions:
     # --perf-reference DIR (None: the commit's build), and the bench settings of a round
     perf_rounds: int | None = None
     perf_reference_dir: Path | None = None
-    perf_max_tokens: int = 256
-    perf_repeats: int = 3
+    perf_max_tokens: int = 128
+    perf_repeats: int = 5
     verbose: bool = False
     dry_run: bool = False  # print the plan, do nothing
     json: bool = False  # the plan as JSON

@@ -39,6 +39,9 @@ FIGURE_METRICS = (
     "seam_overhead_ratio",
     "seam_overhead_ratio_q1",
     "seam_overhead_ratio_q3",
+    "seam_overhead_ci_low",  # the perf statistics of the same samples (eliza.core.perf_stats)
+    "seam_overhead_ci_high",
+    "seam_overhead_p",
     "tok_s",
     "first_token_ms",
     "peak_rss_kb",
