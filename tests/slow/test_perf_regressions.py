@@ -3,7 +3,7 @@ cache; only libelizainference is rebuilt), against the copy's own unchanged libr
 `--perf-reference DIR`:
 
 - the unchanged tree is VERIFIED in three consecutive runs (other rounds each time, so
-  only perf re-runs);
+  only perf re-runs), and a verify with nothing changed keeps that evidence;
 - a planted per-token delay (the decode step spins 18 % of its own time longer) FAILS
   decode tok/s, and `nox -s report -- --compare OLD/report.json --fail-on-regression`
   lists it and exits 1;
@@ -119,6 +119,28 @@ def test_planted_slowdown_and_memory_growth_fail_and_the_unchanged_tree_never_do
         say(f"unchanged, {rounds} rounds", record)
         assert record["status"] == "passed", out[-3000:]
         assert code == 0, out[-3000:]
+    # Nothing changed: the fresh perf evidence is kept, like any other.
+    code, out = verify(repo, env, reference, "--rounds", "11")
+    assert code == 0 and perf_record(repo)["finished_at"] == record["finished_at"], out[-3000:]
+    assert (
+        "keep   perf"
+        in run(
+            repo,
+            "-m",
+            "nox",
+            "-s",
+            "verify",
+            "--",
+            "--cell",
+            CELL,
+            "--perf-reference",
+            str(reference),
+            "--rounds",
+            "11",
+            "--dry-run",
+            env=env,
+        ).stdout
+    )
     old = tmp_path / "old-report.json"
     shutil.copy2(repo / "build" / "report" / "report.json", old)
 
