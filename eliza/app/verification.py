@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from eliza.adapters import conan
-from eliza.adapters.browser import screenshot
 from eliza.app.context import Context
 from eliza.app.errors import ChecksFailed, ElizaError, NotHere, UsageError
 from eliza.app.executor import Builder, Execution, execute
@@ -22,7 +21,7 @@ from eliza.app.services.builders import ConanBuilder
 from eliza.app.services.bundle import ensure_tiny_bundle, generate_text, tiny_bundle_default
 from eliza.app.services.exclusive import exclusive
 from eliza.app.services.recording import ArtifactHashes
-from eliza.app.services.reporting import describe_paths, render, summary_line
+from eliza.app.services.reporting import describe_paths, render, report_screenshot, summary_line
 from eliza.app.services.run import Run, evidence_index, start_run
 from eliza.core.cell_id import CellId
 from eliza.core.host import check_blockers
@@ -298,7 +297,11 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
             hashes=evidence_run.hashes,
             artifact_matches=planned.artifact_hashes.resolve,
         )
-        ctx.log(describe_paths(paths, screenshot(paths.html, ctx.project.report_dir / "report.png")))
+        ctx.log(
+            describe_paths(
+                paths, report_screenshot(paths.html, ctx.project.report_dir / "report.png", report)
+            )
+        )
         ctx.log(summary_line(report))
         if done.failed:
             raise ChecksFailed(

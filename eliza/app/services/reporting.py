@@ -161,6 +161,11 @@ def summary_line(report: Report) -> str:
     return f"{header.verified} of {header.declared} checks verified ({states})"
 
 
+def report_screenshot(html: Path, png: Path, report: Report) -> Path | None:
+    """The report's screenshot: the grid, and the perf chart below it when there is one."""
+    return screenshot(html, png, height=3000 if report.perf else 2000)
+
+
 def render_and_say(
     matrix: Matrix,
     evidence_dirs: Sequence[Path],
@@ -173,7 +178,7 @@ def render_and_say(
     report host judge bundle-dependent evidence instead of calling it stale), its
     screenshot, and says where they are and what they count."""
     paths, rep = render(matrix, evidence_dirs, out_dir, ensure_tiny_bundle(), compare_with=compare_with)
-    log(describe_paths(paths, screenshot(paths.html, out_dir / "report.png")))
+    log(describe_paths(paths, report_screenshot(paths.html, out_dir / "report.png", rep)))
     log(summary_line(rep))
     if rep.since is not None:
         log(rep.since.summary())
