@@ -5,11 +5,13 @@ Markdown. matplotlib with the Agg backend (no display)."""
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
+logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font search logs at DEBUG
 
 from matplotlib import pyplot as plt  # after matplotlib.use: the backend is chosen first
 

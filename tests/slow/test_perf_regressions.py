@@ -78,6 +78,16 @@ def say(label: str, record: dict[str, Any]) -> None:
         print(f"  {m['words']}")
 
 
+def failures(repo: Path) -> list[str]:
+    """The failed records of the copy's evidence, with their reasons."""
+    out = []
+    for path in sorted((repo / "build" / "evidence").glob("*.json")):
+        record = json.loads(path.read_text())
+        if record.get("status") in ("failed", "error"):
+            out.append(f"{record['check']}: {record['reason'][:800]} {record.get('log_tail', '')[-1500:]}")
+    return out
+
+
 def verify(repo: Path, env: dict[str, str], reference: Path, *extra: str) -> tuple[int, str]:
     done = run(
         repo,
@@ -118,7 +128,7 @@ def test_planted_slowdown_and_memory_growth_fail_and_the_unchanged_tree_never_do
         record = perf_record(repo)
         say(f"unchanged, {rounds} rounds", record)
         assert record["status"] == "passed", out[-3000:]
-        assert code == 0, out[-3000:]
+        assert code == 0, failures(repo)
     # Nothing changed: the fresh perf evidence is kept, like any other.
     code, out = verify(repo, env, reference, "--rounds", "11")
     assert code == 0 and perf_record(repo)["finished_at"] == record["finished_at"], out[-3000:]
@@ -150,7 +160,8 @@ def test_planted_slowdown_and_memory_growth_fail_and_the_unchanged_tree_never_do
     code, out = verify(repo, env, reference, "--rounds", "9")
     record = perf_record(repo)
     say("per-token delay", record)
-    assert code == 1 and record["status"] == "failed", out[-3000:]
+    assert record["status"] == "failed", out[-3000:]
+    assert code == 1 and [f for f in failures(repo) if f.startswith("perf:")], failures(repo)
     assert verdicts(record)["decode_tok_s"] == "failed"
     assert "decode_tok_s ratio" in record["reason"] and "REGRESSION" in record["reason"]
 
@@ -185,7 +196,8 @@ def test_planted_slowdown_and_memory_growth_fail_and_the_unchanged_tree_never_do
     code, out = verify(repo, env, reference, "--rounds", "9")
     record = perf_record(repo)
     say("64 MB at _create", record)
-    assert code == 1 and record["status"] == "failed", out[-3000:]
+    assert record["status"] == "failed", out[-3000:]
+    assert code == 1, failures(repo)
     assert verdicts(record)["peak_rss_kb"] == "failed"
     ratio = record["metrics"]["peak_rss_kb_ratio"]
     assert ratio > 1.05, ratio
