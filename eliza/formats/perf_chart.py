@@ -11,11 +11,11 @@ from collections.abc import Sequence
 import matplotlib
 
 matplotlib.use("Agg")
-logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font search logs at DEBUG
-
 from matplotlib import pyplot as plt  # after matplotlib.use: the backend is chosen first
 
 from eliza.core.report.model import PerfRow
+
+logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font search logs at DEBUG
 
 COLOURS = {"verified": "#1a7f37", "failed": "#cf222e", "inconclusive": "#8250df"}
 
