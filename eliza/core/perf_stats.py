@@ -25,8 +25,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from scipy import stats as scipy_stats
-
 from eliza.core.matrix import Direction, MetricRule
 
 __all__ = [
@@ -159,6 +157,8 @@ def compare(
     if len(set(candidate) | set(reference)) == 1:
         p_value = 1.0  # every sample equal: nothing to tell apart
     else:
+        from scipy import stats as scipy_stats  # here: scipy takes a second to import
+
         p_value = float(scipy_stats.mannwhitneyu(cand, ref, alternative="two-sided").pvalue)
     return Comparison(
         metric=metric,

@@ -7,20 +7,26 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Sequence
-
-import matplotlib
-
-matplotlib.use("Agg")
-from matplotlib import pyplot as plt  # after matplotlib.use: the backend is chosen first
+from typing import Any
 
 from eliza.core.report.model import PerfRow
-
-logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font search logs at DEBUG
 
 COLOURS = {"verified": "#1a7f37", "failed": "#cf222e", "inconclusive": "#8250df"}
 
 
-def _figure(rows: Sequence[PerfRow]) -> object:
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, imported when a chart is drawn (it takes a
+    second to import), its font search kept quiet."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font search logs at DEBUG
+    from matplotlib import pyplot
+
+    return pyplot
+
+
+def _figure(plt: Any, rows: Sequence[PerfRow]) -> Any:
     metrics = list(dict.fromkeys(r.metric for r in rows))
     cells = list(dict.fromkeys(r.cell for r in rows))
     height = 0.9 + 0.32 * len(cells)
@@ -60,10 +66,11 @@ def render_chart(rows: Sequence[PerfRow]) -> tuple[str, bytes]:
     """(SVG text, PNG bytes) of the chart; ("", b"") without rows."""
     if not rows:
         return "", b""
-    fig = _figure(rows)
+    plt = _pyplot()
+    fig = _figure(plt, rows)
     svg, png = io.StringIO(), io.BytesIO()
-    fig.savefig(svg, format="svg", metadata={"Date": None})  # type: ignore[attr-defined]
-    fig.savefig(png, format="png", dpi=110, metadata={"Software": None})  # type: ignore[attr-defined]
-    plt.close(fig)  # type: ignore[arg-type]
+    fig.savefig(svg, format="svg", metadata={"Date": None})
+    fig.savefig(png, format="png", dpi=110, metadata={"Software": None})
+    plt.close(fig)
     text = svg.getvalue()
     return text[text.index("<svg") :], png.getvalue()
