@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.ci.helpers import copy_tree
-from tests.integration.test_synthetic_gate import copy_env, run
+from tests.ci.helpers import copy_tree, env_for
+from tests.integration.test_synthetic_gate import run
 
 CELL = "linux-cpu.none"
 FFI = "native/src/ffi.cpp"
@@ -115,7 +115,7 @@ def report_state(repo: Path) -> dict[str, Any]:
 
 def test_planted_slowdown_and_memory_growth_fail_and_the_unchanged_tree_never_does(tmp_path: Path) -> None:
     repo = copy_tree(tmp_path / "repo")
-    env = copy_env(repo)
+    env = env_for(repo)  # the caller's Conan cache: llama.cpp is not rebuilt
     built = run(repo, "-m", "nox", "-s", f"build-{CELL}", env=env)
     assert built.returncode == 0, built.stdout + built.stderr
     reference = tmp_path / "release"
