@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from eliza.adapters import conan
-from eliza.adapters.browser import screenshot
 from eliza.app.context import Context
 from eliza.app.errors import ChecksFailed, ElizaError, NotHere, UsageError
 from eliza.app.executor import Builder, Execution, execute
@@ -23,13 +22,15 @@ from eliza.app.services.builders import ConanBuilder
 from eliza.app.services.bundle import ensure_tiny_bundle, generate_text, tiny_bundle_default
 from eliza.app.services.exclusive import exclusive
 from eliza.app.services.recording import ArtifactHashes
-from eliza.app.services.reporting import describe_paths, render, summary_line
+from eliza.app.services.reporting import describe_paths, render, report_screenshot, summary_line
 from eliza.app.services.run import Run, evidence_index, start_run
 from eliza.core.cell_id import CellId
 from eliza.core.host import check_blockers
 from eliza.core.lab import Lab
 from eliza.core.matrix import Matrix
+from eliza.core.target import library_file
 from eliza.core.verify_plan import PlanFacts, Selection, VerifyPlan, plan
+from eliza.formats.files import sha256_file
 
 SAMPLE_PROMPT = "Once upon a time there was"
 
@@ -45,6 +46,8 @@ class VerifyOptions:
     strict: bool = False
     verbose: bool = False
     lab: Lab | None = None  # --devices / ELIZA_DEVICES: devices that run their platforms' checks
+    rounds: int | None = None  # --rounds N: the perf check's rounds
+    perf_reference: str | None = None  # --perf-reference REF|DIR
 
 
 def parser(prog: str = "nox -s verify --") -> Parser:
@@ -55,7 +58,19 @@ def parser(prog: str = "nox -s verify --") -> Parser:
         metavar="REF",
         help="diff every cell against a build of REF instead of the matrix's declared baseline",
     )
-    p.add_argument("--no-bench", action="store_true", help="skip the byte-identity bench")
+    p.add_argument("--no-bench", action="store_true", help="skip the byte-identity bench and the perf check")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="interleaved candidate/reference rounds of the perf check (3..50; default: the matrix's)",
+    )
+    p.add_argument(
+        "--perf-reference",
+        metavar="REF|DIR",
+        help="the perf check's reference: a commit (built like the baseline) or a directory holding a "
+        "previous release's library, instead of the matrix's baseline",
+    )
     p.add_argument(
         "--cell",
         action="append",
@@ -104,12 +119,41 @@ def choose_baseline(options: VerifyOptions, matrix: Matrix) -> BaselineChoice:
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class PerfReference:
+    commit: str | None = None  # --perf-reference REF, resolved
+    library: Path | None = None  # --perf-reference DIR: the library found in it
+    library_sha256: str = ""
+
+
+def choose_perf_reference(options: VerifyOptions, ctx: Context) -> PerfReference:
+    """--perf-reference DIR must hold the first platform's library; REF must resolve."""
+    given = options.perf_reference
+    if given is None:
+        return PerfReference()
+    path = Path(given)
+    if path.is_dir():
+        name = library_file(ctx.matrix.platforms[0])
+        found = sorted(p for p in (path / name, path / "build" / name) if p.is_file())
+        if not found:
+            raise UsageError(
+                f"--perf-reference {given}: no {name} in it (give a directory holding a built library, "
+                "or a commit)"
+            )
+        return PerfReference(library=found[0].resolve(), library_sha256=sha256_file(found[0]))
+    try:
+        return PerfReference(commit=resolve_commit(given))
+    except BaselineError as exc:
+        raise UsageError(f"--perf-reference {given}: neither a directory nor a commit ({exc})") from None
+
+
 @dataclass(kw_only=True)
 class Planned:
     plan: VerifyPlan
     run: Run
     baseline: BaselineChoice
     artifact_hashes: ArtifactHashes = field(default_factory=ArtifactHashes)
+    perf_reference: PerfReference = field(default_factory=PerfReference)
 
 
 def plan_facts(
@@ -136,6 +180,7 @@ def plan_verify(options: VerifyOptions, ctx: Context, *, bundle: Path) -> Planne
     """Every decision verify will make, from this host, this tree and the evidence on disk."""
     matrix = ctx.matrix
     baseline = choose_baseline(options, matrix)
+    perf_reference = choose_perf_reference(options, ctx)
     selected = {c.platform for c in options.cells}
     capabilities = ctx.capabilities()
     if options.strict:
@@ -160,8 +205,17 @@ def plan_verify(options: VerifyOptions, ctx: Context, *, bundle: Path) -> Planne
         bench=options.bench,
         baseline_commit=baseline.commit,
         no_baseline_reason=baseline.no_baseline_reason,
+        perf_reference_commit=perf_reference.commit,
+        perf_reference_library=perf_reference.library_sha256,
+        perf_rounds=options.rounds,
     )
-    return Planned(plan=plan(matrix, facts, selection), run=run, baseline=baseline, artifact_hashes=artifacts)
+    return Planned(
+        plan=plan(matrix, facts, selection),
+        run=run,
+        baseline=baseline,
+        artifact_hashes=artifacts,
+        perf_reference=perf_reference,
+    )
 
 
 def print_plan(verify_plan: VerifyPlan, *, as_json: bool) -> None:
@@ -178,9 +232,19 @@ class VerifyResult:
     execution: Execution | None = None
 
 
-def bench_options_for(ctx: Context, bundle: Path, baseline: BaselineChoice) -> BenchOptions:
+def bench_options_for(
+    ctx: Context,
+    bundle: Path,
+    baseline: BaselineChoice,
+    *,
+    rounds: int | None = None,
+    perf_reference: PerfReference | None = None,
+) -> BenchOptions:
     opts = parse_bench_args(
         ["--baseline", baseline.ref] if baseline.ref else [], default_bundle=bundle, repo=ctx.project.repo
+    )
+    opts = replace(
+        opts, perf_rounds=rounds, perf_reference_dir=perf_reference.library if perf_reference else None
     )
     return (
         replace(opts, no_baseline_reason=baseline.no_baseline_reason) if baseline.no_baseline_reason else opts
@@ -211,7 +275,9 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
             evidence_run,
             builder,
             ctx.capabilities(),
-            bench=bench_options_for(ctx, bundle, planned.baseline),
+            bench=bench_options_for(
+                ctx, bundle, planned.baseline, rounds=options.rounds, perf_reference=planned.perf_reference
+            ),
             describe_build=describe_build,
             devices=lab.device_targets(ctx),
         )
@@ -239,7 +305,11 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
             artifact_matches=planned.artifact_hashes.resolve,
             capabilities=ctx.capabilities(),
         )
-        ctx.log(describe_paths(paths, screenshot(paths.html, ctx.project.report_dir / "report.png")))
+        ctx.log(
+            describe_paths(
+                paths, report_screenshot(paths.html, ctx.project.report_dir / "report.png", report)
+            )
+        )
         ctx.log(summary_line(report))
         if done.failed:
             raise ChecksFailed(

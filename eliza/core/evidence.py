@@ -54,6 +54,7 @@ class Status(StrEnum):
     FAILED = "failed"
     ERROR = "error"  # the check could not run to a verdict (tool crashed, setup failed)
     SKIPPED = "skipped"  # deliberately not run; `reason` says why
+    INCONCLUSIVE = "inconclusive"  # ran, and the samples could not decide (perf); `reason` says what would
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,6 +30,7 @@ class InputHashes:
     abi_check: str = ""  # the code that judges an ABI (surface cut, baseline, abidiff)
     native_tests: str = ""  # tests/native and the harness: the native-suite check's cases
     consumers: str = ""  # native/consumers and the code that runs and judges them
+    perf_check: str = ""  # the perf runner, its statistics and its round settings
 
 
 def _matrix_entries(cell: Cell, check: Check) -> str:
@@ -37,6 +38,9 @@ def _matrix_entries(cell: Cell, check: Check) -> str:
     entry = asdict(check)
     if not check.run_requires:  # a field most checks leave empty: their evidence stays fresh
         del entry["run_requires"]
+    for name in ("metrics", "rounds"):  # perf-only fields: the other checks' evidence stays fresh
+        if not entry[name]:
+            del entry[name]
     payload = {
         "platform": asdict(cell.platform),
         "gates": [asdict(g) for g in cell.gates],
@@ -84,6 +88,13 @@ def fingerprint_for(
         parts["bench"] = hashes.bench
     if kind is CheckKind.BYTE_IDENTITY_BASELINE:
         parts["baseline"] = baseline_commit or "none"
+    if kind is CheckKind.PERF:
+        # the reference's identity and the rounds (see eliza.core.perf_plan.reference_identity)
+        parts["bundle"] = hashes.bundle
+        parts["prompts"] = hashes.prompts
+        parts["bench"] = hashes.bench
+        parts["reference"] = baseline_commit or "none"
+        parts["check_code"] = hashes.perf_check
     if kind is CheckKind.ABI and baseline_commit:  # compared with the pre-M3 library's surface too
         parts["baseline"] = baseline_commit
     if kind is CheckKind.NATIVE_SUITE:

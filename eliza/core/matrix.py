@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import date
 from enum import StrEnum
 
 from eliza.core.cell_id import CellId
@@ -50,6 +51,62 @@ class CheckKind(StrEnum):
     CROSS_ARCH_AGREEMENT = "cross-arch-agreement"  # greedy output vs the reference platform's
     NATIVE_SUITE = "native-suite"  # the C ABI suite (races included) and the bench tools on this build
     CONSUMER = "consumer"  # the Node and JNI consumers drive the released C ABI on this build
+    PERF = "perf"  # tok/s, first token and peak RSS against a reference library, with statistics
+
+
+class Direction(StrEnum):
+    """Which way a perf metric improves."""
+
+    HIGHER = "higher"  # higher is better (tok/s)
+    LOWER = "lower"  # lower is better (latency, memory)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricRule:
+    """The pass rule of one perf metric (a perf check's `metrics` in matrix.yaml): the ratio
+    candidate / reference, a regression when its 95 % interval lies wholly beyond
+    1 - bound (higher is better) or 1 + bound (lower is better) and p < alpha."""
+
+    metric: str  # "decode_tok_s"
+    direction: Direction
+    bound: float  # accepted relative change in the bad direction, e.g. 0.05
+    min_samples: int = 3  # rounds per side; fewer is inconclusive
+    max_interval: float | None = None  # widest interval (high - low) that can decide; None: 4 x bound
+    alpha: float = 0.05  # a failure also needs a Mann-Whitney U p below this
+
+    @property
+    def threshold(self) -> float:
+        """The ratio the interval must lie wholly beyond to be a regression."""
+        return 1.0 - self.bound if self.direction is Direction.HIGHER else 1.0 + self.bound
+
+    @property
+    def widest(self) -> float:
+        return self.max_interval if self.max_interval is not None else 4.0 * self.bound
+
+    def beyond(self, ratio: float) -> bool:
+        """Whether a ratio is on the regression side of the bound."""
+        return ratio < self.threshold if self.direction is Direction.HIGHER else ratio > self.threshold
+
+    def describe(self) -> str:
+        side = "below" if self.direction is Direction.HIGHER else "above"
+        return f"a regression is an interval wholly {side} {self.threshold:g} with p < {self.alpha:g}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PerfWaiver:
+    """An accepted perf regression (matrix.yaml `perf_waivers`): on cells matching `cells`
+    (a glob), `metric` is judged against `bound` instead of its rule's, until `expires`
+    (a date) or while the matrix's milestone is `milestone`."""
+
+    cells: str  # "linux-cpu.*"
+    metric: str
+    bound: float
+    reason: str
+    expires: date | None = None
+    milestone: str | None = None
+
+    def expiry(self) -> str:
+        return f"until {self.expires.isoformat()}" if self.expires is not None else f"during {self.milestone}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +185,8 @@ class Check:
     # Programs the host that runs the check needs besides the platform's run_requires
     # (a consumer's runtime); where one is missing the check is NOT RUNNABLE HERE.
     run_requires: tuple[Requirement, ...] = ()
+    metrics: tuple[MetricRule, ...] = ()  # perf: the pass rule of each metric
+    rounds: int = 0  # perf: interleaved candidate/reference rounds by default
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -300,6 +359,7 @@ class Matrix:
     verifiable_here: tuple[VerifiableItem, ...] = ()
     warnings: tuple[Problem, ...] = ()  # not fatal, e.g. an exclude that matches nothing
     variants: tuple[Variant, ...] = ()  # the first is the default; () means release only
+    perf_waivers: tuple[PerfWaiver, ...] = ()
 
     def platform(self, platform_id: str) -> Platform:
         for p in self.platforms:

@@ -8,8 +8,10 @@ hands over the data with a function that locates a key path in the file.
 from __future__ import annotations
 
 import difflib
+import fnmatch
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 from eliza.core.matrix import (
@@ -20,12 +22,15 @@ from eliza.core.matrix import (
     CheckKind,
     ChecklistScope,
     DeviceGatedItem,
+    Direction,
     Emulator,
     ExitBox,
     ExitChecklist,
     Gate,
     Matrix,
     MatrixError,
+    MetricRule,
+    PerfWaiver,
     Platform,
     Problem,
     Requirement,
@@ -136,6 +141,7 @@ class MatrixRules:
             self.check_refs(box["checks"], check_ids, ("exit_checklist", "boxes", i, "checks"))
         for i, row in enumerate(d.get("verifiable_here", [])):
             self.check_refs(row["checks"], check_ids, ("verifiable_here", i, "checks"))
+        self.check_perf()
         specs = self.cell_specs(platform_ids, gate_ids, check_ids)
         if self.errors:
             raise MatrixError(self.errors)
@@ -176,6 +182,7 @@ class MatrixRules:
             )
         cells.sort(key=lambda c: order[c.platform.id])  # stable: a platform's variant cells last
         self.check_comparisons(cells, specs)
+        waivers = self.perf_waivers(cells)
         if self.errors:
             raise MatrixError(self.errors)
         return Matrix(
@@ -198,6 +205,7 @@ class MatrixRules:
             ),
             warnings=tuple(self.warnings),
             variants=tuple(variants.values()),
+            perf_waivers=waivers,
         )
 
     # semantics
@@ -220,6 +228,68 @@ class MatrixRules:
                     f"{', '.join(comparing)}",
                 )
                 has_reference.add(cell.platform.id)  # one finding per platform
+
+    def check_perf(self) -> None:
+        """A perf check declares the rule of every metric it judges; no other kind has any."""
+        for i, check in enumerate(self.data["checks"]):
+            perf = check["kind"] == CheckKind.PERF.value
+            if perf and "metrics" not in check:
+                self.error(
+                    ("checks", i),
+                    f"perf check {check['id']!r} declares no metrics",
+                    "add metrics: {decode_tok_s: {better: higher, bound: 0.05}, ...}",
+                )
+            for key in ("metrics", "rounds"):
+                if not perf and key in check:
+                    self.error(
+                        ("checks", i, key), f"only a perf check has {key}", f"kind is {check['kind']!r}"
+                    )
+
+    def perf_waivers(self, cells: Sequence[Cell]) -> tuple[PerfWaiver, ...]:
+        """Each waiver names a metric some perf check judges and exactly one expiry; a
+        pattern that matches no cell is a warning (it waives nothing)."""
+        judged = {
+            name
+            for c in self.data["checks"]
+            if c["kind"] == CheckKind.PERF.value
+            for name in c.get("metrics", {})
+        }
+        ids = [c.id for c in cells]
+        out: list[PerfWaiver] = []
+        for i, w in enumerate(self.data.get("perf_waivers", [])):
+            path: KeyPath = ("perf_waivers", i)
+            if ("expires" in w) == ("milestone" in w):
+                self.error(path, "a waiver needs exactly one expiry", "expires: YYYY-MM-DD, or milestone: M3")
+                continue
+            expires = None
+            if "expires" in w:
+                try:
+                    expires = date.fromisoformat(w["expires"])
+                except ValueError:
+                    self.error((*path, "expires"), f"{w['expires']!r} is not a date", "YYYY-MM-DD")
+                    continue
+            if w["metric"] not in judged:
+                self.error(
+                    (*path, "metric"),
+                    f"no perf check judges {w['metric']!r}",
+                    valid_words(sorted(judged), "judged metrics"),
+                )
+                continue
+            if not fnmatch.filter(ids, w["cells"]):
+                self.warnings.append(
+                    self.problem((*path, "cells"), f"{w['cells']!r} matches no cell, so it waives nothing")
+                )
+            out.append(
+                PerfWaiver(
+                    cells=w["cells"],
+                    metric=w["metric"],
+                    bound=float(w["bound"]),
+                    reason=" ".join(str(w["reason"]).split()),
+                    expires=expires,
+                    milestone=w.get("milestone"),
+                )
+            )
+        return tuple(out)
 
     def unique_ids(self, section: str, noun: str) -> list[str]:
         ids: dict[str, int] = {}
@@ -554,6 +624,18 @@ def _check(c: Mapping[str, Any]) -> Check:
         gated_cells_only=c.get("gated_cells_only", False),
         device_free=c.get("device_free", False),
         run_requires=tuple(Requirement(r) for r in c.get("run_requires", [])),
+        metrics=tuple(
+            MetricRule(
+                metric=name,
+                direction=Direction(rule["better"]),
+                bound=float(rule["bound"]),
+                min_samples=rule.get("min_samples", 3),
+                max_interval=float(rule["max_interval"]) if "max_interval" in rule else None,
+                alpha=float(rule.get("alpha", 0.05)),
+            )
+            for name, rule in c.get("metrics", {}).items()
+        ),
+        rounds=c.get("rounds", 0),
     )
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "Skip",
     "Step",
     "VerifyPlan",
+    "perf_identity",
     "plan",
 ]
 
@@ -147,6 +148,11 @@ class Selection:
     baseline_commit: str | None = None  # what byte-identity-baseline compares with; None: not run
     no_baseline_reason: str = ""  # why there is none (a shallow clone)
     kinds: frozenset[CheckKind] | None = None  # build sessions: build and abi only
+    # perf: the reference library, a commit (built like the baseline) or the sha256 of a
+    # library in a directory (--perf-reference DIR); None: the baseline commit
+    perf_reference_commit: str | None = None
+    perf_reference_library: str = ""  # sha256 of --perf-reference DIR's library
+    perf_rounds: int | None = None  # --rounds N; None: the check's declared rounds
     build_all: bool = False  # build sessions build every selected cell even when nothing runs
 
 
@@ -256,12 +262,18 @@ def cpu_fallback_reference(matrix: Matrix, platform: Platform, facts: PlanFacts)
     return None
 
 
+def perf_identity(reference: str, rounds: int) -> str:
+    """What a perf record was measured against, as its fingerprint's `reference` part:
+    the reference (a commit, or "library:<sha256>") and the rounds."""
+    return f"{reference};rounds={rounds}"
+
+
 def compares_with_baseline(cell: Cell, check: Check) -> bool:
     """Whether the check compares the cell with the declared baseline's library: the
     byte-identity-baseline bench, and the abi check of an x86-64 release cell whose
     platform verify builds here (M3: "no consumer changes", the exported surface against
     the pre-M3 library's)."""
-    if check.kind is CheckKind.BYTE_IDENTITY_BASELINE:
+    if check.kind in (CheckKind.BYTE_IDENTITY_BASELINE, CheckKind.PERF):
         return True
     platform = cell.platform
     return (
@@ -445,6 +457,14 @@ class _Planner:
                     Skip(cell=cell.ref, check=check.id, state=GridState.NOT_RUN, reason="--no-bench")
                 )
                 continue
+            if check.kind is CheckKind.PERF:
+                blocker = self.perf_blocker(can)
+                if blocker is not None:
+                    state, reason, records = blocker
+                    self.steps.append(
+                        Skip(cell=cell.ref, check=check.id, state=state, reason=reason, records=records)
+                    )
+                    continue
             if check.kind is CheckKind.BYTE_IDENTITY_BASELINE and selection.baseline_commit is None:
                 why = (
                     selection.no_baseline_reason or "no baseline declared (baseline: in matrix.yaml) or given"
@@ -460,6 +480,41 @@ class _Planner:
                 groups.setdefault(group, []).append((cell, check))
         for group, members in groups.items():
             self.plan_runtime(members, can, reference, artifacts=group == "bench", group=group)
+
+    # -- perf
+
+    def perf_reference(self) -> str:
+        """The perf check's reference: a commit, "library:<sha256>", or "" when there is none."""
+        selection = self.selection
+        if selection.perf_reference_library:
+            return f"library:{selection.perf_reference_library}"
+        return selection.perf_reference_commit or selection.baseline_commit or ""
+
+    def perf_identity_of(self, check: Check) -> str:
+        rounds = self.selection.perf_rounds or check.rounds
+        return perf_identity(self.perf_reference(), rounds)
+
+    def perf_blocker(self, can: Capability) -> tuple[GridState, str, bool] | None:
+        """Why the perf check does not run here: timed under an emulator, --no-bench, or no
+        reference to compare with (recorded, so the report says which)."""
+        if can.emulated:
+            return (
+                GridState.NOT_RUNNABLE_HERE,
+                (
+                    f"timings under an emulator ({can.runner_words.removeprefix('emulated: ')}) say nothing "
+                    "of the target: perf runs natively only"
+                ),
+                False,
+            )
+        if not self.selection.bench:
+            return GridState.NOT_RUN, "--no-bench", False
+        if not self.perf_reference():
+            why = (
+                self.selection.no_baseline_reason
+                or "no baseline declared (baseline: in matrix.yaml) or given"
+            )
+            return GridState.NOT_RUN, f"no reference library: {why} (or --perf-reference REF|DIR)", True
+        return None
 
     def plan_inspections(self, cell: Cell, reference: Cell | None) -> None:
         """build and abi: they inspect what was built and stand while its bytes do."""
@@ -505,12 +560,19 @@ class _Planner:
         group: str = "",
     ) -> None:
         commit = self.selection.baseline_commit or ""
-        verdicts = [
-            self.verdict(
-                c, k, commit if k.kind is CheckKind.BYTE_IDENTITY_BASELINE else "", artifacts=artifacts
-            )
-            for c, k in members
-        ]
+
+        def against(check: Check) -> str:
+            if check.kind is CheckKind.PERF:
+                return self.perf_identity_of(check)
+            return commit if check.kind is CheckKind.BYTE_IDENTITY_BASELINE else ""
+
+        def builds_commit(cell: Cell, check: Check) -> str:
+            if check.kind is CheckKind.PERF:
+                reference = self.perf_reference()
+                return "" if reference.startswith("library:") else reference
+            return commit if compares_with_baseline(cell, check) else ""
+
+        verdicts = [self.verdict(c, k, against(k), artifacts=artifacts) for c, k in members]
         stale = [v for v in verdicts if not isinstance(v, Keep)]
         for (cell, check), verdict in zip(members, verdicts, strict=True):
             if not stale and isinstance(verdict, Keep):
@@ -525,7 +587,7 @@ class _Planner:
                     reason=reason,
                     how=can.how_it_runs(check.device_free),
                     needs=self._runtime_needs(cell, check, reference, group),
-                    baseline_commit=commit if compares_with_baseline(cell, check) else "",
+                    baseline_commit=builds_commit(cell, check),
                 )
             )
 

@@ -94,6 +94,13 @@ def _parse(text: str, source: str, sha256: str) -> Matrix:
 
 
 class _Loader(yaml.SafeLoader):
+    # Dates stay text (a waiver's `expires: 2027-01-31` unquoted): the schema and the rules
+    # read them, and report a bad one with its line.
+    yaml_implicit_resolvers = {  # noqa: RUF012  (PyYAML's own class attribute, replaced)
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         # SafeLoader lets Python errors escape for bad explicitly tagged scalars
         # (`!!float abc`); turn them into a located YAML error.

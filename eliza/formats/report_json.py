@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
 from datetime import datetime
@@ -11,6 +12,7 @@ from typing import Any
 
 from eliza.core.evidence import SCHEMA_VERSION as EVIDENCE_SCHEMA_VERSION
 from eliza.core.report import REPORT_SCHEMA_VERSION, Report
+from eliza.core.report.compare import ReportFormatError, check_format
 
 
 def _jsonable(value: object) -> Any:
@@ -38,3 +40,18 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "evidence_schema_version": EVIDENCE_SCHEMA_VERSION,
         **body,
     }
+
+
+def read_report(path: Path) -> Mapping[str, Any]:
+    """An older report.json to compare with; ReportFormatError names the file and what is wrong."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReportFormatError(f"{path}: no such file (give a report.json a report session wrote)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReportFormatError(f"{path}: cannot be read ({exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ReportFormatError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    return check_format(data, str(path), REPORT_SCHEMA_VERSION)

@@ -16,12 +16,14 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from markupsafe import Markup, escape
 
 from eliza.core.report import GridState, Report
-from eliza.formats.files import atomic_write_text
+from eliza.formats.files import atomic_write_bytes, atomic_write_text
+from eliza.formats.perf_chart import render_chart
 from eliza.formats.report_json import report_to_dict
 
 DEFAULT_TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
 HTML_TEMPLATE = "report.html.j2"
 MARKDOWN_TEMPLATE = "report.md.j2"
+PERF_CHART = "report-perf.png"  # beside report.md, which shows it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,12 +97,17 @@ def make_environment(templates_dir: Path | None = None) -> Environment:
 # --------------------------------------------------------------------------- rendering
 
 
-def render_html(report: Report, env: Environment | None = None) -> str:
-    return (env or make_environment()).get_template(HTML_TEMPLATE).render(report=report)
+def render_html(report: Report, env: Environment | None = None, *, perf_svg: str = "") -> str:
+    """perf_svg: the perf chart (render_chart), inlined; matplotlib's own SVG, not evidence text."""
+    template = (env or make_environment()).get_template(HTML_TEMPLATE)
+    return template.render(report=report, perf_svg=Markup(perf_svg))
 
 
-def render_markdown(report: Report, env: Environment | None = None) -> str:
-    return (env or make_environment()).get_template(MARKDOWN_TEMPLATE).render(report=report)
+def render_markdown(report: Report, env: Environment | None = None, *, perf_png: str = "") -> str:
+    """perf_png: the chart's file name beside the Markdown ("" : no chart)."""
+    return (
+        (env or make_environment()).get_template(MARKDOWN_TEMPLATE).render(report=report, perf_png=perf_png)
+    )
 
 
 def render_json(report: Report) -> str:
@@ -114,10 +121,13 @@ def render_report(report: Report, out_dir: Path, templates_dir: Path | None = No
     report intact instead of a mix of old and new files.
     """
     env = make_environment(templates_dir)
-    html = render_html(report, env)
-    markdown = render_markdown(report, env)
+    svg, png = render_chart(report.perf)
+    html = render_html(report, env, perf_svg=svg)
+    markdown = render_markdown(report, env, perf_png=PERF_CHART if png else "")
     body = render_json(report)
     out = Path(out_dir)
+    if png:
+        atomic_write_bytes(out / PERF_CHART, png)
     return ReportPaths(
         html=atomic_write_text(out / "report.html", html),
         markdown=atomic_write_text(out / "report.md", markdown),

@@ -26,6 +26,7 @@ from eliza.core.verify_plan import (
     Skip,
     VerifyPlan,
     compares_with_baseline,
+    perf_identity,
     plan,
 )
 from eliza.formats.matrix_yaml import load_matrix
@@ -100,6 +101,8 @@ def evidence_for(
         cell = matrix.cell(cell_id)
         for check in cell.checks:
             commit = baseline if compares_with_baseline(cell, check) else ""
+            if check.kind is CheckKind.PERF:
+                commit = perf_identity(baseline, check.rounds)
             extra: dict[str, object] = {"compared_with_no_gate": True} if check.kind is CheckKind.ABI else {}
             record = EvidenceRecord(
                 cell=cell.id,

@@ -6,7 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from eliza.app.checks import abi, build, byte_identity, consumer, gate_fallthrough, native_suite, selector
+from eliza.app.checks import (
+    abi,
+    build,
+    byte_identity,
+    consumer,
+    gate_fallthrough,
+    native_suite,
+    perf,
+    selector,
+)
 from eliza.app.checks.job import CheckRunner
 from eliza.core.matrix import CheckKind
 from eliza.core.verify_plan import IDENTITY_KINDS
@@ -18,5 +27,6 @@ RUNNERS: Mapping[CheckKind, CheckRunner] = {
     CheckKind.GATE_FALLTHROUGH: gate_fallthrough.run,
     CheckKind.NATIVE_SUITE: native_suite.run,
     CheckKind.CONSUMER: consumer.run,
+    CheckKind.PERF: perf.run,
     **dict.fromkeys(IDENTITY_KINDS, byte_identity.run),
 }

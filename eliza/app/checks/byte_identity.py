@@ -31,6 +31,7 @@ from eliza.core.bench_records import BenchRun
 from eliza.core.evidence import Status
 from eliza.core.matrix import Cell, CheckKind, Matrix
 from eliza.core.outcome import CheckOutcome, Span, outcome, skipped
+from eliza.core.perf_stats import compare as perf_compare
 from eliza.core.verify_plan import IDENTITY_KINDS
 from eliza.formats.bench_jsonl import load_run
 from eliza.formats.files import atomic_write_text, sha256_file
@@ -297,11 +298,18 @@ def _is_reference_check(o: CheckOutcome, cell: Cell, matrix: Matrix) -> bool:
 
 def _with_overhead(o: CheckOutcome, overhead: dict[str, object]) -> CheckOutcome:
     """The seam-overhead ratio belongs to the no-gate cell's FFI-vs-reference evidence."""
-    ratio = overhead["decode_tok_s"]["ratio"]  # type: ignore[index]
+    decode = overhead["decode_tok_s"]
+    ratio = decode["ratio"]  # type: ignore[index]
+    # The perf check's statistics (eliza.core.perf_stats) over the same samples: the
+    # median ratio's bootstrap 95 % interval and the Mann-Whitney U p of FFI vs reference.
+    stats = perf_compare("seam_overhead", decode["ffi"], decode["reference"])  # type: ignore[index]
     metrics = dict(o.metrics) | {
         "seam_overhead_ratio": round(float(ratio["median"]), 4),
         "seam_overhead_ratio_q1": round(float(ratio["q1"]), 4),
         "seam_overhead_ratio_q3": round(float(ratio["q3"]), 4),
+        "seam_overhead_ci_low": round(stats.low, 4),
+        "seam_overhead_ci_high": round(stats.high, 4),
+        "seam_overhead_p": round(stats.p_value, 6),
     }
     return replace(o, metrics=metrics, details=dict(o.details) | {"overhead": overhead})
 

@@ -29,6 +29,12 @@ class BenchOptions:
     # verify measures the drafter speedup on the no-gate cell (gated cells run the same
     # llama.cpp code); a bench session measures it on every cell.
     speedup_on_every_cell: bool = False
+    # perf: rounds (None: the check's declared rounds), the reference library of
+    # --perf-reference DIR (None: the commit's build), and the bench settings of a round
+    perf_rounds: int | None = None
+    perf_reference_dir: Path | None = None
+    perf_max_tokens: int = 128
+    perf_repeats: int = 5
     verbose: bool = False
     dry_run: bool = False  # print the plan, do nothing
     json: bool = False  # the plan as JSON

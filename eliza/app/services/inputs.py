@@ -30,6 +30,14 @@ BENCH_INPUTS = (
     "eliza/core/bench_records.py",
     "eliza/adapters/bench_tools.py",
     "eliza/app/checks/byte_identity.py",
+    "eliza/core/perf_stats.py",  # the seam overhead's interval and p
+)
+# The perf check's runner, its statistics and waivers, and its round settings (bench_options).
+PERF_CHECK_INPUTS = (
+    "eliza/app/checks/perf.py",
+    "eliza/core/perf_stats.py",
+    "eliza/core/perf_waivers.py",
+    "eliza/app/services/bench_options.py",
 )
 
 # The code that judges a build (exports, the CPU-fallback run) and an ABI (the public
@@ -102,6 +110,7 @@ def input_hashes(
         build_check=tree_hash(repo, BUILD_CHECK_INPUTS),
         abi_check=tree_hash(repo, ABI_CHECK_INPUTS),
         consumers=tree_hash(repo, CONSUMER_INPUTS),
+        perf_check=tree_hash(repo, PERF_CHECK_INPUTS),
     )
 
 

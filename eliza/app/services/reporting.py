@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from eliza.adapters import git
 from eliza.adapters.abi_tools import abidiff_version
@@ -23,9 +24,11 @@ from eliza.core.host import Capability, check_blockers
 from eliza.core.layout import default_prompts
 from eliza.core.matrix import Cell, Check, Matrix
 from eliza.core.report import GridState, HeaderFacts, PlatformCapability, Report, build_report
+from eliza.core.report.compare import compare_reports
 from eliza.core.report.model import Figure, LoadProblem, cell_anchor
 from eliza.formats.evidence_json import read_records
 from eliza.formats.fuzz_json import FuzzSummaryError, read_fuzz_summary
+from eliza.formats.report_json import report_to_dict
 from eliza.formats.report_render import ReportPaths, render_report
 
 Log = Callable[[str], None]
@@ -40,6 +43,7 @@ def render(
     hashes: InputHashes | None = None,
     artifact_matches: Callable[[Artifact], bool | None] | None = None,
     capabilities: Mapping[str, Capability] | None = None,
+    compare_with: tuple[str, Mapping[str, Any]] | None = None,
 ) -> tuple[ReportPaths, Report]:
     """Reads evidence from every directory, judges it against the current tree, renders
     HTML, Markdown and JSON. Returns (paths, report). `hashes` and `artifact_matches`: what
@@ -63,6 +67,14 @@ def render(
         (r.record.cell, r.record.check): str(r.record.details.get("baseline_commit", ""))
         for r in reversed(records)
         if r.record is not None and r.record.details.get("baseline_commit")
+    }
+    # A perf record's reference and rounds (its fingerprint's `reference` part).
+    baselines |= {
+        (r.record.cell, r.record.check): str(r.record.details["perf"]["reference_identity"])
+        for r in reversed(records)
+        if r.record is not None
+        and isinstance(r.record.details.get("perf"), dict)
+        and "reference_identity" in r.record.details["perf"]
     }
     # Tool versions are facts of the host that ran a check, which the host rendering the
     # report (a CI report job, say) may not have: the report takes them as recorded, while
@@ -99,6 +111,9 @@ def render(
         ),
     )
     report = with_fuzz_figures(report, project.build_root / "fuzz" / "summary.json", project.repo)
+    if compare_with is not None:
+        source, old = compare_with
+        report = replace(report, since=compare_reports(old, report_to_dict(report), old_source=source))
     return render_report(report, out_dir), report
 
 
@@ -148,11 +163,27 @@ def summary_line(report: Report) -> str:
     return f"{header.verified} of {header.declared} checks verified ({states})"
 
 
-def render_and_say(matrix: Matrix, evidence_dirs: Sequence[Path], out_dir: Path, log: Log) -> Path:
+def report_screenshot(html: Path, png: Path, report: Report) -> Path | None:
+    """The report's screenshot: the grid, and the perf chart below it when there is one."""
+    return screenshot(html, png, height=3000 if report.perf else 2000)
+
+
+def render_and_say(
+    matrix: Matrix,
+    evidence_dirs: Sequence[Path],
+    out_dir: Path,
+    log: Log,
+    *,
+    compare_with: tuple[str, Mapping[str, Any]] | None = None,
+) -> tuple[Path, Report]:
     """Renders the report with the tiny bundle (deterministic: regenerating it lets a fresh
     report host judge bundle-dependent evidence instead of calling it stale), its
     screenshot, and says where they are and what they count."""
-    paths, rep = render(matrix, evidence_dirs, out_dir, ensure_tiny_bundle())
-    log(describe_paths(paths, screenshot(paths.html, out_dir / "report.png")))
+    paths, rep = render(matrix, evidence_dirs, out_dir, ensure_tiny_bundle(), compare_with=compare_with)
+    log(describe_paths(paths, report_screenshot(paths.html, out_dir / "report.png", rep)))
     log(summary_line(rep))
-    return paths.html
+    if rep.since is not None:
+        log(rep.since.summary())
+        for change in rep.since.regressions:
+            log(f"  regressed: {change.describe()}")
+    return paths.html, rep

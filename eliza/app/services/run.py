@@ -59,6 +59,9 @@ class Run:
             cell = self.matrix.cell(o.cell)
             check = self.matrix.check(o.check)
             baseline = str(o.details.get("baseline_commit", "")) if o.details else ""
+            perf = o.details.get("perf") if o.details else None
+            if isinstance(perf, dict) and perf.get("reference_identity"):
+                baseline = str(perf["reference_identity"])  # the perf check's reference and rounds
             if check.needs_run and o.status is not Status.SKIPPED:
                 # How the library ran: evidence of a fallback run must say so.
                 o = replace(o, details={**o.details, "ran_on": self.ran_on.get(cell.platform.id, "native")})

@@ -211,4 +211,5 @@ def run_report(options: CiReportOptions, ctx: Context) -> Path:
         log(f"no cells to re-check artifact hashes against: {exc}")
     count = record_not_in_pipeline(ctx, evidence / "not-in-ci")
     log(f"{count} check(s) recorded as not in the CI pipeline")
-    return render_and_say(ctx.matrix, [evidence], project.report_dir, log)
+    html, _ = render_and_say(ctx.matrix, [evidence], project.report_dir, log)
+    return html

@@ -8,11 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.app.context import Context
-from eliza.app.errors import UsageError
+from eliza.app.errors import ChecksFailed, UsageError
 from eliza.app.options import Parser
 from eliza.app.project import current
 from eliza.app.services.reporting import render_and_say
 from eliza.core.matrix import Matrix
+from eliza.core.report.compare import ReportFormatError
+from eliza.formats.report_json import read_report
 
 Log = Callable[[str], None]
 
@@ -22,6 +24,8 @@ class ReportOptions:
     evidence: tuple[Path, ...]  # () : the default directories
     out: Path
     allow_missing: bool = False
+    compare: Path | None = None  # --compare OLD/report.json
+    fail_on_regression: bool = False
 
 
 def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> ReportOptions:
@@ -40,8 +44,27 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
         action="store_true",
         help="render even when an evidence directory does not exist (it is listed as a load problem)",
     )
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        metavar="OLD/report.json",
+        help='add a section "since OLD": changed states, regressions first, newly verified, metric changes',
+    )
+    parser.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        help="with --compare: exit 1 when any cell x check regressed since OLD",
+    )
     args = parser.parse_args(list(argv))
-    return ReportOptions(evidence=tuple(args.evidence), out=args.out, allow_missing=args.allow_missing)
+    if args.fail_on_regression and args.compare is None:
+        parser.error("--fail-on-regression goes with --compare OLD/report.json")
+    return ReportOptions(
+        evidence=tuple(args.evidence),
+        out=args.out,
+        allow_missing=args.allow_missing,
+        compare=args.compare,
+        fail_on_regression=args.fail_on_regression,
+    )
 
 
 def run(options: ReportOptions, ctx: Context) -> Path:
@@ -55,4 +78,13 @@ def run(options: ReportOptions, ctx: Context) -> Path:
             f"evidence directory {missing[0]} does not exist; nothing was rendered "
             "(name an existing directory, or pass --allow-missing)"
         )
-    return render_and_say(ctx.matrix, dirs, options.out, ctx.log)
+    old = None
+    if options.compare is not None:
+        try:
+            old = (str(options.compare), read_report(options.compare))
+        except ReportFormatError as exc:
+            raise UsageError(f"--compare {exc}") from None
+    html, report = render_and_say(ctx.matrix, dirs, options.out, ctx.log, compare_with=old)
+    if options.fail_on_regression and report.since is not None and report.since.regressed:
+        raise ChecksFailed(f"{len(report.since.regressions)} regression(s) since {options.compare}")
+    return html

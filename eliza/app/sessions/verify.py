@@ -25,6 +25,8 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
         p.error(unknown_cell(matrix, unknown[0], "--cell"))
     if args.json and not args.dry_run:
         p.error("--json goes with --dry-run (the plan as JSON)")
+    if args.rounds is not None and not 3 <= args.rounds <= 50:
+        p.error(f"--rounds {args.rounds}: must be between 3 and 50")
     try:
         cells = tuple(CellId.parse(c) for c in args.cell)
     except CellIdError as exc:
@@ -39,6 +41,8 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
         strict=strict_requested(argv, env),
         verbose=args.verbose,
         lab=lab_from(args.devices, env, matrix),
+        rounds=args.rounds,
+        perf_reference=args.perf_reference,
     )
 
 

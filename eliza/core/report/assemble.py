@@ -6,9 +6,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from eliza.core.evidence import (
+    EvidenceRecord,
     LoadedRecord,
 )
-from eliza.core.matrix import Matrix
+from eliza.core.matrix import CheckKind, Matrix
+from eliza.core.perf_waivers import PerfPolicy
 from eliza.core.report.checklist import checklist_box, device_row, verifiable_row
 from eliza.core.report.judge import applies, evaluate
 from eliza.core.report.model import (
@@ -19,6 +21,7 @@ from eliza.core.report.model import (
     FingerprintSource,
     HeaderFacts,
     LoadProblem,
+    PerfRow,
     PlatformCapability,
     Report,
     ReportHeader,
@@ -27,6 +30,7 @@ from eliza.core.report.model import (
     cell_anchor,
     entry_anchor,
 )
+from eliza.core.report.perf import perf_entry, perf_rows, report_date
 from eliza.core.report.states import GridState
 
 # Measured figures the report lists with the time they were measured (counts such as
@@ -35,6 +39,9 @@ FIGURE_METRICS = (
     "seam_overhead_ratio",
     "seam_overhead_ratio_q1",
     "seam_overhead_ratio_q3",
+    "seam_overhead_ci_low",  # the perf statistics of the same samples (eliza.core.perf_stats)
+    "seam_overhead_ci_high",
+    "seam_overhead_p",
     "tok_s",
     "first_token_ms",
     "peak_rss_kb",
@@ -108,6 +115,25 @@ def build_report(
             continue
         good.setdefault((record.cell, record.check), []).append(item)
 
+    policy = PerfPolicy(
+        waivers=matrix.perf_waivers,
+        today=report_date(facts.generated_at),
+        milestone=matrix.exit_checklist.milestone if matrix.exit_checklist else "",
+    )
+    perf: list[PerfRow] = []
+
+    def chosen(entry: Entry) -> EvidenceRecord | None:
+        if entry.evidence is None:
+            return None
+        return next(
+            (
+                r.record
+                for r in good.get((entry.cell, entry.check), [])
+                if str(r.path) == entry.evidence.path and r.record is not None
+            ),
+            None,
+        )
+
     rows: list[Row] = []
     for cell in matrix.cells:
         capability = capabilities.get(cell.platform.id, UNPROBED)
@@ -127,18 +153,21 @@ def build_report(
                     )
                 )
                 continue
-            entries.append(
-                evaluate(
-                    cell,
-                    check,
-                    good.get((cell.id, check.id), []),
-                    broken.get((cell.id, check.id), []),
-                    current_fingerprint,
-                    capability,
-                    matrix.device_gated,
-                    artifact_matches,
-                )
+            entry = evaluate(
+                cell,
+                check,
+                good.get((cell.id, check.id), []),
+                broken.get((cell.id, check.id), []),
+                current_fingerprint,
+                capability,
+                matrix.device_gated,
+                artifact_matches,
             )
+            perf_record = chosen(entry)
+            entry = perf_entry(entry, perf_record, policy)
+            if perf_record is not None and entry.kind is CheckKind.PERF and entry.evidence is not None:
+                perf += perf_rows(entry, perf_record, cell.platform.id)
+            entries.append(entry)
         rows.append(
             Row(
                 cell=cell.id,
@@ -195,4 +224,5 @@ def build_report(
         verifiable_here=tuple(verifiable_row(v, matrix, rows) for v in matrix.verifiable_here),
         figures=figures,
         problems=tuple(problems),
+        perf=tuple(perf),
     )

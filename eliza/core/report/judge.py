@@ -161,6 +161,8 @@ def judge_record(
         return GridState.FAILED, (
             f"{record.status.value}: {record.reason or 'no reason recorded'} ({_counts_text(counts)})"
         )
+    if record.status is Status.INCONCLUSIVE:
+        return GridState.INCONCLUSIVE, f"inconclusive: {record.reason or 'no reason recorded'}"
     if record.status is Status.SKIPPED:
         return GridState.NOT_RUN, f"skipped: {record.reason or 'no reason recorded'}"
     if counts.ran == 0:

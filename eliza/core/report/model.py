@@ -17,9 +17,11 @@ from eliza.core.evidence import (
 )
 from eliza.core.host import Capability
 from eliza.core.matrix import Cell, Check, CheckKind, DeviceGatedItem
+from eliza.core.report.compare import Since
 from eliza.core.report.states import GridState
 
 REPORT_SCHEMA_VERSION = 1
+WAIVED_PREFIX = "VERIFIED (waived: "  # the reason of a perf entry a waiver turns VERIFIED
 
 
 # --------------------------------------------------------------------------- inputs
@@ -162,7 +164,10 @@ class Entry:
 
     @property
     def qualifier(self) -> str:
-        """Words the grid adds to the state: "CPU fallback" for a run without the accelerator."""
+        """Words the grid adds to the state: "CPU fallback" for a run without the accelerator,
+        "waived" for a perf regression a waiver accepts."""
+        if self.state is GridState.VERIFIED and self.reason.startswith(WAIVED_PREFIX):
+            return "waived"
         return "CPU fallback" if self.ran_on.startswith("CPU fallback") else ""
 
 
@@ -244,6 +249,32 @@ class Figure:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PerfRow:
+    """One metric of one cell's perf evidence."""
+
+    cell: str
+    platform: str
+    check: str
+    metric: str
+    direction: str  # "higher" | "lower": which way is better
+    ratio: float  # median candidate / median reference
+    ci_low: float
+    ci_high: float
+    p_value: float
+    bound: float
+    threshold: float  # 1 - bound or 1 + bound
+    verdict: str  # the metric's own verdict: verified | failed | inconclusive
+    candidate: float  # the candidate's median
+    reference: float  # the reference's median
+    rounds: int
+    against: str  # what the reference was, in words
+    ran_on: str  # how it ran ("native", ...) and where (the record's host)
+    measured_at: str
+    state: GridState  # the entry's state (waivers applied)
+    anchor: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class LoadProblem:
     path: str
     message: str
@@ -280,6 +311,15 @@ class Report:
     verifiable_here: tuple[VerifiableRow, ...]
     figures: tuple[Figure, ...]
     problems: tuple[LoadProblem, ...]
+    perf: tuple[PerfRow, ...] = ()  # one row per (cell, metric) of the perf evidence
+    since: Since | None = None  # --compare OLD: what changed since an older report
+
+    def perf_platforms(self) -> list[tuple[str, list[PerfRow]]]:
+        """The perf rows grouped by platform, in row order."""
+        groups: dict[str, list[PerfRow]] = {}
+        for row in self.perf:
+            groups.setdefault(row.platform, []).append(row)
+        return list(groups.items())
 
     def entry(self, cell: str, check: str) -> Entry:
         for row in self.rows:

@@ -9,6 +9,7 @@ from enum import StrEnum
 class GridState(StrEnum):
     VERIFIED = "verified"
     FAILED = "failed"
+    INCONCLUSIVE = "inconclusive"
     STALE = "stale"
     NOT_RUN = "not-run"
     NOT_BUILDABLE_HERE = "not-buildable-here"
@@ -42,6 +43,11 @@ _STATE_TEXT: dict[GridState, tuple[str, str, str]] = {
         "fresh passing evidence: ran > 0, all passed, inputs unchanged",
     ),
     GridState.FAILED: ("FAILED", "FAILED", "fresh evidence of a failure or an error"),
+    GridState.INCONCLUSIVE: (
+        "INCONCLUSIVE",
+        "inconclusive",
+        "fresh evidence whose measurements could not decide: too few or too noisy rounds; never VERIFIED",
+    ),
     GridState.STALE: ("STALE", "stale", "evidence exists but the inputs changed since; re-run"),
     GridState.NOT_RUN: ("NOT RUN", "not run", "no usable evidence: never ran, skipped, or ran nothing"),
     GridState.NOT_BUILDABLE_HERE: (

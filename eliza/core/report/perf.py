@@ -1,0 +1,94 @@
+"""The report's perf part: each perf entry re-judged with the waivers that hold on the
+report's date (a waiver that expired since the run stops counting, with a warning), and
+one row per (cell, metric) for the perf tables and the chart."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import date
+from typing import Any
+
+from eliza.core.evidence import EvidenceRecord
+from eliza.core.matrix import CheckKind
+from eliza.core.perf_waivers import FAILED, INCONCLUSIVE, PerfPolicy, judge_with_waivers
+from eliza.core.report.model import WAIVED_PREFIX, Entry, PerfRow
+from eliza.core.report.states import GridState
+
+__all__ = ["perf_entry", "perf_rows", "report_date"]
+
+
+def report_date(generated_at: str) -> date:
+    """The day a report is generated on (its header's ISO 8601 UTC time)."""
+    return date.fromisoformat(generated_at[:10])
+
+
+def _perf(record: EvidenceRecord) -> Mapping[str, Any]:
+    perf = record.details.get("perf")
+    return perf if isinstance(perf, Mapping) else {}
+
+
+def perf_entry(entry: Entry, record: EvidenceRecord | None, policy: PerfPolicy) -> Entry:
+    """A fresh perf entry judged again under today's waivers; any other entry as it is."""
+    if entry.kind is not CheckKind.PERF or record is None:
+        return entry
+    if entry.state not in (GridState.VERIFIED, GridState.FAILED, GridState.INCONCLUSIVE):
+        return entry
+    metrics = _perf(record).get("metrics")
+    if not isinstance(metrics, Sequence) or not metrics:
+        return entry
+    state = judge_with_waivers(entry.cell, [m for m in metrics if isinstance(m, Mapping)], policy)
+    notes = (*entry.notes, *state.warnings)
+    if state.verdict == FAILED:
+        return replace(entry, state=GridState.FAILED, reason=f"failed: {state.words}", notes=notes)
+    if state.verdict == INCONCLUSIVE:
+        return replace(
+            entry, state=GridState.INCONCLUSIVE, reason=f"inconclusive: {state.words}", notes=notes
+        )
+    reason = f"{WAIVED_PREFIX}{'; '.join(state.waived)})" if state.waived else entry.reason
+    if entry.state is not GridState.VERIFIED and not state.waived:
+        return replace(entry, notes=notes)  # counts or status disagree: keep the judge's word
+    return replace(entry, state=GridState.VERIFIED, reason=reason, notes=notes)
+
+
+def perf_rows(entry: Entry, record: EvidenceRecord, platform: str) -> list[PerfRow]:
+    perf = _perf(record)
+    rows: list[PerfRow] = []
+    for m in perf.get("metrics", []):
+        if not isinstance(m, Mapping):
+            continue
+        candidate = [float(v) for v in m.get("candidate", [])]
+        reference = [float(v) for v in m.get("reference", [])]
+        rows.append(
+            PerfRow(
+                cell=entry.cell,
+                platform=platform,
+                check=entry.check,
+                metric=str(m["metric"]),
+                direction=str(m.get("direction", "higher")),
+                ratio=float(m["ratio"]),
+                ci_low=float(m["ci_low"]),
+                ci_high=float(m["ci_high"]),
+                p_value=float(m["p_value"]),
+                bound=float(m["bound"]),
+                threshold=float(m["threshold"]),
+                verdict=str(m["verdict"]),
+                candidate=_median(candidate),
+                reference=_median(reference),
+                rounds=int(perf.get("rounds", len(candidate))),
+                against=str(perf.get("reference", "")),
+                ran_on=f"{perf.get('ran_on', 'native')} on {record.host.cpu} ({record.host.os})",
+                measured_at=record.finished_at,
+                state=entry.state,
+                anchor=entry.anchor,
+            )
+        )
+    return rows
+
+
+def _median(values: Sequence[float]) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

@@ -1,0 +1,203 @@
+"""The perf check end to end, in a copy of the repository (llama.cpp from the caller's Conan
+cache; only libelizainference is rebuilt), against the copy's own unchanged library as
+`--perf-reference DIR`:
+
+- the unchanged tree is VERIFIED in three consecutive runs (other rounds each time, so
+  only perf re-runs), and a verify with nothing changed keeps that evidence;
+- a planted per-token delay (the decode step spins 18 % of its own time longer) FAILS
+  decode tok/s, and `nox -s report -- --compare OLD/report.json --fail-on-regression`
+  lists it and exits 1;
+- a perf_waivers entry turns the failure into VERIFIED (waived), and its expiry back;
+- 64 MB more resident memory at `_create` FAILS peak RSS.
+
+Slow tier: four library builds and five verifies of one cell (several minutes)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.ci.helpers import copy_tree, env_for
+from tests.integration.test_synthetic_gate import run
+
+CELL = "linux-cpu.none"
+FFI = "native/src/ffi.cpp"
+NEXT = "        return report(fn, out_error, stream->llama->next(out, message), message);"
+SLOWER_NEXT = """        const auto planted_t0 = std::chrono::steady_clock::now();
+        const int planted_rc = stream->llama->next(out, message);
+        const auto planted_until = std::chrono::steady_clock::now() +
+                                   (std::chrono::steady_clock::now() - planted_t0) * 18 / 100;
+        while (std::chrono::steady_clock::now() < planted_until) {
+        }
+        return report(fn, out_error, planted_rc, message);"""
+CREATED = "        result = ctx.release();"
+BIGGER_CREATE = """        result = ctx.release();
+        {
+            constexpr std::size_t planted_bytes = std::size_t{64} << 20;
+            char * planted = static_cast<char *>(std::malloc(planted_bytes));
+            if (planted != nullptr) std::memset(planted, 1, planted_bytes);
+            planted_rss = planted;
+        }"""
+INCLUDES = "#include <cstddef>\n"
+MORE_INCLUDES = "#include <chrono>\n#include <cstddef>\nstatic char * volatile planted_rss = nullptr;\n"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _can_build_linux_cpu() -> None:
+    from eliza.app.project import capability, load_project_matrix
+
+    can = capability(load_project_matrix().platform("linux-cpu"))
+    if not can.can_build:
+        pytest.skip(f"linux-cpu cannot be built on this host: {can.build_reason}")
+
+
+def edit(repo: Path, rel: str, old: str, new: str) -> None:
+    path = repo / rel
+    text = path.read_text()
+    assert text.count(old) == 1, f"{rel} no longer contains {old!r} once: update this test"
+    path.write_text(text.replace(old, new))
+
+
+def perf_record(repo: Path) -> dict[str, Any]:
+    record: dict[str, Any] = json.loads((repo / "build" / "evidence" / f"{CELL}__perf.json").read_text())
+    return record
+
+
+def verdicts(record: dict[str, Any]) -> dict[str, str]:
+    return {m["metric"]: m["verdict"] for m in record["details"]["perf"]["metrics"]}
+
+
+def say(label: str, record: dict[str, Any]) -> None:
+    """The figures, for whoever reads the test's output (-s)."""
+    print(f"{label}: {record['status']} in {record['duration_s']:.1f} s")
+    for m in record["details"]["perf"]["metrics"]:
+        print(f"  {m['words']}")
+
+
+def failures(repo: Path) -> list[str]:
+    """The failed records of the copy's evidence, with their reasons."""
+    out = []
+    for path in sorted((repo / "build" / "evidence").glob("*.json")):
+        record = json.loads(path.read_text())
+        if record.get("status") in ("failed", "error"):
+            out.append(f"{record['check']}: {record['reason'][:800]} {record.get('log_tail', '')[-1500:]}")
+    return out
+
+
+def verify(repo: Path, env: dict[str, str], reference: Path, *extra: str) -> tuple[int, str]:
+    done = run(
+        repo,
+        "-m",
+        "nox",
+        "-s",
+        "verify",
+        "--",
+        "--cell",
+        CELL,
+        "--perf-reference",
+        str(reference),
+        *extra,
+        env=env,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def report_state(repo: Path) -> dict[str, Any]:
+    data = json.loads((repo / "build" / "report" / "report.json").read_text())
+    return next(
+        e for row in data["rows"] for e in row["entries"] if (e["cell"], e["check"]) == (CELL, "perf")
+    )
+
+
+def test_planted_slowdown_and_memory_growth_fail_and_the_unchanged_tree_never_does(tmp_path: Path) -> None:
+    repo = copy_tree(tmp_path / "repo")
+    env = env_for(repo)  # the caller's Conan cache: llama.cpp is not rebuilt
+    built = run(repo, "-m", "nox", "-s", f"build-{CELL}", env=env)
+    assert built.returncode == 0, built.stdout + built.stderr
+    reference = tmp_path / "release"
+    reference.mkdir()
+    shutil.copy2(repo / "build" / "linux-cpu" / "none" / "build" / "libelizainference.so", reference)
+
+    # The unchanged tree, three times: other rounds each time re-run perf only.
+    for rounds in (9, 10, 11):
+        code, out = verify(repo, env, reference, "--rounds", str(rounds))
+        record = perf_record(repo)
+        say(f"unchanged, {rounds} rounds", record)
+        assert record["status"] == "passed", out[-3000:]
+        assert code == 0, failures(repo)
+    # Nothing changed: the fresh perf evidence is kept, like any other.
+    code, out = verify(repo, env, reference, "--rounds", "11")
+    assert code == 0 and perf_record(repo)["finished_at"] == record["finished_at"], out[-3000:]
+    assert (
+        "keep   perf"
+        in run(
+            repo,
+            "-m",
+            "nox",
+            "-s",
+            "verify",
+            "--",
+            "--cell",
+            CELL,
+            "--perf-reference",
+            str(reference),
+            "--rounds",
+            "11",
+            "--dry-run",
+            env=env,
+        ).stdout
+    )
+    old = tmp_path / "old-report.json"
+    shutil.copy2(repo / "build" / "report" / "report.json", old)
+
+    # A per-token delay in the library.
+    edit(repo, FFI, INCLUDES, MORE_INCLUDES)
+    edit(repo, FFI, NEXT, SLOWER_NEXT)
+    code, out = verify(repo, env, reference, "--rounds", "9")
+    record = perf_record(repo)
+    say("per-token delay", record)
+    assert record["status"] == "failed", out[-3000:]
+    assert code == 1 and [f for f in failures(repo) if f.startswith("perf:")], failures(repo)
+    assert verdicts(record)["decode_tok_s"] == "failed"
+    assert "decode_tok_s ratio" in record["reason"] and "REGRESSION" in record["reason"]
+
+    compared = run(
+        repo, "-m", "nox", "-s", "report", "--", "--compare", str(old), "--fail-on-regression", env=env
+    )
+    said = compared.stdout + compared.stderr
+    assert compared.returncode == 1, said[-3000:]
+    assert f"regressed: {CELL} · perf: verified -> failed" in said
+    markdown = (repo / "build" / "report" / "report.md").read_text()
+    assert "## Since" in markdown and "decode_tok_s" in markdown
+
+    # A waiver accepts it until it expires.
+    waiver = (
+        '  - {cells: "linux-cpu.*", metric: decode_tok_s, bound: 0.5, reason: planted delay, expires: %s}\n'
+    )
+    edit(repo, "matrix.yaml", "perf_waivers: []\n", "perf_waivers:\n" + waiver % "2999-12-31")
+    assert run(repo, "-m", "nox", "-s", "report", env=env).returncode == 0
+    entry = report_state(repo)
+    assert entry["state"] == "verified" and entry["reason"].startswith(
+        "VERIFIED (waived: decode_tok_s: planted delay"
+    )
+    edit(repo, "matrix.yaml", "2999-12-31", "2000-01-01")
+    assert run(repo, "-m", "nox", "-s", "report", env=env).returncode == 0
+    entry = report_state(repo)
+    assert entry["state"] == "failed" and any("expired" in n for n in entry["notes"])
+    edit(repo, "matrix.yaml", "perf_waivers:\n" + waiver % "2000-01-01", "perf_waivers: []\n")
+
+    # 64 MB more resident memory at _create, without the delay.
+    edit(repo, FFI, SLOWER_NEXT, NEXT)
+    edit(repo, FFI, CREATED, BIGGER_CREATE)
+    code, out = verify(repo, env, reference, "--rounds", "9")
+    record = perf_record(repo)
+    say("64 MB at _create", record)
+    assert record["status"] == "failed", out[-3000:]
+    assert code == 1, failures(repo)
+    assert verdicts(record)["peak_rss_kb"] == "failed"
+    ratio = record["metrics"]["peak_rss_kb_ratio"]
+    assert ratio > 1.05, ratio

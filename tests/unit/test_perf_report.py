@@ -1,0 +1,157 @@
+"""The report's perf part: a regression FAILS with its figures, a waiver turns it into
+VERIFIED (waived: reason) and its expiry back; the perf tables and the chart in all three
+formats; `--compare` lists a planted regression between two reports."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from eliza.core.evidence import Counts, EvidenceRecord, HostInfo, InputFingerprint, LoadedRecord, Status
+from eliza.core.layout import REPO_ROOT
+from eliza.core.matrix import Cell, Check, Matrix, PerfWaiver
+from eliza.core.perf_stats import compare, judge
+from eliza.core.report import (
+    REPORT_SCHEMA_VERSION,
+    GridState,
+    HeaderFacts,
+    PlatformCapability,
+    Report,
+    build_report,
+)
+from eliza.core.report.compare import ReportFormatError, compare_reports
+from eliza.formats.matrix_yaml import load_matrix
+from eliza.formats.report_json import read_report, report_to_dict
+from eliza.formats.report_render import PERF_CHART, render_report
+
+FINGERPRINT = InputFingerprint.of({"native": "n1"})
+CELL = "linux-cpu.none"
+CAPS = {"linux-cpu": PlatformCapability(can_build=True, build_reason="", can_run=True, run_reason="")}
+
+
+@pytest.fixture(scope="module")
+def repo_matrix() -> Matrix:
+    return load_matrix(REPO_ROOT / "matrix.yaml")
+
+
+def perf_record(matrix: Matrix, decode_factor: float, *, status: Status) -> EvidenceRecord:
+    """A perf record as the runner writes it: every metric of the rule judged on samples
+    derived here, decode tok/s scaled by `decode_factor`."""
+    reference = [3000.0, 3030.0, 2970.0, 3010.0, 2990.0, 3005.0, 2995.0]
+    rows = []
+    for rule in matrix.check("perf").metrics:
+        factor = decode_factor if rule.metric == "decode_tok_s" else 1.0
+        rows.append(judge(compare(rule.metric, [v * factor for v in reference], reference), rule).as_dict())
+    verified = sum(1 for r in rows if r["verdict"] == "verified")
+    return EvidenceRecord(
+        cell=CELL,
+        check="perf",
+        status=status,
+        reason="" if status is Status.PASSED else "decode_tok_s regressed",
+        counts=Counts(
+            ran=len(rows), passed=verified, failed=len(rows) - verified if status is Status.FAILED else 0
+        ),
+        fingerprint=FINGERPRINT,
+        commit="c0ffee",
+        dirty=False,
+        host=HostInfo(os="linux", cpu="x86_64"),
+        started_at="2026-12-01T10:00:00Z",
+        finished_at="2026-12-01T10:00:30Z",
+        duration_s=30.0,
+        metrics={"decode_tok_s_ratio": decode_factor},
+        details={
+            "perf": {"metrics": rows, "reference": "commit 808e7c19fbed", "rounds": 7, "ran_on": "native"}
+        },
+    )
+
+
+def report(matrix: Matrix, record: EvidenceRecord, day: str = "2026-12-01") -> Report:
+    def current(cell: Cell, check: Check) -> InputFingerprint:
+        return FINGERPRINT
+
+    return build_report(
+        matrix,
+        records=[
+            LoadedRecord(path=Path("ev/perf.json"), record=record, cell=record.cell, check=record.check)
+        ],
+        current_fingerprint=current,
+        capabilities=CAPS,
+        artifact_matches=lambda a: None,
+        facts=HeaderFacts(commit="c0ffee", dirty=False, generated_at=f"{day}T12:00:00.000Z", host="here"),
+    )
+
+
+def waived(matrix: Matrix, expires: date) -> Matrix:
+    w = PerfWaiver(
+        cells="linux-cpu.*", metric="decode_tok_s", bound=0.3, reason="known cost", expires=expires
+    )
+    return replace(matrix, perf_waivers=(w,))
+
+
+def test_a_regression_fails_and_its_rows_carry_ratio_interval_p_and_bound(repo_matrix: Matrix) -> None:
+    rep = report(repo_matrix, perf_record(repo_matrix, 0.85, status=Status.FAILED))
+    entry = rep.entry(CELL, "perf")
+    assert entry.state is GridState.FAILED and "decode_tok_s" in entry.reason
+    decode = next(r for r in rep.perf if r.metric == "decode_tok_s")
+    assert decode.verdict == "failed" and decode.ci_high < decode.threshold == 0.95
+    assert decode.against == "commit 808e7c19fbed" and decode.ran_on.startswith("native")
+
+
+def test_a_waiver_verifies_the_regression_until_it_expires(repo_matrix: Matrix) -> None:
+    record = perf_record(repo_matrix, 0.85, status=Status.FAILED)
+    holding = report(waived(repo_matrix, date(2026, 12, 31)), record).entry(CELL, "perf")
+    assert holding.state is GridState.VERIFIED and holding.qualifier == "waived"
+    assert holding.reason.startswith("VERIFIED (waived: decode_tok_s: known cost")
+    expired = report(waived(repo_matrix, date(2026, 12, 31)), record, day="2027-01-01").entry(CELL, "perf")
+    assert expired.state is GridState.FAILED
+    assert any("expired" in n for n in expired.notes)
+
+
+def test_an_inconclusive_record_is_its_own_state_never_verified(repo_matrix: Matrix) -> None:
+    record = replace(
+        perf_record(repo_matrix, 1.0, status=Status.PASSED), status=Status.INCONCLUSIVE, reason="more rounds"
+    )
+    entry = report(repo_matrix, record).entry(CELL, "perf")
+    assert entry.state is GridState.INCONCLUSIVE
+    assert report(repo_matrix, record).header.verified == 0
+
+
+def test_all_three_formats_show_the_perf_section_and_the_chart(repo_matrix: Matrix, tmp_path: Path) -> None:
+    rep = report(repo_matrix, perf_record(repo_matrix, 0.85, status=Status.FAILED))
+    paths = render_report(rep, tmp_path)
+    html = paths.html.read_text()
+    assert '<section id="perf">' in html and "<svg" in html and "decode_tok_s" in html
+    markdown = paths.markdown.read_text()
+    assert "## Performance" in markdown and f"]({PERF_CHART})" in markdown
+    assert (tmp_path / PERF_CHART).read_bytes().startswith(b"\x89PNG")
+    rows = json.loads(paths.json.read_text())["perf"]
+    assert {r["metric"] for r in rows} == {r.metric for r in repo_matrix.check("perf").metrics}
+
+
+def test_compare_lists_a_planted_regression_first(repo_matrix: Matrix, tmp_path: Path) -> None:
+    old = report_to_dict(report(repo_matrix, perf_record(repo_matrix, 1.0, status=Status.PASSED)))
+    new = report_to_dict(report(repo_matrix, perf_record(repo_matrix, 0.85, status=Status.FAILED)))
+    since = compare_reports(old, new, old_source="old/report.json")
+    assert [(c.cell, c.check, c.before, c.now) for c in since.regressions] == [
+        (CELL, "perf", "verified", "failed")
+    ]
+    assert since.regressed
+    decode = next(m for m in since.metrics if m.metric == "decode_tok_s")
+    assert decode.significant and decode.now < decode.before
+    assert not compare_reports(old, old, old_source="same").regressed
+    back = compare_reports(new, old, old_source="new")
+    assert [(c.cell, c.check) for c in back.newly_verified] == [(CELL, "perf")] and not back.regressions
+
+
+def test_an_unknown_report_format_is_one_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"schema_version": REPORT_SCHEMA_VERSION + 1, "rows": []}))
+    with pytest.raises(ReportFormatError, match=r"report\.json: field 'schema_version'"):
+        read_report(path)
+    path.write_text("{not json")
+    with pytest.raises(ReportFormatError, match="not JSON"):
+        read_report(path)

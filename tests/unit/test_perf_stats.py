@@ -1,0 +1,89 @@
+"""The perf statistics on synthetic samples derived here: a 15 % slowdown fails, identical
+distributions verify, three noisy samples are inconclusive, and the bootstrap is
+reproducible."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+
+from eliza.core.matrix import Direction, MetricRule
+from eliza.core.perf_stats import Verdict, compare, judge
+
+DECODE = MetricRule(metric="decode_tok_s", direction=Direction.HIGHER, bound=0.05)
+RSS = MetricRule(metric="peak_rss_kb", direction=Direction.LOWER, bound=0.10)
+
+
+def noisy(centre: float, n: int, spread: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [centre * (1.0 + rng.gauss(0.0, spread)) for _ in range(n)]
+
+
+def test_a_15_percent_slowdown_fails_naming_metric_ratio_interval_p_and_bound() -> None:
+    reference = noisy(3000.0, 9, 0.03, seed=1)
+    candidate = [v * 0.85 for v in noisy(3000.0, 9, 0.03, seed=2)]
+    verdict = judge(compare("decode_tok_s", candidate, reference), DECODE)
+    assert verdict.verdict is Verdict.FAILED
+    c = verdict.comparison
+    assert c.high < DECODE.threshold
+    expected = statistics.median(candidate) / statistics.median(reference)
+    assert c.ratio == pytest.approx(expected)
+    for word in ("decode_tok_s", f"{c.ratio:.3f}", f"{c.low:.3f}..{c.high:.3f}", "p=", "bound 0.05"):
+        assert word in verdict.words
+
+
+def test_identical_distributions_are_verified_and_the_interval_holds_1() -> None:
+    reference = noisy(3000.0, 9, 0.03, seed=3)
+    candidate = noisy(3000.0, 9, 0.03, seed=4)
+    verdict = judge(compare("decode_tok_s", candidate, reference), DECODE)
+    assert verdict.verdict is Verdict.VERIFIED
+    assert verdict.comparison.low <= 1.0 <= verdict.comparison.high
+
+
+def test_unchanged_samples_never_fail_over_many_seeds() -> None:
+    """The false-alarm rate of the rule on same-distribution samples (5 % noise, 9 rounds)."""
+    verdicts = [
+        judge(compare("decode_tok_s", noisy(100.0, 9, 0.05, 2 * s), noisy(100.0, 9, 0.05, 2 * s + 1)), DECODE)
+        for s in range(40)
+    ]
+    assert not [v for v in verdicts if v.verdict is Verdict.FAILED]
+
+
+def test_three_noisy_samples_are_inconclusive_and_ask_for_more_rounds() -> None:
+    verdict = judge(compare("decode_tok_s", [80.0, 120.0, 100.0], [100.0, 70.0, 130.0]), DECODE)
+    assert verdict.verdict is Verdict.INCONCLUSIVE
+    assert verdict.rounds_suggested > 3
+    assert f"--rounds {verdict.rounds_suggested}" in verdict.words
+
+
+def test_too_few_rounds_are_inconclusive_whatever_the_values() -> None:
+    verdict = judge(compare("decode_tok_s", [50.0, 50.0], [100.0, 100.0]), DECODE)
+    assert verdict.verdict is Verdict.INCONCLUSIVE
+    assert "fewer than the 3" in verdict.words
+
+
+def test_more_memory_fails_a_lower_is_better_metric_and_less_does_not() -> None:
+    reference = [36_000.0 + d for d in (0, 40, -30, 20, 10)]
+    grown = [v + 64 * 1024 for v in reference]
+    assert judge(compare("peak_rss_kb", grown, reference), RSS).verdict is Verdict.FAILED
+    shrunk = [v - 4000 for v in reference]
+    assert judge(compare("peak_rss_kb", shrunk, reference), RSS).verdict is Verdict.VERIFIED
+
+
+def test_the_bootstrap_is_reproducible_with_its_fixed_seed() -> None:
+    a, b = noisy(10.0, 7, 0.1, 5), noisy(10.0, 7, 0.1, 6)
+    first, second = compare("m", a, b), compare("m", a, b)
+    assert (first.low, first.high) == (second.low, second.high)
+    assert first.low < first.ratio < first.high
+
+
+def test_equal_samples_have_p_1_and_a_zero_width_interval() -> None:
+    c = compare("m", [5.0] * 4, [5.0] * 4)
+    assert (c.ratio, c.low, c.high, c.p_value) == (1.0, 1.0, 1.0, 1.0)
+
+
+def test_a_reference_of_zero_cannot_be_divided_by() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        compare("m", [1.0, 2.0], [0.0, 1.0])

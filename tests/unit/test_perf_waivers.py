@@ -1,0 +1,94 @@
+"""Waivers: a failing metric is VERIFIED (waived: reason) while a waiver of its cell and
+metric holds, FAILED again once it expires (by date or milestone), with a warning."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from eliza.core.matrix import Direction, MetricRule, PerfWaiver
+from eliza.core.perf_stats import compare, judge
+from eliza.core.perf_waivers import FAILED, INCONCLUSIVE, VERIFIED, PerfPolicy, judge_with_waivers
+
+RULE = MetricRule(metric="decode_tok_s", direction=Direction.HIGHER, bound=0.05)
+REFERENCE = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8]
+
+
+def slower(factor: float) -> dict[str, object]:
+    """The recorded judgement of a candidate `factor` times the reference's speed."""
+    return judge(compare("decode_tok_s", [v * factor for v in REFERENCE], REFERENCE), RULE).as_dict()
+
+
+def waiver(**kw: object) -> PerfWaiver:
+    base: dict[str, object] = {
+        "cells": "linux-cpu.*",
+        "metric": "decode_tok_s",
+        "bound": 0.25,
+        "reason": "the seam costs a call",
+        "expires": date(2026, 12, 31),
+    }
+    return PerfWaiver(**(base | kw))  # type: ignore[arg-type]
+
+
+def test_without_a_waiver_a_regression_fails() -> None:
+    state = judge_with_waivers(
+        "linux-cpu.none", [slower(0.85)], PerfPolicy(waivers=(), today=date(2026, 12, 1))
+    )
+    assert state.verdict == FAILED
+    assert "decode_tok_s" in state.words
+
+
+def test_a_holding_waiver_verifies_with_its_reason_and_its_expiry_fails_again() -> None:
+    row = [slower(0.85)]
+    holding = judge_with_waivers(
+        "linux-cpu.none", row, PerfPolicy(waivers=(waiver(),), today=date(2026, 12, 31))
+    )
+    assert holding.verdict == VERIFIED
+    assert "the seam costs a call" in holding.words and not holding.warnings
+    expired = judge_with_waivers(
+        "linux-cpu.none", row, PerfPolicy(waivers=(waiver(),), today=date(2027, 1, 1))
+    )
+    assert expired.verdict == FAILED
+    assert expired.warnings and "expired" in expired.warnings[0]
+
+
+def test_a_milestone_waiver_holds_during_its_milestone_only() -> None:
+    row = [slower(0.85)]
+    w = waiver(expires=None, milestone="M3")
+    assert (
+        judge_with_waivers(
+            "linux-cpu.none", row, PerfPolicy(waivers=(w,), today=date(2030, 1, 1), milestone="M3")
+        ).verdict
+        == VERIFIED
+    )
+    assert (
+        judge_with_waivers(
+            "linux-cpu.none", row, PerfPolicy(waivers=(w,), today=date(2030, 1, 1), milestone="M4")
+        ).verdict
+        == FAILED
+    )
+
+
+def test_a_waiver_covers_only_its_cells_metric_and_bound() -> None:
+    today = date(2026, 12, 1)
+    row = [slower(0.85)]
+    assert (
+        judge_with_waivers("linux-cuda.none", row, PerfPolicy(waivers=(waiver(),), today=today)).verdict
+        == FAILED
+    )
+    other_metric = waiver(metric="peak_rss_kb")
+    assert (
+        judge_with_waivers("linux-cpu.none", row, PerfPolicy(waivers=(other_metric,), today=today)).verdict
+        == FAILED
+    )
+    narrow = waiver(bound=0.05)
+    state = judge_with_waivers("linux-cpu.none", row, PerfPolicy(waivers=(narrow,), today=today))
+    assert state.verdict == FAILED and "beyond even the waiver's bound" in state.words
+
+
+def test_an_undecided_metric_leaves_the_whole_inconclusive() -> None:
+    undecided = judge(compare("decode_tok_s", [80.0, 120.0, 100.0], [100.0, 70.0, 130.0]), RULE).as_dict()
+    state = judge_with_waivers(
+        "linux-cpu.none", [slower(1.0), undecided], PerfPolicy(waivers=(), today=date(2026, 1, 1))
+    )
+    assert state.verdict == INCONCLUSIVE
+    assert "--rounds" in state.words
