@@ -60,7 +60,8 @@ def measure(
     cell: Cell, library: Path, reference: Path, opts: BenchOptions, rounds: int, log: Log
 ) -> tuple[dict[str, list[float]], dict[str, list[float]], list[Path]]:
     """Rounds of candidate and reference, AB then BA alternately, so warm-up and drift
-    favour neither; the cell's bench tool drives both libraries."""
+    favour neither; the cell's bench tool drives both libraries, where the platform's
+    binaries run (here, or on its lab device: a device's timings are its own)."""
     settings = perf_settings(opts)
     env = {"ELIZA_N_THREADS": str(opts.overhead_threads)}
     out = opts.out_dir / cell.platform.id / cell.key / "perf"
@@ -72,7 +73,8 @@ def measure(
         for side in order:
             path = out / f"{side}-{i}.jsonl"
             lib = library if side == "candidate" else reference
-            done = run_tool(bench_argv(tool_dir, lib, settings, f"{cell.id} {side}", path), path, env)
+            argv = bench_argv(tool_dir, lib, settings, f"{cell.id} {side}", path)
+            done = run_tool(argv, path, env, runner=opts.runner)
             for name, value in run_metrics(done).items():
                 samples[side].setdefault(name, []).append(value)
             paths.append(path)
@@ -162,6 +164,8 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
     opts = job.bench
     if opts is None:
         raise ValueError("the perf runner was given no bench settings")
+    if job.target is not None:  # never an emulator: the plan does not time one
+        opts = replace(opts, runner=job.target)
     outcomes: list[CheckOutcome] = []
     for step in job.steps:
         watch = Stopwatch()
