@@ -140,10 +140,11 @@ ELIZA_API int eliza_inference_llm_stream_supported(void);
  *   ELIZA_DRAFT_P_MIN        0 to 1, default 0.75: a draft stops before the first token
  *                            whose probability under the draft model (softmax over the
  *                            whole vocabulary) is below it; 0: no confidence rule
- *   ELIZA_DRAFT_BACKOFF_MAX  0 to 1024, default 32: after 2 consecutive steps that drafted
+ *   ELIZA_DRAFT_BACKOFF_MAX  0 to 1024, default 128: after 2 consecutive steps that drafted
  *                            and had no draft token accepted (a step too unsure to draft
- *                            anything counts as one), the next 2 steps do not draft; each
- *                            further such step doubles that skip, up to this many steps;
+ *                            anything counts as one), the next 8 steps do not draft; each
+ *                            further such step makes that skip 4 times longer, up to this
+ *                            many steps;
  *                            an accepted draft token, a _prefill, _reset, _reset_keep or
  *                            _restore_slot ends the backoff; 0: every step drafts
  * A step that does not draft reports drafted = accepted = 0; the drafter stats count every

@@ -33,7 +33,7 @@ namespace eliza {
 // steer only when a stream drafts (llama_drafter.h), never its output.
 struct Settings {
     static constexpr double kDefaultDraftPMin = 0.75;
-    static constexpr long kDefaultDraftBackoffMax = 32;
+    static constexpr long kDefaultDraftBackoffMax = 128;
     static constexpr long kMaxDraftBackoff = 1024;
 
     long n_ctx = 0;      // 0: not set

@@ -23,12 +23,17 @@
 // catches up in one batch when drafting resumes). A step that drafted reports whether the
 // text model accepted any of its draft (a step whose drafter was too unsure to draft
 // anything counts as not accepted). After kMissesBeforeBackoff consecutive such misses the
-// next kFirstSkip steps skip drafting; every further miss doubles the skip, up to
-// max_skip; one accepted draft token ends the backoff. max_skip 0: every step drafts.
+// next kFirstSkip steps skip drafting; every further miss multiplies the skip by
+// kSkipGrowth, up to max_skip; one accepted draft token ends the backoff. max_skip 0:
+// every step drafts. Two misses in a row, not one, start it, so that a drafter that is
+// mostly accepted keeps drafting through a single rejection; the skip starts long and
+// grows fast because asking a drafter costs about a full decode of the draft model (its
+// weights are read again, and its cache catches up), whatever it then drafts.
 class DraftBackoff {
 public:
     static constexpr int32_t kMissesBeforeBackoff = 2;
-    static constexpr int32_t kFirstSkip = 2;
+    static constexpr int32_t kFirstSkip = 8;
+    static constexpr int32_t kSkipGrowth = 4;
 
     explicit DraftBackoff(int32_t max_skip = 0) : max_skip_(max_skip) {}
 
@@ -46,7 +51,7 @@ public:
             return;
         }
         if (max_skip_ == 0 || ++misses_ < kMissesBeforeBackoff) return;
-        skip_ = std::min(max_skip_, skip_ == 0 ? kFirstSkip : 2 * skip_);
+        skip_ = std::min(max_skip_, skip_ == 0 ? kFirstSkip : kSkipGrowth * skip_);
         left_ = skip_;
     }
     // A fresh start (prefill, reset, restore): the next step drafts.

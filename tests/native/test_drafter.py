@@ -258,7 +258,8 @@ def test_save_and_restore_with_a_drafter(eager: Context, near_path: Path, tmp_pa
 
 # The backoff rule as the header documents it (DraftBackoff, native/src/llama_drafter.h).
 MISSES_BEFORE_BACKOFF = 2
-FIRST_SKIP = 2
+FIRST_SKIP = 8
+SKIP_GROWTH = 4
 # The draft model's tokens after "▁price" and the text model's own <0xE2>, up to EOS.
 CHAIN_DRAFT = len(PLANTED_CHAIN) - 3
 
@@ -283,7 +284,7 @@ class Backoff:
         self.misses += 1
         if self.max_skip == 0 or self.misses < MISSES_BEFORE_BACKOFF:
             return
-        self.skip = min(self.max_skip, FIRST_SKIP if self.skip == 0 else 2 * self.skip)
+        self.skip = min(self.max_skip, FIRST_SKIP if self.skip == 0 else SKIP_GROWTH * self.skip)
         self.left = self.skip
 
 
@@ -316,7 +317,7 @@ def predicted_drafting(parts: list[list[Step]], max_tokens: int, max_skip: int) 
     return out
 
 
-@pytest.mark.parametrize(("drafter", "max_skip"), [("draft", 8), ("near", 8), ("near", 3), ("draft", 0)])
+@pytest.mark.parametrize(("drafter", "max_skip"), [("draft", 40), ("near", 40), ("near", 3), ("draft", 0)])
 def test_backoff_follows_the_rule_and_recovers(
     lib: Library, tiny_bundle: Path, draft_path: Path, near_path: Path, drafter: str, max_skip: int
 ) -> None:
