@@ -132,6 +132,23 @@ ELIZA_API int eliza_inference_llm_stream_supported(void);
  * gbnf_grammar 40, disable_thinking 44.
  * _open refuses (ELIZA_ERR_INVALID_ARG, naming the field) a NaN or infinite temperature,
  * top_p or repeat_penalty and a draft length out of the range above.
+ * Adaptive drafting (with mtp_drafter_path): draft_min and draft_max bound a step's draft
+ * as above; within them the stream drafts only what the drafter is sure of, and backs off
+ * while its drafts are rejected, so that a poor drafter costs little. Two settings of the
+ * environment, read at eliza_inference_create (malformed or out of range: the create
+ * fails naming the variable), steer it and never change the output:
+ *   ELIZA_DRAFT_P_MIN        0 to 1, default 0.75: a draft stops before the first token
+ *                            whose probability under the draft model (softmax over the
+ *                            whole vocabulary) is below it; 0: no confidence rule
+ *   ELIZA_DRAFT_BACKOFF_MAX  0 to 1024, default 128: after 2 consecutive steps that drafted
+ *                            and had no draft token accepted (a step too unsure to draft
+ *                            anything counts as one), the next 8 steps do not draft; each
+ *                            further such step makes that skip 4 times longer, up to this
+ *                            many steps;
+ *                            an accepted draft token, a _prefill, _reset, _reset_keep or
+ *                            _restore_slot ends the backoff; 0: every step drafts
+ * A step that does not draft reports drafted = accepted = 0; the drafter stats count every
+ * token drafted and accepted.
  */
 typedef struct eliza_llm_stream_config_t {
     int32_t      max_tokens;

@@ -8,9 +8,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <locale>
+#include <sstream>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -75,11 +78,57 @@ bool model_identity(const fs::path & path, uint64_t & out, std::string & message
     return true;
 }
 
+// Reads an integer from 0 to max; absent -> fallback; malformed or out of range -> false.
+bool count_env(const char * name, long max, long fallback, long & value, std::string & message) {
+    value = fallback;
+    const char * raw = std::getenv(name);
+    if (raw == nullptr || *raw == '\0') {
+        return true;
+    }
+    errno = 0;
+    char * end = nullptr;
+    const long parsed = std::strtol(raw, &end, 10);
+    if (errno != 0 || end == raw || *end != '\0' || parsed < 0 || parsed > max) {
+        message = std::string(name) + "='" + raw + "' is not an integer from 0 to " + std::to_string(max) +
+                  "; unset it or give e.g. " + std::to_string(fallback);
+        return false;
+    }
+    value = parsed;
+    return true;
+}
+
+// Reads a decimal number from 0 to 1 (a '.' as the decimal point, whatever the process's
+// locale); absent -> fallback; malformed or out of range -> false.
+bool fraction_env(const char * name, double fallback, double & value, std::string & message) {
+    value = fallback;
+    const char * raw = std::getenv(name);
+    if (raw == nullptr || *raw == '\0') {
+        return true;
+    }
+    std::istringstream in{std::string(raw)};
+    in.imbue(std::locale::classic());
+    double parsed = -1.0;
+    in >> std::noskipws >> parsed;
+    if (in.fail() || !in.eof() || !std::isfinite(parsed) || parsed < 0.0 || parsed > 1.0) {
+        std::ostringstream example;
+        example.imbue(std::locale::classic());
+        example << fallback;
+        message = std::string(name) + "='" + raw + "' is not a number from 0 to 1; unset it or give e.g. " +
+                  example.str();
+        return false;
+    }
+    value = parsed;
+    return true;
+}
+
 }  // namespace
 
 bool read_settings(Settings & out, std::string & message) {
     return positive_env("ELIZA_N_CTX", 1L << 24, out.n_ctx, message) &&
-           positive_env("ELIZA_N_THREADS", kMaxThreadOverride, out.n_threads, message);
+           positive_env("ELIZA_N_THREADS", kMaxThreadOverride, out.n_threads, message) &&
+           fraction_env("ELIZA_DRAFT_P_MIN", Settings::kDefaultDraftPMin, out.draft_p_min, message) &&
+           count_env("ELIZA_DRAFT_BACKOFF_MAX", Settings::kMaxDraftBackoff, Settings::kDefaultDraftBackoffMax,
+                     out.draft_backoff_max, message);
 }
 
 int available_cpus() {

@@ -25,10 +25,21 @@ namespace eliza {
 // (read_settings, at each eliza_inference_create) and never in a hot path:
 //   ELIZA_N_CTX      context size of each stream (1 .. 2^24)
 //   ELIZA_N_THREADS  the process's decode thread budget (1 .. 512)
-// (ELIZA_LLM_BACKEND is read by the backend selector at each _open.)
+//   ELIZA_DRAFT_P_MIN        speculative decoding: the draft model's least probability of a
+//                            token it drafts (0 .. 1; 0: no confidence rule)
+//   ELIZA_DRAFT_BACKOFF_MAX  speculative decoding: the most steps skipped after drafts that
+//                            were not accepted (0 .. 1024; 0: no backoff)
+// (ELIZA_LLM_BACKEND is read by the backend selector at each _open.) The drafter settings
+// steer only when a stream drafts (llama_drafter.h), never its output.
 struct Settings {
+    static constexpr double kDefaultDraftPMin = 0.75;
+    static constexpr long kDefaultDraftBackoffMax = 128;
+    static constexpr long kMaxDraftBackoff = 1024;
+
     long n_ctx = 0;      // 0: not set
     long n_threads = 0;  // 0: not set
+    double draft_p_min = kDefaultDraftPMin;
+    long draft_backoff_max = kDefaultDraftBackoffMax;
 };
 bool read_settings(Settings & out, std::string & message);
 

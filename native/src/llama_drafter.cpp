@@ -1,5 +1,6 @@
 #include "llama_drafter.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -116,6 +117,8 @@ std::unique_ptr<LlamaDrafter> LlamaDrafter::open(const EliInferenceContext & ctx
     d->n_vocab_ = llama_vocab_n_tokens(ctx.vocab);
     d->draft_min_ = cfg.draft_min;
     d->draft_max_ = draft_max;
+    d->p_min_ = static_cast<float>(ctx.settings.draft_p_min);
+    d->backoff_ = DraftBackoff(static_cast<int32_t>(ctx.settings.draft_backoff_max));
     d->attached_threads_ = n_threads;
     code = ELIZA_OK;
     return d;
@@ -150,12 +153,38 @@ void LlamaDrafter::clear() {
     n_past_ = 0;
 }
 
-llama_token LlamaDrafter::argmax() const {
+LlamaDrafter::Proposal LlamaDrafter::propose() const {
     const float * logits = llama_get_logits_ith(lctx_.get(), -1);
-    if (logits == nullptr) return -1;
+    if (logits == nullptr) return {-1, false};
     llama_token best = 0;
     for (llama_token t = 1; t < n_vocab_; ++t) {
         if (logits[t] > logits[best]) best = t;
     }
-    return best;
+    return {best, p_min_ <= 0.0f || probable(logits, n_vocab_, logits[best], p_min_)};
+}
+
+// p(best) = 1 / sum_t exp(l_t - l_best) >= p_min  <=>  sum_t exp(l_t - l_best) <= 1 / p_min.
+// Only logits within kTail of the best are exponentiated (stopping as soon as the sum is
+// over the limit); each of the others adds less than exp(-kTail) and is counted as that
+// bound. Only when the bound leaves the answer open are they summed exactly. So the answer
+// is the exact comparison, at the cost of a few exponentials for a peaked distribution.
+bool LlamaDrafter::probable(const float * logits, int32_t n, float best, float p_min) {
+    constexpr float kTail = 20.0f;
+    const double limit = 1.0 / static_cast<double>(p_min);
+    const float cut = best - kTail;
+    double sum = 0.0;
+    int32_t far = 0;
+    for (int32_t t = 0; t < n; ++t) {
+        if (logits[t] >= cut) {
+            sum += static_cast<double>(std::exp(logits[t] - best));
+            if (sum > limit) return false;
+        } else {
+            ++far;
+        }
+    }
+    if (sum + static_cast<double>(far) * std::exp(-static_cast<double>(kTail)) <= limit) return true;
+    for (int32_t t = 0; t < n; ++t) {
+        if (logits[t] < cut) sum += static_cast<double>(std::exp(logits[t] - best));
+    }
+    return sum <= limit;
 }

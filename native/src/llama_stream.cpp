@@ -500,6 +500,7 @@ int LlamaStream::prefill(const int32_t * token_ids, size_t n, std::string & mess
     history_.insert(history_.end(), token_ids, token_ids + n);
     restored_logits_.clear();
     logits_row_ = -1;
+    if (drafter_) drafter_->backoff().reset();  // new input: the next step drafts again
     have_logits_ = true;
     finished_ = false;
     generated_ = 0;
@@ -649,7 +650,8 @@ int LlamaStream::drafter_catch_up(llama_token first, std::string & message) {
 // that choice, so the step emits first + the agreeing prefix d1..dk: exactly the tokens
 // plain greedy decoding would emit, and the logits after dk (row k of the batch) choose the
 // next step's first token, the text model's own correction. Positions of d_{k+1}..dn are
-// removed from both caches.
+// removed from both caches. Whether a step drafts, and how far, adapts to the drafter
+// (DraftBackoff, LlamaDrafter::propose); the emitted tokens never depend on it.
 int LlamaStream::speculative_step(const StepBuffers & out, llama_token first, const std::string & first_piece,
                                   std::string & message) {
     LlamaDrafter & d = *drafter_;
@@ -668,16 +670,19 @@ int LlamaStream::speculative_step(const StepBuffers & out, llama_token first, co
 
     std::vector<llama_token> step{first};
     std::vector<std::string> pieces{first_piece};
-    // A step drafts only when at least max(draft_min, 1) tokens can be drafted; a draft
-    // shorter than draft_min (the drafter chose EOS, or the text ran out of room) is dropped
-    // and the step is a plain one.
+    // A step drafts only when at least max(draft_min, 1) tokens can be drafted and the
+    // backoff does not skip it; the draft stops before a token the drafter is not sure of
+    // (p_min) and at EOS; a draft shorter than draft_min (the drafter chose EOS or was
+    // unsure, or the text ran out of room) is dropped and the step is a plain one.
     const size_t want_min = static_cast<size_t>(std::max(1, d.draft_min()));
-    if (room >= want_min) {
+    const bool drafting = room >= want_min && d.backoff().should_draft();
+    if (drafting) {
         int rc = drafter_catch_up(first, message);
         if (rc != ELIZA_OK) return rc;
         for (size_t i = 0; i < room; ++i) {
-            const llama_token t = d.argmax();
-            if (t < 0 || llama_vocab_is_eog(ctx_.vocab, t)) break;
+            const LlamaDrafter::Proposal p = d.propose();
+            const llama_token t = p.token;
+            if (t < 0 || !p.confident || llama_vocab_is_eog(ctx_.vocab, t)) break;
             std::string piece = eliza::token_piece(ctx_.vocab, t);
             if (piece.size() > text_room) break;
             text_room -= piece.size();
@@ -732,6 +737,7 @@ int LlamaStream::speculative_step(const StepBuffers & out, llama_token first, co
     }
     history_.insert(history_.end(), step.begin(), step.begin() + static_cast<std::ptrdiff_t>(emitted));
     d.keep(history_.size());
+    if (drafting) d.backoff().record(accepted > 0);
     restored_logits_.clear();
     logits_row_ = drafted > 0 ? static_cast<int32_t>(accepted) : -1;
     generated_ += static_cast<int32_t>(emitted);
@@ -749,7 +755,10 @@ int LlamaStream::speculative_step(const StepBuffers & out, llama_token first, co
 void LlamaStream::clear_state() {
     set_active(false);
     llama_memory_clear(llama_get_memory(lctx_.get()), true);
-    if (drafter_) drafter_->clear();
+    if (drafter_) {
+        drafter_->clear();
+        drafter_->backoff().reset();
+    }
     llama_sampler_reset(sampler_.get());
     accepted_.clear();
     history_.clear();
@@ -774,7 +783,10 @@ int LlamaStream::reset_keep(int32_t n_keep) {
     }
     set_active(false);
     history_.resize(keep);
-    if (drafter_) drafter_->keep(keep);
+    if (drafter_) {
+        drafter_->keep(keep);
+        drafter_->backoff().reset();
+    }
     llama_sampler_reset(sampler_.get());
     accepted_.clear();
     restored_logits_.clear();
@@ -1062,7 +1074,10 @@ int LlamaStream::restore_slot(const char * filename, std::string & message) {
     sampler_ = std::move(sampler);
     // A slot file holds the text model's state only; the drafter's cache is rebuilt from
     // the restored tokens on the next step (it changes speed and stats, never the output).
-    if (drafter_) drafter_->clear();
+    if (drafter_) {
+        drafter_->clear();
+        drafter_->backoff().reset();
+    }
     accepted_ = std::move(accepted);
     history_ = std::move(history);
     restored_logits_ = std::move(logits);

@@ -1,11 +1,18 @@
 """Speculative decoding through the C ABI: with a draft model (the bundle's draft fixture,
 or the text model drafting for itself) greedy output is byte-identical to plain greedy,
 the per-step stats add up, the caller's buffers bound a step, the stream operations stay
-coherent, and every bad drafter input is a clear error from _open."""
+coherent, and every bad drafter input is a clear error from _open.
+
+Adaptive drafting (ELIZA_DRAFT_P_MIN, ELIZA_DRAFT_BACKOFF_MAX; docs/native.md) decides
+when a step drafts. The tests of the draft mechanics (buffers, draft_min, partial
+acceptance, reset, slots) run on an `eager` context with both rules off, so that every
+step with room drafts; the tests of the rules run on the default context and on contexts
+with one rule on."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -26,6 +33,23 @@ from eliza.formats.tiny_gguf import PLANTED_CHAIN, draft_model
 from tests.native.helpers import model_file
 
 PROMPTS = ["Hello world, this is", "Once upon a time there was", "naïve café — 東京 and", "The price"]
+
+# Both adaptive rules off: every step with room drafts up to its bound.
+EAGER = {"ELIZA_DRAFT_P_MIN": "0", "ELIZA_DRAFT_BACKOFF_MAX": "0"}
+
+
+def context_with(lib: Library, bundle: Path, env: dict[str, str]) -> Context:
+    """A context created under env (the library reads these settings at create only)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        return lib.open_context(bundle)
+
+
+@pytest.fixture(scope="module")
+def eager(lib: Library, tiny_bundle: Path) -> Iterator[Context]:
+    with context_with(lib, tiny_bundle, EAGER) as context:
+        yield context
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +108,9 @@ def check_stats(steps: list[Step], tokens_cap: int = 16) -> tuple[int, int]:
 
 @pytest.mark.parametrize("draft_max", [0, 1, 4, 8])
 def test_draft_fixture_output_is_byte_identical_to_plain_greedy(
-    ctx: Context, draft_path: Path, draft_max: int
+    eager: Context, draft_path: Path, draft_max: int
 ) -> None:
+    ctx = eager
     drafted = accepted = 0
     for prompt in PROMPTS:
         want_tokens, want_text, _ = run(ctx, greedy_config(48), prompt)
@@ -99,7 +124,8 @@ def test_draft_fixture_output_is_byte_identical_to_plain_greedy(
 
 
 @pytest.mark.parametrize("draft_max", [2, 5])
-def test_partly_accepted_drafts_are_byte_identical(ctx: Context, near_path: Path, draft_max: int) -> None:
+def test_partly_accepted_drafts_are_byte_identical(eager: Context, near_path: Path, draft_max: int) -> None:
+    ctx = eager
     partial = 0
     for prompt in PROMPTS:
         want = run(ctx, greedy_config(48), prompt)[:2]
@@ -110,7 +136,8 @@ def test_partly_accepted_drafts_are_byte_identical(ctx: Context, near_path: Path
     assert partial > 0
 
 
-def test_text_model_as_its_own_drafter_accepts_everything(ctx: Context, self_path: Path) -> None:
+def test_text_model_as_its_own_drafter_accepts_everything(eager: Context, self_path: Path) -> None:
+    ctx = eager
     for prompt in PROMPTS:
         want = run(ctx, greedy_config(48), prompt)[:2]
         tokens, text, steps = run(ctx, drafted_config(48, self_path, draft_max=6), prompt)
@@ -132,7 +159,8 @@ def test_planted_chain_comes_out_in_one_step_with_utf8_intact(ctx: Context, self
 
 
 @pytest.mark.parametrize("tokens_cap", [1, 2, 3])
-def test_tokens_cap_bounds_a_step(ctx: Context, self_path: Path, tokens_cap: int) -> None:
+def test_tokens_cap_bounds_a_step(eager: Context, self_path: Path, tokens_cap: int) -> None:
+    ctx = eager
     want = run(ctx, greedy_config(40), PROMPTS[1])[:2]
     tokens, text, steps = run(ctx, drafted_config(40, self_path, draft_max=8), PROMPTS[1], tokens_cap)
     assert (tokens, text) == want
@@ -140,14 +168,16 @@ def test_tokens_cap_bounds_a_step(ctx: Context, self_path: Path, tokens_cap: int
     assert max(s.drafted for s in steps) == tokens_cap - 1
 
 
-def test_max_tokens_bounds_the_draft(ctx: Context, self_path: Path) -> None:
+def test_max_tokens_bounds_the_draft(eager: Context, self_path: Path) -> None:
+    ctx = eager
     for max_tokens in (1, 2, 5, 7):
         want = run(ctx, greedy_config(max_tokens), PROMPTS[0])[:2]
         tokens, text, _ = run(ctx, drafted_config(max_tokens, self_path, draft_max=4), PROMPTS[0])
         assert (tokens, text) == want and len(tokens) == max_tokens
 
 
-def test_draft_min_skips_short_drafts(ctx: Context, self_path: Path, draft_path: Path) -> None:
+def test_draft_min_skips_short_drafts(eager: Context, self_path: Path, draft_path: Path) -> None:
+    ctx = eager
     # tokens_cap 3 leaves room for 2 draft tokens, below draft_min 3: no step drafts.
     want = run(ctx, greedy_config(24), PROMPTS[2])[:2]
     tokens, text, steps = run(ctx, drafted_config(24, self_path, draft_min=3, draft_max=5), PROMPTS[2], 3)
@@ -157,8 +187,9 @@ def test_draft_min_skips_short_drafts(ctx: Context, self_path: Path, draft_path:
 
 
 def test_repeat_penalty_with_a_drafter_is_identical(
-    ctx: Context, draft_path: Path, self_path: Path, near_path: Path
+    eager: Context, draft_path: Path, self_path: Path, near_path: Path
 ) -> None:
+    ctx = eager
     for prompt in PROMPTS[:2]:
         want = run(ctx, greedy_config(40, repeat_penalty=1.3), prompt)[:2]
         for drafter in (draft_path, self_path, near_path):
@@ -171,7 +202,8 @@ def test_without_a_drafter_stats_are_zero(ctx: Context) -> None:
     assert all(s.drafted == 0 and s.accepted == 0 for s in steps)
 
 
-def test_cancel_reset_and_reset_keep(ctx: Context, near_path: Path) -> None:
+def test_cancel_reset_and_reset_keep(eager: Context, near_path: Path) -> None:
+    ctx = eager
     cfg = drafted_config(24, near_path, draft_max=4)
     prompt = ctx.tokenize(PROMPTS[1])
     want = run(ctx, greedy_config(24), PROMPTS[1])[:2]
@@ -194,7 +226,8 @@ def test_cancel_reset_and_reset_keep(ctx: Context, near_path: Path) -> None:
         assert got == plain.generate()
 
 
-def test_save_and_restore_with_a_drafter(ctx: Context, near_path: Path, tmp_path: Path) -> None:
+def test_save_and_restore_with_a_drafter(eager: Context, near_path: Path, tmp_path: Path) -> None:
+    ctx = eager
     draft_path = near_path
     slot = tmp_path / "slot.bin"
     with ctx.open_stream(drafted_config(30, draft_path, draft_max=4)) as stream:
@@ -219,6 +252,165 @@ def test_save_and_restore_with_a_drafter(ctx: Context, near_path: Path, tmp_path
     with ctx.open_stream(drafted_config(30, draft_path, draft_max=4)) as stream:
         stream.restore_slot(slot)
         assert stream.generate() == tail
+
+
+# --- adaptive drafting ----------------------------------------------------------------
+
+# The backoff rule as the header documents it (DraftBackoff, native/src/llama_drafter.h).
+MISSES_BEFORE_BACKOFF = 2
+FIRST_SKIP = 8
+SKIP_GROWTH = 4
+# The draft model's tokens after "▁price" and the text model's own <0xE2>, up to EOS.
+CHAIN_DRAFT = len(PLANTED_CHAIN) - 3
+
+
+class Backoff:
+    """The documented backoff rule, replayed over the steps a stream reported."""
+
+    def __init__(self, max_skip: int) -> None:
+        self.max_skip = max_skip
+        self.misses = self.skip = self.left = 0
+
+    def should_draft(self) -> bool:
+        if self.left == 0:
+            return True
+        self.left -= 1
+        return False
+
+    def record(self, hit: bool) -> None:
+        if hit:
+            self.misses = self.skip = 0
+            return
+        self.misses += 1
+        if self.max_skip == 0 or self.misses < MISSES_BEFORE_BACKOFF:
+            return
+        self.skip = min(self.max_skip, FIRST_SKIP if self.skip == 0 else SKIP_GROWTH * self.skip)
+        self.left = self.skip
+
+
+def segments(ctx: Context, cfg: StreamConfig, prompts: Sequence[list[int]]) -> list[list[Step]]:
+    """One stream: each prompt prefilled after the previous generation ended, then generated."""
+    out = []
+    with ctx.open_stream(cfg) as stream:
+        for tokens in prompts:
+            stream.prefill(tokens)
+            out.append(steps_of(stream))
+    return out
+
+
+def predicted_drafting(parts: list[list[Step]], max_tokens: int, max_skip: int) -> list[list[bool]]:
+    """Which steps the rule lets draft: a step with room for a draft (it emits a token and
+    max_tokens leaves room after it) asks the rule; a prefill starts afresh."""
+    rule = Backoff(max_skip)
+    out = []
+    for steps in parts:
+        rule.misses = rule.skip = rule.left = 0
+        generated, drafting = 0, []
+        for s in steps:
+            room = bool(s.tokens) and generated + 1 < max_tokens
+            asks = room and rule.should_draft()
+            if asks:
+                rule.record(s.accepted > 0)
+            drafting.append(asks)
+            generated += len(s.tokens)
+        out.append(drafting)
+    return out
+
+
+@pytest.mark.parametrize(("drafter", "max_skip"), [("draft", 40), ("near", 40), ("near", 3), ("draft", 0)])
+def test_backoff_follows_the_rule_and_recovers(
+    lib: Library, tiny_bundle: Path, draft_path: Path, near_path: Path, drafter: str, max_skip: int
+) -> None:
+    # The confidence rule off, so that every step the backoff lets draft does draft: the
+    # fixture's draft model then drafts on such steps and is almost never accepted, the
+    # scaled text model is accepted in part. After a long generation the stream is given
+    # "The price", whose planted chain the drafter (after the prefill's fresh start) drafts.
+    max_tokens = 120
+    path = draft_path if drafter == "draft" else near_path
+    env = {"ELIZA_DRAFT_P_MIN": "0", "ELIZA_DRAFT_BACKOFF_MAX": str(max_skip)}
+    with context_with(lib, tiny_bundle, env) as ctx:
+        prompts = [ctx.tokenize(PROMPTS[1]), ctx.tokenize("The price", add_special=False)]
+        parts = segments(ctx, drafted_config(max_tokens, path, draft_max=4), prompts)
+        plain = segments(ctx, greedy_config(max_tokens), prompts)
+    for got, want in zip(parts, plain, strict=True):
+        assert [t for s in got for t in s.tokens] == [t for s in want for t in s.tokens]
+        assert b"".join(s.text for s in got) == b"".join(s.text for s in want)
+        check_stats(got)
+    predicted = predicted_drafting(parts, max_tokens, max_skip)
+    observed = [[s.drafted > 0 for s in steps] for steps in parts]
+    assert observed == predicted
+    long_run, chain = parts[0], parts[1]
+    room = predicted_drafting(parts, max_tokens, 0)[0]  # the steps with room for a draft
+    asked = sum(predicted[0])
+    if max_skip == 0:
+        assert predicted[0] == room  # no backoff: every step with room drafts
+    else:
+        assert asked < sum(room)  # the backoff skipped steps
+    if drafter == "draft" and max_skip:
+        # A drafter that is (almost) never accepted drafts on far fewer steps than it could.
+        assert asked * 4 < sum(room), (asked, sum(room))
+    if drafter == "near" and max_skip:
+        # An accepted draft ends the backoff: drafting resumes after a skip and is accepted.
+        resumed = [i for i in range(1, len(long_run)) if room[i - 1] and not predicted[0][i - 1]]
+        assert any(long_run[i].accepted > 0 for i in resumed), resumed
+    # After the prefill the chain is drafted whole and accepted, whatever came before.
+    assert (chain[0].drafted, chain[0].accepted) == (CHAIN_DRAFT, CHAIN_DRAFT)
+    assert sum(s.drafted for s in long_run) <= 4 * asked
+
+
+@pytest.mark.parametrize("draft_max", [0, 4])
+def test_default_rules_keep_output_and_draft_the_sure_tokens(
+    ctx: Context, eager: Context, draft_path: Path, self_path: Path, draft_max: int
+) -> None:
+    # The fixture's draft model is sure (p >= 0.75) only on the planted chain, which the text
+    # model shares: with the default rules it drafts that and is accepted every time, where
+    # drafting eagerly it is mostly rejected. The text model drafting for itself still
+    # accepts all it drafts. Output is plain greedy's, byte for byte, either way.
+    totals: dict[str, tuple[int, int]] = {}
+    for name, path in (("draft", draft_path), ("self", self_path)):
+        for label, context in (("default", ctx), ("eager", eager)):
+            drafted = accepted = 0
+            for prompt in PROMPTS:
+                want = run(context, greedy_config(48), prompt)[:2]
+                tokens, text, steps = run(context, drafted_config(48, path, draft_max=draft_max), prompt)
+                assert (tokens, text) == want, (name, label, prompt)
+                d, a = check_stats(steps)
+                drafted, accepted = drafted + d, accepted + a
+            totals[f"{name} {label}"] = (drafted, accepted)
+    assert all(drafted > 0 for drafted, _ in totals.values()), totals
+    assert totals["draft default"][0] == totals["draft default"][1]
+    assert totals["self default"][0] == totals["self default"][1]
+    assert totals["draft eager"][1] < totals["draft eager"][0]
+    assert totals["draft default"][0] < totals["draft eager"][0]
+
+
+def test_confidence_rule_alone_drafts_only_the_planted_chain(
+    lib: Library, tiny_bundle: Path, draft_path: Path
+) -> None:
+    # Backoff off, so every step asks the drafter; the confidence rule alone keeps it from
+    # drafting the random tokens it is unsure of. Only "The price" drafts, the chain whole.
+    with context_with(lib, tiny_bundle, {"ELIZA_DRAFT_BACKOFF_MAX": "0"}) as ctx:
+        for prompt in PROMPTS:
+            steps = run(ctx, drafted_config(48, draft_path, draft_max=8), prompt)[2]
+            drafted, accepted = check_stats(steps)
+            if prompt == "The price":
+                assert (steps[0].drafted, steps[0].accepted) == (CHAIN_DRAFT, CHAIN_DRAFT)
+            assert drafted == accepted, prompt
+
+
+def test_bad_adaptive_settings_fail_the_create(lib: Library, tiny_bundle: Path) -> None:
+    cases = {
+        "ELIZA_DRAFT_P_MIN": ["1.5", "-0.1", "abc", "0,5", "nan", " 0.5", "0.5x"],
+        "ELIZA_DRAFT_BACKOFF_MAX": ["-1", "1025", "x", "2.5"],
+    }
+    for name, values in cases.items():
+        for value in values:
+            with pytest.raises(ElizaError) as err:
+                context_with(lib, tiny_bundle, {name: value}).close()
+            assert f"{name}='{value}' is not" in err.value.message, err.value.message
+    # The range ends are accepted.
+    for env in ({"ELIZA_DRAFT_P_MIN": "1", "ELIZA_DRAFT_BACKOFF_MAX": "1024"}, EAGER):
+        context_with(lib, tiny_bundle, env).close()
 
 
 # --- bad drafter input ----------------------------------------------------------------
