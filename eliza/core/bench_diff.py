@@ -235,6 +235,28 @@ def run_decode_tok_s(run: BenchRun) -> float:
     return statistics.median(rates) if rates else 0.0
 
 
+def paired_decode_tok_s(run: BenchRun, other: BenchRun) -> tuple[float, float]:
+    """(run's, other's) median decode rate over the prompts that have a decode phase in both.
+
+    A drafter can emit a prompt's whole output in its first step: that prompt has no decode
+    phase to time (rate 0), while the plain run does. Counting it as 0 would make every
+    such draft look like a slowdown, so a speedup compares like with like.
+    """
+
+    def rates(r: BenchRun) -> dict[int, float]:
+        return {
+            p.index: statistics.median(p.decode_tok_s)
+            for p in r.prompts
+            if len(p.tokens) > 1 and p.decode_tok_s and statistics.median(p.decode_tok_s) > 0
+        }
+
+    mine, theirs = rates(run), rates(other)
+    both = sorted(set(mine) & set(theirs))
+    if not both:
+        return 0.0, 0.0
+    return statistics.median(mine[i] for i in both), statistics.median(theirs[i] for i in both)
+
+
 def run_first_token_ms(run: BenchRun) -> float:
     values = [statistics.median(p.first_token_ms) for p in run.prompts if p.first_token_ms]
     return statistics.median(values) if values else 0.0

@@ -129,3 +129,28 @@ def test_drafter_stats_and_their_problems() -> None:
     assert drafter_problems("draft", over) == ["draft: prompt 0 step 1: accepted 3 of 2 drafted"]
     idle = run(prompt(0, (5, 6), b"ab"))
     assert drafter_problems("draft", idle) == ["draft: no step drafted anything"]
+
+
+def test_a_speedup_compares_only_prompts_with_a_decode_phase_on_both_sides() -> None:
+    from dataclasses import replace
+
+    from eliza.core.bench_diff import paired_decode_tok_s, run_decode_tok_s
+
+    plain = run(
+        *(
+            replace(prompt(i, (5, 6, 7), b"abc"), decode_tok_s=(rate,))
+            for i, rate in enumerate((90.0, 100.0, 4500.0))
+        )
+    )
+    # the drafter emitted prompt 2's whole output in its first step: no decode phase to time
+    drafted = run(
+        *(
+            replace(prompt(i, (5, 6, 7), b"abc"), decode_tok_s=(rate,))
+            for i, rate in enumerate((80.0, 100.0, 0.0))
+        )
+    )
+    mine, theirs = paired_decode_tok_s(drafted, plain)
+    assert (mine, theirs) == (statistics.median([80.0, 100.0]), statistics.median([90.0, 100.0]))
+    # the unpaired medians would count the untimed prompt as a slowdown
+    assert run_decode_tok_s(drafted) / run_decode_tok_s(plain) < mine / theirs
+    assert paired_decode_tok_s(run(), plain) == (0.0, 0.0)

@@ -22,6 +22,7 @@ from eliza.core.bench_diff import (
     compare_identity,
     drafter_problems,
     drafter_totals,
+    paired_decode_tok_s,
     ratio_report,
     run_decode_tok_s,
     run_first_token_ms,
@@ -445,9 +446,11 @@ def drafter_outcome(runs: CellRuns, check_id: str, opts: BenchOptions, log: Log,
         )
     speedup: dict[str, object] = {}
     if rounds >= 3:
-        plain_rates = [run_decode_tok_s(r) for r, _ in done["plain"]]
         for label, _ in drafters:
-            pairs = list(zip([run_decode_tok_s(r) for r, _ in done[label]], plain_rates, strict=True))
+            pairs = [
+                paired_decode_tok_s(drafted, plain)
+                for (drafted, _), (plain, _) in zip(done[label], done["plain"], strict=True)
+            ]
             report = ratio_report("decode tok/s", f"{label} drafter", "no drafter", pairs)
             log(f"{cell.id}: speedup with the {label} drafter: {report.describe()}")
             metrics[f"speedup_{label}"] = round(report.ratios.median, 4)

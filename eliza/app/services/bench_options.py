@@ -156,7 +156,11 @@ def settings_description(
     chosen: dict[str, object] = {k: v for k, v in asdict(settings).items() if k not in ("bundle", "prompts")}
     chosen["draft_max"] = draft_max
     chosen["drafter_pairs"] = drafter_pairs
-    chosen["ELIZA_N_CTX"] = env.get("ELIZA_N_CTX", "")
+    # The library's settings that change what a bench measures: the context size, and when
+    # a stream drafts (the drafter stats and the speedup; never the tokens).
+    for name in ("ELIZA_N_CTX", "ELIZA_DRAFT_P_MIN", "ELIZA_DRAFT_BACKOFF_MAX"):
+        if name == "ELIZA_N_CTX" or env.get(name):
+            chosen[name] = env.get(name, "")
     return json.dumps(chosen, sort_keys=True)
 
 
