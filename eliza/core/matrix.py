@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from eliza.core.cell_id import CellId
+from eliza.core.trust import TrustPolicy
 
 
 class Requirement(StrEnum):
@@ -300,6 +301,7 @@ class Matrix:
     verifiable_here: tuple[VerifiableItem, ...] = ()
     warnings: tuple[Problem, ...] = ()  # not fatal, e.g. an exclude that matches nothing
     variants: tuple[Variant, ...] = ()  # the first is the default; () means release only
+    trust: TrustPolicy = field(default_factory=TrustPolicy)  # who may sign evidence for what
 
     def platform(self, platform_id: str) -> Platform:
         for p in self.platforms:

@@ -17,6 +17,7 @@ from eliza.app.services.bench_options import default_settings_description
 from eliza.app.services.bundle import ensure_tiny_bundle
 from eliza.app.services.clock import now
 from eliza.app.services.inputs import fuzz_inputs, input_hashes
+from eliza.app.services.signing import report_trust
 from eliza.core.evidence import Artifact, InputFingerprint, utc_timestamp
 from eliza.core.fingerprint import InputHashes, fingerprint_for
 from eliza.core.host import check_blockers
@@ -39,11 +40,14 @@ def render(
     *,
     hashes: InputHashes | None = None,
     artifact_matches: Callable[[Artifact], bool | None] | None = None,
+    release: bool = False,
 ) -> tuple[ReportPaths, Report]:
     """Reads evidence from every directory, judges it against the current tree, renders
     HTML, Markdown and JSON. Returns (paths, report). `hashes` and `artifact_matches`: what
-    the caller already read of the tree this invocation (verify), so nothing is hashed twice."""
+    the caller already read of the tree this invocation (verify), so nothing is hashed twice.
+    `release`: trust only the keys of the matrix's trust policy, not this machine's."""
     project = current()
+    trust = report_trust(matrix, project, release=release)
     host = host_facts()
     if hashes is None:
         hashes = input_hashes(
@@ -55,7 +59,7 @@ def render(
             llama_source=llama_source_version(project.env),
             bench_settings=default_settings_description(project.env),
         )
-    records = read_records(list(evidence_dirs))
+    records = read_records(list(evidence_dirs), trust.public_keys())
     # Where several records of one (cell, check) disagree, the first directory's (this
     # checkout's own evidence, before imported evidence) sets what "current" means.
     baselines = {
@@ -95,6 +99,7 @@ def render(
             generated_at=utc_timestamp(now()),
             host=f"{host.describe()} ({cpu}, {host.cpu_count} threads)",
         ),
+        trust=trust,
     )
     report = with_fuzz_figures(report, project.build_root / "fuzz" / "summary.json", project.repo)
     return render_report(report, out_dir), report
@@ -146,11 +151,14 @@ def summary_line(report: Report) -> str:
     return f"{header.verified} of {header.declared} checks verified ({states})"
 
 
-def render_and_say(matrix: Matrix, evidence_dirs: Sequence[Path], out_dir: Path, log: Log) -> Path:
+def render_and_say(
+    matrix: Matrix, evidence_dirs: Sequence[Path], out_dir: Path, log: Log, *, release: bool = False
+) -> Path:
     """Renders the report with the tiny bundle (deterministic: regenerating it lets a fresh
     report host judge bundle-dependent evidence instead of calling it stale), its
     screenshot, and says where they are and what they count."""
-    paths, rep = render(matrix, evidence_dirs, out_dir, ensure_tiny_bundle())
+    paths, rep = render(matrix, evidence_dirs, out_dir, ensure_tiny_bundle(), release=release)
     log(describe_paths(paths, screenshot(paths.html, out_dir / "report.png")))
     log(summary_line(rep))
+    log(f"trust: {rep.header.trust}")
     return paths.html

@@ -22,6 +22,7 @@ class ReportOptions:
     evidence: tuple[Path, ...]  # () : the default directories
     out: Path
     allow_missing: bool = False
+    release: bool = False
 
 
 def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> ReportOptions:
@@ -40,8 +41,15 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
         action="store_true",
         help="render even when an evidence directory does not exist (it is listed as a load problem)",
     )
+    parser.add_argument(
+        "--release",
+        action="store_true",
+        help=f"trust only the keys of {matrix.source}'s trust policy, not this machine's own key",
+    )
     args = parser.parse_args(list(argv))
-    return ReportOptions(evidence=tuple(args.evidence), out=args.out, allow_missing=args.allow_missing)
+    return ReportOptions(
+        evidence=tuple(args.evidence), out=args.out, allow_missing=args.allow_missing, release=args.release
+    )
 
 
 def run(options: ReportOptions, ctx: Context) -> Path:
@@ -55,4 +63,4 @@ def run(options: ReportOptions, ctx: Context) -> Path:
             f"evidence directory {missing[0]} does not exist; nothing was rendered "
             "(name an existing directory, or pass --allow-missing)"
         )
-    return render_and_say(ctx.matrix, dirs, options.out, ctx.log)
+    return render_and_say(ctx.matrix, dirs, options.out, ctx.log, release=options.release)
