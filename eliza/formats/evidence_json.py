@@ -398,6 +398,10 @@ def _from_envelope(path: Path, raw: bytes, data: JsonValue, keys: Mapping[str, b
     except EvidenceError as exc:
         return LoadedRecord(path=path, problem=str(exc), cell=cell, check=check)
     loaded = _from_predicate(path, statement["predicate"], source, subjects)
+    if loaded.problem is not None and not signature.verified:
+        # What no key vouches for is untrusted first: its content's problems come second.
+        why = f"{source}: {signature.problem} (and {loaded.problem.removeprefix(source + ': ')})"
+        return replace(loaded, problem=why, untrusted=True, signature=signature)
     return replace(loaded, signature=signature, raw=raw)
 
 
@@ -421,8 +425,12 @@ def _from_predicate(path: Path, data: JsonValue, source: str, subjects: tuple[Su
     if path.name != expected:
         # A record copied under another cell's or check's name: the file claims one entry,
         # its content another.
-        why = f"{source}: the file is named for another entry than the record it holds (expected {expected})"
-        return LoadedRecord(path=path, problem=why, cell=record.cell, check=record.check)
+        why = (
+            f"{source}: the file is named for another entry than the record it holds "
+            f"({record.cell} · {record.check}, whose file is {expected})"
+        )
+        cell, check = _name_hint(path)
+        return LoadedRecord(path=path, problem=why, cell=cell, check=check)
     record = replace(record, subjects=tuple(s for s in subjects if s.role is not SubjectRole.INPUTS))
     return LoadedRecord(path=path, record=record, cell=record.cell, check=record.check)
 
