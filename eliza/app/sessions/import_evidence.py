@@ -72,12 +72,12 @@ def run(options: ImportOptions, ctx: Context) -> int:
         elif record.cell not in cells or record.check not in checks:
             unknown = f"cell {record.cell!r}" if record.cell not in cells else f"check {record.check!r}"
             log(f"not imported: {item.path}: {matrix.source} declares no {unknown}")
-        elif (why := _distrust(ctx, item.signature, record.cell, record.check, trust)) is not None:
-            log(f"not imported: {item.path}: not trusted: {why}")
         elif runs_here(ctx, record.cell, record.check):
             # Only what this host cannot produce comes in: its own evidence of a check it
             # runs is never replaced by another machine's.
             log(f"not imported: {item.path}: this host runs {record.cell} · {record.check} itself")
+        elif (why := _distrust(ctx, item.signature, record.cell, record.check, trust)) is not None:
+            log(f"not imported: {item.path}: not trusted: {why}")
         else:
             accepted.append(item)
     if not accepted:
