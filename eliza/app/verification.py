@@ -233,6 +233,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         )
         ctx.log(describe_paths(paths, screenshot(paths.html, ctx.project.report_dir / "report.png")))
         ctx.log(summary_line(report))
+        ctx.log(f"trust: {report.header.trust}")
         if done.failed:
             raise ChecksFailed(
                 f"{len(done.failed)} check(s) failed: "
