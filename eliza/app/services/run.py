@@ -17,7 +17,7 @@ from eliza.app.services.bench_options import default_settings_description
 from eliza.app.services.inputs import input_hashes
 from eliza.app.services.signing import signing_key
 from eliza.core.cell_id import CellId
-from eliza.core.evidence import HostInfo, LoadedRecord, Status, Subject
+from eliza.core.evidence import Artifact, HostInfo, LoadedRecord, Status, Subject
 from eliza.core.fingerprint import InputHashes, fingerprint_for
 from eliza.core.host import HostFacts
 from eliza.core.layout import default_prompts
@@ -163,7 +163,13 @@ def evidence_index(run: Run, hashes: recording.ArtifactHashes) -> dict[tuple[str
                 if item.path.is_relative_to(run.project.repo)
                 else item.path
             ),
-            artifacts_intact=all(hashes.matches(a) for a in item.record.artifacts),
+            # The files it judged too: a record of a library that was rebuilt differently
+            # would not count against the new build, so its check runs again.
+            artifacts_intact=all(hashes.matches(a) for a in item.record.artifacts)
+            and all(
+                hashes.resolve(Artifact(path=s.name, sha256=s.sha256)) is not False
+                for s in item.record.subjects
+            ),
         )
         for key, item in existing_records(
             run.evidence_dir, run.matrix.trust.with_local(run.key.public_raw), run.matrix
