@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from eliza.adapters.signing_keys import machine_key
 from eliza.core.evidence import EvidenceRecord, LoadedRecord, Subject, SubjectRole
@@ -54,3 +56,11 @@ def library_subject(cell: str, sha256: str | None = None) -> Subject:
     return Subject(
         name=f"build/{cell}/libelizainference.so", sha256=digest, role=SubjectRole.LIBRARY, cell=cell
     )
+
+
+def predicate(path: Path) -> dict[str, Any]:
+    """The record a signed evidence file holds (its Statement's predicate), as JSON data."""
+    envelope = json.loads(path.read_text(encoding="utf-8"))
+    statement: dict[str, Any] = json.loads(base64.b64decode(envelope["payload"]))
+    record: dict[str, Any] = statement["predicate"]
+    return record
