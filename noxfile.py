@@ -31,6 +31,7 @@ from eliza.app.sessions import (
     ci,
     ci_rehearsal,
     import_evidence,
+    keys,
 )
 from eliza.app.sessions import (
     devices as devices_session,
@@ -197,6 +198,12 @@ def devices(session: nox.Session) -> None:
 def report(session: nox.Session) -> None:
     """Render the report (HTML, Markdown, JSON) from evidence directories: `nox -s report -- DIR...`."""
     _use_case(session, report_session.parse_options, report_session.run)
+
+
+@nox.session(name="keys", python=False)
+def keys_session(session: nox.Session) -> None:
+    """This machine's evidence-signing public key and key id, and the matrix.yaml entry to trust it."""
+    _use_case(session, keys.parse_options, keys.run)
 
 
 @nox.session(python=False)

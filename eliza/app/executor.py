@@ -129,9 +129,16 @@ def execute(
     for run_step in plan.runs:
         groups.setdefault(_group_key(run_step), []).append(run_step)
     for steps in groups.values():
-        done.written += run.record(
-            _run_group(steps, run, builder, capabilities, done, baselines, bench, runners, devices or {})
+        outcomes, libraries = _run_group(
+            steps, run, builder, capabilities, done, baselines, bench, runners, devices or {}
         )
+        # Each record names the libraries its step read (its cell's and its references'):
+        # the report counts it only while they are the ones its cell's build evidence names.
+        judged = {
+            (str(s.cell), s.check): {c: libraries[c] for c in (s.cell, *s.needs) if c in libraries}
+            for s in steps
+        }
+        done.written += run.record(outcomes, judged)
     return done
 
 
@@ -151,9 +158,10 @@ def _run_group(
     bench: BenchOptions | None,
     runners: Mapping[CheckKind, Callable[[Job, Run], list[CheckOutcome]]],
     devices: Mapping[str, Callable[[], Target]],
-) -> list[CheckOutcome]:
+) -> tuple[list[CheckOutcome], Mapping[CellId, Path]]:
     """One runner call: the steps' libraries, then the runner; a library that failed to
-    build, or a runner that broke, becomes error evidence for exactly these steps."""
+    build, or a runner that broke, becomes error evidence for exactly these steps.
+    Returns the outcomes and the libraries the runner was handed."""
     matrix = run.matrix
     platform = matrix.platform(steps[0].cell.platform)
     needed = list(dict.fromkeys([*(s.cell for s in steps), *(n for s in steps for n in s.needs)]))
@@ -161,12 +169,12 @@ def _run_group(
     if broken:
         first = broken[0]
         if all(s.kind is CheckKind.BUILD for s in steps) and first == steps[0].cell:
-            return _errors(steps, f"build failed: {done.build_failures[first]}")
-        return _errors(steps, f"not run: {first} failed to build: {done.build_failures[first][-600:]}")
+            return _errors(steps, f"build failed: {done.build_failures[first]}"), {}
+        return _errors(steps, f"not run: {first} failed to build: {done.build_failures[first][-600:]}"), {}
     try:
         libraries = {c: _library(c, matrix, builder, done) for c in needed}
     except RUN_ERRORS as exc:
-        return _errors(steps, f"not run: a library it needs is not here: {str(exc)[-1500:]}")
+        return _errors(steps, f"not run: a library it needs is not here: {str(exc)[-1500:]}"), {}
     can = capabilities[platform.id]
     how = steps[0].how
     if how != "native":
@@ -191,9 +199,9 @@ def _run_group(
         outcomes = runner(job, run)
     except RUN_ERRORS as exc:
         run.log(f"{platform.id}: {steps[0].check} could not run: {exc}")
-        return _errors(steps, f"{steps[0].check} could not run: {str(exc)[-1500:]}")
+        return _errors(steps, f"{steps[0].check} could not run: {str(exc)[-1500:]}"), libraries
     finally:
         if target is not None:
             target.close()
     wanted = {(str(s.cell), s.check) for s in steps}
-    return [o for o in outcomes if (o.cell, o.check) in wanted]
+    return [o for o in outcomes if (o.cell, o.check) in wanted], libraries

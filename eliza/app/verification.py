@@ -311,6 +311,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
             )
         )
         ctx.log(summary_line(report))
+        ctx.log(f"trust: {report.header.trust}")
         if done.failed:
             raise ChecksFailed(
                 f"{len(done.failed)} check(s) failed: "

@@ -19,7 +19,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-SCHEMA_VERSION = 1
+from eliza.core.trust import SignatureCheck
+
+SCHEMA_VERSION = 2
+# Records of schema 1 were bare JSON, bound to nothing and signed by no one.
+UNSIGNED_SCHEMA_VERSION = 1
 
 # Producers and readers must agree on this name pattern; `read_records` only picks up
 # files that look like records so that a report written next to evidence is not misread.
@@ -149,6 +153,37 @@ class Artifact:
             raise _bad("artifacts.sha256", f"{self.sha256!r} is not 64 lowercase hex digits")
 
 
+class SubjectRole(StrEnum):
+    """What a subject of a record is: the files a check judged, by path and sha256."""
+
+    INPUTS = "inputs"  # the input fingerprint itself (its key is a sha256 of the parts)
+    LIBRARY = "library"  # a cell's built library (annotated with the cell)
+    TOOL = "tool"  # a program the check ran
+    TEST_KIT = "test-kit"  # the test-kit library the suite loaded
+    BUNDLE = "bundle"  # a file of the model bundle
+    PROMPTS = "prompts"  # the prompt file
+
+
+@dataclass(frozen=True, kw_only=True)
+class Subject:
+    """One artifact a record judged (an in-toto subject): the record counts only while it
+    still names the artifacts of the cell's current build."""
+
+    name: str  # the path, relative to the repository when inside it
+    sha256: str
+    role: SubjectRole
+    cell: str = ""  # for a library: whose
+
+    def __post_init__(self) -> None:
+        if not _SHA256_HEX.match(self.sha256):
+            raise _bad("subject.digest.sha256", f"{self.sha256!r} is not 64 lowercase hex digits")
+        try:
+            object.__setattr__(self, "role", SubjectRole(self.role))
+        except ValueError:
+            roles = [r.value for r in SubjectRole]
+            raise _bad("subject.annotations.role", f"{self.role!r} is not one of {roles}") from None
+
+
 def utc_timestamp(moment: datetime) -> str:
     """ISO 8601 in UTC with a ``Z`` suffix, millisecond precision."""
     if moment.tzinfo is None:
@@ -185,8 +220,10 @@ class EvidenceRecord:
     metrics: Mapping[str, MetricValue] = field(default_factory=dict)
     details: Mapping[str, JsonValue] = field(default_factory=dict)
     log_tail: str = ""
+    subjects: tuple[Subject, ...] = ()  # the in-toto subjects: what the check judged
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "subjects", tuple(self.subjects))
         if self.schema_version != SCHEMA_VERSION:
             raise _bad(
                 "schema_version",
@@ -227,6 +264,10 @@ class EvidenceRecord:
     def finished(self) -> datetime:
         return parse_utc(self.finished_at, "finished_at")
 
+    def library(self, cell: str) -> Subject | None:
+        """The library of `cell` this record names as a subject, if any."""
+        return next((s for s in self.subjects if s.role is SubjectRole.LIBRARY and s.cell == cell), None)
+
 
 def record_filename(cell: str, check: str) -> str:
     """``<cell>__<check>.json`` with anything outside ``[A-Za-z0-9._+-]`` replaced by ``_``."""
@@ -251,6 +292,12 @@ class LoadedRecord:
     problem: str | None = None
     cell: str | None = None
     check: str | None = None
+    # The envelope's signatures as the reader checked them; None: not an envelope at all.
+    signature: SignatureCheck | None = None
+    # The problem is one of trust (unsigned, an old schema, a payload type not ours): the
+    # report shows UNTRUSTED rather than INVALID.
+    untrusted: bool = False
+    raw: bytes = field(default=b"", repr=False)  # the file's bytes, for import-evidence to copy as they are
 
     @property
     def ok(self) -> bool:

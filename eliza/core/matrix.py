@@ -12,6 +12,7 @@ from datetime import date
 from enum import StrEnum
 
 from eliza.core.cell_id import CellId
+from eliza.core.trust import TrustPolicy
 
 
 class Requirement(StrEnum):
@@ -360,6 +361,7 @@ class Matrix:
     warnings: tuple[Problem, ...] = ()  # not fatal, e.g. an exclude that matches nothing
     variants: tuple[Variant, ...] = ()  # the first is the default; () means release only
     perf_waivers: tuple[PerfWaiver, ...] = ()
+    trust: TrustPolicy = field(default_factory=TrustPolicy)  # who may sign evidence for what
 
     def platform(self, platform_id: str) -> Platform:
         for p in self.platforms:

@@ -38,6 +38,7 @@ from eliza.core.matrix import (
     Variant,
     VerifiableItem,
 )
+from eliza.core.trust import TrustedKey, TrustPolicy, decode_public_key, key_id
 
 KeyPath = tuple[str | int, ...]
 
@@ -143,6 +144,7 @@ class MatrixRules:
             self.check_refs(row["checks"], check_ids, ("verifiable_here", i, "checks"))
         self.check_perf()
         specs = self.cell_specs(platform_ids, gate_ids, check_ids)
+        trust = self.trust_policy(platform_ids, check_ids)
         if self.errors:
             raise MatrixError(self.errors)
 
@@ -206,7 +208,54 @@ class MatrixRules:
             warnings=tuple(self.warnings),
             variants=tuple(variants.values()),
             perf_waivers=waivers,
+            trust=trust,
         )
+
+    def trust_policy(self, platform_ids: Sequence[str], check_ids: Sequence[str]) -> TrustPolicy:
+        """The `trust` section: each key's id must be the id of its public key, each id and
+        public key appear once, and its scope names declared platforms and checks."""
+        keys: list[TrustedKey] = []
+        seen: dict[str, KeyPath] = {}
+        for i, entry in enumerate(self.data.get("trust", {}).get("keys", [])):
+            path: KeyPath = ("trust", "keys", i)
+            try:
+                public = decode_public_key(entry["public_key"])
+            except ValueError as exc:
+                self.error(
+                    (*path, "public_key"), f"the public key {exc}", "paste the line `nox -s keys` prints"
+                )
+                continue
+            derived = key_id(public)
+            if entry["id"] != derived:
+                self.error(
+                    (*path, "id"),
+                    f"key id {entry['id']!r} is not the id of its public key ({derived!r})",
+                    "the id is the first 16 hex digits of the raw public key's sha256; nox -s keys prints it",
+                )
+                continue
+            if derived in seen:
+                self.error(
+                    (*path, "id"), f"key {derived!r} is already trusted at {self.where(seen[derived])}"
+                )
+                continue
+            seen[derived] = path
+            scope = entry["scope"]
+            platforms = scope["platforms"]
+            checks = scope["checks"]
+            for j, pid in enumerate(platforms if isinstance(platforms, list) else []):
+                self.ref(pid, platform_ids, "platform", (*path, "scope", "platforms", j))
+            for j, cid in enumerate(checks if isinstance(checks, list) else []):
+                self.ref(cid, check_ids, "check", (*path, "scope", "checks", j))
+            keys.append(
+                TrustedKey(
+                    id=derived,
+                    label=entry["label"],
+                    public_key=public,
+                    platforms=frozenset(platforms) if isinstance(platforms, list) else None,
+                    checks=frozenset(checks) if isinstance(checks, list) else None,
+                )
+            )
+        return TrustPolicy(keys=tuple(keys))
 
     # semantics
 

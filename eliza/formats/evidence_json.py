@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from eliza.core.evidence import NAME_SEPARATOR as _NAME_SEPARATOR
 from eliza.core.evidence import (
     RECORD_SUFFIX,
     SCHEMA_VERSION,
+    UNSIGNED_SCHEMA_VERSION,
     Artifact,
     Counts,
     EvidenceError,
@@ -25,8 +27,12 @@ from eliza.core.evidence import (
     JsonValue,
     LoadedRecord,
     Status,
+    Subject,
+    SubjectRole,
     record_filename,
 )
+from eliza.formats import attestation
+from eliza.formats.attestation import AttestationError, SigningKey
 from eliza.formats.files import atomic_write_text
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schema" / "evidence.schema.json"
@@ -65,7 +71,33 @@ def record_to_dict(record: EvidenceRecord) -> dict[str, JsonValue]:
 
 
 def to_json(record: EvidenceRecord) -> str:
+    """The bare record (the predicate), indented: for reading, never what is written as evidence."""
     return json.dumps(record_to_dict(record), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def subject_to_dict(subject: Subject) -> dict[str, JsonValue]:
+    annotations: dict[str, str] = {"role": subject.role.value}
+    if subject.cell:
+        annotations["cell"] = subject.cell
+    return {"name": subject.name, "digest": {"sha256": subject.sha256}, "annotations": annotations}
+
+
+def inputs_subject(record: EvidenceRecord) -> Subject:
+    """Every Statement's first subject: the input fingerprint (its key is a sha256 of the parts)."""
+    return Subject(
+        name=f"inputs:{record.cell}/{record.check}", sha256=record.fingerprint.key, role=SubjectRole.INPUTS
+    )
+
+
+def record_to_statement(record: EvidenceRecord) -> dict[str, JsonValue]:
+    subjects = [inputs_subject(record), *(s for s in record.subjects if s.role is not SubjectRole.INPUTS)]
+    return attestation.statement([subject_to_dict(s) for s in subjects], record_to_dict(record))
+
+
+def signed_json(record: EvidenceRecord, key: SigningKey) -> str:
+    """The record as written: a DSSE envelope of its in-toto Statement, signed with `key`."""
+    payload = attestation.to_json_bytes(record_to_statement(record))
+    return json.dumps(attestation.envelope(payload, key), indent=2) + "\n"
 
 
 @cache
@@ -168,8 +200,43 @@ def _json_problem(exc: json.JSONDecodeError) -> str:
     return f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
 
 
-def write_record(directory: Path, record: EvidenceRecord) -> Path:
-    return atomic_write_text(Path(directory) / record_filename(record.cell, record.check), to_json(record))
+def write_record(directory: Path, record: EvidenceRecord, key: SigningKey) -> Path:
+    """`<directory>/<cell>__<check>.json`, signed with `key`, written atomically."""
+    return atomic_write_text(
+        Path(directory) / record_filename(record.cell, record.check), signed_json(record, key)
+    )
+
+
+def _subjects(items: JsonValue, source: str) -> tuple[Subject, ...]:
+    subjects: list[Subject] = []
+    for i, item in enumerate(items):
+        where = f"subject[{i}]"
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise EvidenceError(source, where, "must be an object with a string 'name'")
+        digest = item.get("digest")
+        sha = digest.get("sha256") if isinstance(digest, dict) else None
+        if not isinstance(sha, str):
+            raise EvidenceError(source, f"{where}.digest.sha256", "required field is missing")
+        given = item.get("annotations")
+        annotations: dict[str, JsonValue] = given if isinstance(given, dict) else {}
+        role = annotations.get("role", "")
+        cell = annotations.get("cell", "")
+        if not isinstance(role, str) or not isinstance(cell, str):
+            raise EvidenceError(source, f"{where}.annotations", "role and cell must be strings")
+        if role not in _ROLES:
+            raise EvidenceError(
+                source, f"{where}.annotations.role", f"{role!r} is not one of {sorted(_ROLES)}"
+            )
+        try:
+            subjects.append(Subject(name=item["name"], sha256=sha, role=SubjectRole(role), cell=cell))
+        except EvidenceError as exc:
+            raise EvidenceError(
+                source, f"{where}.{exc.field.removeprefix('subject.')}", exc.problem
+            ) from None
+    return tuple(subjects)
+
+
+_ROLES = frozenset(r.value for r in SubjectRole)
 
 
 def _hint(data: JsonValue, name: str) -> str | None:
@@ -251,9 +318,17 @@ def _bad_text(text: str) -> bool:
     return False
 
 
-def load_record(path: Path) -> LoadedRecord:
+def _name_hint(path: Path) -> tuple[str | None, str | None]:
+    """(cell, check) as the file's name spells them, for a file too broken to say itself."""
+    stem = path.name.removesuffix(RECORD_SUFFIX)
+    cell, sep, check = stem.partition(_NAME_SEPARATOR)
+    return (cell or None, check or None) if sep else (None, None)
+
+
+def load_record(path: Path, keys: Mapping[str, bytes]) -> LoadedRecord:
     """One file as a record, or as a load problem that names it: never an exception,
-    whatever the file holds."""
+    whatever the file holds. `keys` (key id -> raw ed25519 public key) are the keys whose
+    signatures are checked; the report decides which of them it trusts for what."""
     source = str(path)
     try:
         raw = _read_regular_file(path)
@@ -262,19 +337,75 @@ def load_record(path: Path) -> LoadedRecord:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        problem = f"{source}: cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        why = f"{source}: cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        return LoadedRecord(path=path, problem=why)
+    data, problem = _parse_json(text, source)
+    if problem is not None:
         return LoadedRecord(path=path, problem=problem)
+    if attestation.is_envelope(data):
+        return _from_envelope(path, raw, data, keys)
+    cell, check = _hint(data, "cell"), _hint(data, "check")
+    if isinstance(data, dict) and data.get("schema_version") == UNSIGNED_SCHEMA_VERSION:
+        why = (
+            f"{source}: a schema {UNSIGNED_SCHEMA_VERSION} record, from before evidence was signed: it names "
+            "no artifact it judged and no key vouches for it; re-run the check"
+        )
+        return LoadedRecord(path=path, problem=why, cell=cell, check=check, untrusted=True)
+    loaded = _from_predicate(path, data, source, ())
+    # A bare record is readable but signed by no one: the report shows it UNTRUSTED.
+    return replace(loaded, raw=raw)
+
+
+def _parse_json(text: str, source: str) -> tuple[JsonValue, str | None]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        return LoadedRecord(path=path, problem=f"{source}: {_json_problem(exc)}")
+        return None, f"{source}: {_json_problem(exc)}"
     except RecursionError:
-        return LoadedRecord(path=path, problem=f"{source}: not a record: nested too deeply to parse")
+        return None, f"{source}: not a record: nested too deeply to parse"
     except ValueError as exc:  # e.g. an integer longer than Python converts
-        return LoadedRecord(path=path, problem=f"{source}: not valid JSON: {exc}")
+        return None, f"{source}: not valid JSON: {exc}"
     shape = _depth_and_text_problem(data)
     if shape is not None:
-        return LoadedRecord(path=path, problem=f"{source}: not a record: {shape}")
+        return None, f"{source}: not a record: {shape}"
+    return data, None
+
+
+def _from_envelope(path: Path, raw: bytes, data: JsonValue, keys: Mapping[str, bytes]) -> LoadedRecord:
+    source = str(path)
+    cell, check = _name_hint(path)
+    try:
+        kind, payload, signatures = attestation.open_envelope(data)
+    except AttestationError as exc:
+        return LoadedRecord(
+            path=path, problem=f"{source}: malformed envelope: {exc}", cell=cell, check=check, untrusted=True
+        )
+    if kind != attestation.PAYLOAD_TYPE:
+        why = f"{source}: the envelope's payload type {kind!r} is not ours ({attestation.PAYLOAD_TYPE!r})"
+        return LoadedRecord(path=path, problem=why, cell=cell, check=check, untrusted=True)
+    try:
+        statement = attestation.decode_statement(payload)
+    except AttestationError as exc:
+        return LoadedRecord(
+            path=path, problem=f"{source}: not evidence: {exc}", cell=cell, check=check, untrusted=True
+        )
+    shape = _depth_and_text_problem(statement)
+    if shape is not None:
+        return LoadedRecord(path=path, problem=f"{source}: not a record: {shape}", cell=cell, check=check)
+    signature = attestation.check_signatures(kind, payload, signatures, keys)
+    try:
+        subjects = _subjects(statement["subject"], source)
+    except EvidenceError as exc:
+        return LoadedRecord(path=path, problem=str(exc), cell=cell, check=check)
+    loaded = _from_predicate(path, statement["predicate"], source, subjects)
+    if loaded.problem is not None and not signature.verified:
+        # What no key vouches for is untrusted first: its content's problems come second.
+        why = f"{source}: {signature.problem} (and {loaded.problem.removeprefix(source + ': ')})"
+        return replace(loaded, problem=why, untrusted=True, signature=signature)
+    return replace(loaded, signature=signature, raw=raw)
+
+
+def _from_predicate(path: Path, data: JsonValue, source: str, subjects: tuple[Subject, ...]) -> LoadedRecord:
     try:
         record = record_from_dict(data, source)
     except EvidenceError as exc:
@@ -286,6 +417,21 @@ def load_record(path: Path) -> LoadedRecord:
             cell=_hint(data, "cell"),
             check=_hint(data, "check"),
         )
+    inputs = [s for s in subjects if s.role is SubjectRole.INPUTS]
+    if subjects and (len(inputs) != 1 or inputs[0].sha256 != record.fingerprint.key):
+        why = f"{source}: field 'subject': the inputs subject does not name the record's fingerprint key"
+        return LoadedRecord(path=path, problem=why, cell=record.cell, check=record.check)
+    expected = record_filename(record.cell, record.check)
+    if path.name != expected:
+        # A record copied under another cell's or check's name: the file claims one entry,
+        # its content another.
+        why = (
+            f"{source}: the file is named for another entry than the record it holds "
+            f"({record.cell} · {record.check}, whose file is {expected})"
+        )
+        cell, check = _name_hint(path)
+        return LoadedRecord(path=path, problem=why, cell=cell, check=check)
+    record = replace(record, subjects=tuple(s for s in subjects if s.role is not SubjectRole.INPUTS))
     return LoadedRecord(path=path, record=record, cell=record.cell, check=record.check)
 
 
@@ -316,7 +462,7 @@ def _record_files(root: Path, problems: list[LoadedRecord]) -> list[Path]:
     return sorted(found)
 
 
-def read_records(directories: Iterable[Path]) -> list[LoadedRecord]:
+def read_records(directories: Iterable[Path], keys: Mapping[str, bytes]) -> list[LoadedRecord]:
     """Every ``*__*.json`` under the directories (recursively, hidden entries skipped).
 
     CI artifacts arrive as one subdirectory per job, hence the recursion. A directory that
@@ -339,6 +485,6 @@ def read_records(directories: Iterable[Path]) -> list[LoadedRecord]:
                 if resolved in seen:
                     continue
                 seen.add(resolved)
-            loaded.append(load_record(path))
+            loaded.append(load_record(path, keys))
         loaded.extend(problems)
     return loaded

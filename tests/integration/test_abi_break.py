@@ -8,7 +8,6 @@ The copies reuse llama.cpp from the caller's Conan cache: only libelizainference
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 from eliza.core.layout import PUBLIC_HEADER
 from tests.ci.helpers import copy_tree
 from tests.integration.test_synthetic_gate import copy_env, run
+from tests.signing import predicate
 
 pytestmark = pytest.mark.native
 
@@ -42,7 +42,7 @@ def edit(repo: Path, rel: str, old: str, new: str) -> None:
 
 def build_cell(repo: Path, env: dict[str, str]) -> tuple[int, dict[str, Any], str]:
     done = run(repo, "-m", "nox", "-s", f"build-{CELL}", env=env)
-    record = json.loads((repo / "build" / "evidence" / f"{CELL}__abi.json").read_text())
+    record = predicate(repo / "build" / "evidence" / f"{CELL}__abi.json")
     return done.returncode, record, done.stdout + done.stderr
 
 

@@ -17,8 +17,9 @@ import pytest
 from eliza.adapters.git import copy_working_tree
 from eliza.core.evidence import Status
 from eliza.core.layout import REPO_ROOT
-from eliza.formats.evidence_json import read_records, write_record
+from eliza.formats.evidence_json import read_records
 from eliza.formats.files import remove_stale_temporaries, stale_temporaries
+from tests.signing import write_signed
 from tests.unit.test_evidence import make_record
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
@@ -115,7 +116,7 @@ WRITER = """
     import os, sys
     from pathlib import Path
     from eliza.formats import files
-    from eliza.formats.evidence_json import write_record
+    from tests.signing import write_signed
     from tests.unit.test_evidence import make_record
 
     def stall(fd):  # the bytes are in the temporary; the rename has not happened
@@ -123,13 +124,13 @@ WRITER = """
         sys.stdin.read()
 
     files.os.fsync = stall
-    write_record(Path(sys.argv[1]), make_record(cell="linux-cpu.none", check="build", reason="new"))
+    write_signed(Path(sys.argv[1]), make_record(cell="linux-cpu.none", check="build", reason="new"))
 """
 
 
 def test_kill_9_in_the_middle_of_an_evidence_write(tmp_path: Path) -> None:
     evidence = tmp_path / "evidence"
-    old = write_record(evidence, make_record(cell="linux-cpu.none", check="build", reason="old"))
+    old = write_signed(evidence, make_record(cell="linux-cpu.none", check="build", reason="old"))
     before = old.read_bytes()
     writer = _spawn(WRITER, str(evidence))
     try:
@@ -144,7 +145,7 @@ def test_kill_9_in_the_middle_of_an_evidence_write(tmp_path: Path) -> None:
     leftovers = stale_temporaries(evidence)
     assert len(leftovers) == 1 and leftovers[0].name.startswith(f".{old.name}.{writer.pid}.")
     assert leftovers[0].stat().st_size > 0
-    loaded = read_records([evidence])
+    loaded = read_records([evidence], {})
     assert [(item.ok, item.record.reason if item.record else None) for item in loaded] == [(True, "old")]
     # the next run cleans it up
     assert remove_stale_temporaries([tmp_path]) == leftovers
@@ -258,7 +259,7 @@ def test_kill_9_in_the_middle_of_a_build_then_the_next_build_recovers(
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     rebuilt = checkout / "build" / "linux-cpu" / "none" / "build" / "libelizainference.so"
     assert sha256_file(rebuilt) == sha256_file(library_path)
-    loaded = read_records([evidence])
+    loaded = read_records([evidence], {})
     assert [item.problem for item in loaded if not item.ok] == []
     records = {(r.cell, r.check): r for r in (item.record for item in loaded) if r is not None}
     assert sorted(records) == [("linux-cpu.none", "abi"), ("linux-cpu.none", "build")]

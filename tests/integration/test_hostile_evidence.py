@@ -17,7 +17,8 @@ import pytest
 
 from eliza.core.evidence import RECORD_SUFFIX
 from eliza.core.layout import REPO_ROOT
-from eliza.formats.evidence_json import MAX_RECORD_BYTES, read_records, record_to_dict, write_record
+from eliza.formats.evidence_json import MAX_RECORD_BYTES, read_records, record_to_dict
+from tests.signing import write_signed
 from tests.unit.test_evidence import make_record
 
 NOBODY = 65534
@@ -44,7 +45,7 @@ def _valid(**overrides: object) -> dict[str, object]:
 def hostile_directory(root: Path) -> dict[str, str]:
     """Writes the hostile files; returns name -> what its load problem must say."""
     root.mkdir(parents=True, exist_ok=True)
-    write_record(root, make_record(cell="linux-cpu.none", check="build"))  # the one good record
+    write_signed(root, make_record(cell="linux-cpu.none", check="build"))  # the one good record
     expect: dict[str, str] = {}
 
     def put(name: str, data: bytes, says: str) -> None:
@@ -87,7 +88,7 @@ def _problems_by_name(loaded: list[object]) -> dict[str, str]:
 
 def test_hostile_files_become_load_problems(tmp_path: Path) -> None:
     expect = hostile_directory(tmp_path / "evidence")
-    loaded = read_records([tmp_path / "evidence"])
+    loaded = read_records([tmp_path / "evidence"], {})
     problems = _problems_by_name(loaded)
     good = [item for item in loaded if item.record is not None]
     assert [g.path.name for g in good] == ["linux-cpu.none__build.json"]
@@ -103,7 +104,7 @@ def _read_as_nobody(directory: Path) -> dict[str, str]:
         "import json, os, sys; "
         "from eliza.formats.evidence_json import read_records; "
         f"os.setgid({NOBODY}); os.setuid({NOBODY}); "  # after the imports: /root is private
-        "print(json.dumps({str(i.path): i.problem for i in read_records([sys.argv[1]]) if i.problem}))"
+        "print(json.dumps({str(i.path): i.problem for i in read_records([sys.argv[1]], {}) if i.problem}))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, str(directory)],
@@ -119,16 +120,16 @@ def _read_as_nobody(directory: Path) -> dict[str, str]:
 
 def test_unreadable_files_and_directories_become_load_problems(shared_tmp: Path) -> None:
     root = shared_tmp / "evidence"
-    write_record(root, make_record(cell="linux-cpu.none", check="build"))
-    secret = write_record(root, make_record(cell="linux-cpu.none", check="abi"))
+    write_signed(root, make_record(cell="linux-cpu.none", check="build"))
+    secret = write_signed(root, make_record(cell="linux-cpu.none", check="abi"))
     secret.chmod(0o000)
     closed = root / "job-2"
-    write_record(closed, make_record(cell="linux-cpu.mlx", check="build"))
+    write_signed(closed, make_record(cell="linux-cpu.mlx", check="build"))
     closed.chmod(0o000)
     if os.geteuid() == 0:  # root reads everything: read as an unprivileged user instead
         problems = _read_as_nobody(root)
     else:
-        problems = {str(i.path): i.problem or "" for i in read_records([root]) if i.problem}
+        problems = {str(i.path): i.problem or "" for i in read_records([root], {}) if i.problem}
     assert "cannot read: Permission denied" in problems[str(secret)]
     assert "cannot list the directory: Permission denied" in problems[str(closed)]
     assert len(problems) == 2

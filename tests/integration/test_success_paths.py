@@ -15,6 +15,7 @@ import pytest
 from eliza.core.layout import REPO_ROOT
 from tests.ci.helpers import env_for, history_clone
 from tests.ci.helpers import nox as run_nox
+from tests.signing import predicate
 
 
 def nox(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -29,7 +30,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def records(root: Path) -> dict[tuple[str, str], dict[str, object]]:
     found = {}
     for path in (root / "build" / "evidence").glob("*__*.json"):
-        data = json.loads(path.read_text())
+        data = predicate(path)
         found[(data["cell"], data["check"])] = data
     return found
 

@@ -26,8 +26,8 @@ from eliza.core.evidence import Status
 from eliza.core.fingerprint import fingerprint_for
 from eliza.core.layout import REPO_ROOT
 from eliza.core.outcome import CheckOutcome
-from eliza.formats.evidence_json import write_record
 from eliza.formats.matrix_yaml import parse_matrix
+from tests.signing import write_signed
 
 MATRIX = load_project_matrix()
 
@@ -50,7 +50,7 @@ def write_evidence(directory: Path, bundle: Path, outcome: CheckOutcome) -> None
         host_info(host_facts()),
         REPO_ROOT,
     )
-    write_record(directory, record)
+    write_signed(directory, record)
 
 
 BROWSERS = "chromium, chromium-browser or google-chrome"

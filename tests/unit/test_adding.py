@@ -17,6 +17,7 @@ from eliza.core.report import GridState, HeaderFacts, PlatformCapability, build_
 from eliza.core.sessions import matrix_sessions
 from eliza.formats.ci_workflow import render_workflow
 from eliza.formats.matrix_yaml import parse_matrix
+from tests.signing import TEST_POLICY
 
 RAW: dict[str, Any] = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
 HOST_PLATFORM = RAW["platforms"][0]  # the reference platform, built on this host
@@ -67,6 +68,7 @@ def report_states(matrix: Matrix) -> dict[tuple[str, str], GridState]:
         capabilities={p.id: can for p in matrix.platforms},
         artifact_matches=lambda artifact: None,
         facts=HeaderFacts(commit="c", dirty=False, generated_at="2026-01-01T00:00:00.000Z", host="h"),
+        trust=TEST_POLICY,
     )
     return {(e.cell, e.check): e.state for e in report.entries()}
 

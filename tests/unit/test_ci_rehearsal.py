@@ -10,9 +10,18 @@ from pathlib import Path
 import yaml
 
 from eliza.adapters.conan_server import LocalServer
-from eliza.app.sessions.ci_rehearsal import _download, _upload, _workflow_env, compare_states, job_order
+from eliza.app.sessions.ci_rehearsal import (
+    _download,
+    _upload,
+    _workflow_env,
+    compare_states,
+    job_order,
+    trust_in_policy,
+)
 from eliza.core.layout import REPO_ROOT
+from eliza.formats.attestation import SigningKey
 from eliza.formats.ci_workflow import WORKFLOW
+from eliza.formats.matrix_yaml import load_matrix
 
 WORKFLOW_DATA = yaml.safe_load((REPO_ROOT / WORKFLOW).read_text())
 
@@ -26,15 +35,27 @@ def test_every_job_runs_after_the_jobs_it_needs() -> None:
             assert order.index(needed) < order.index(job)
 
 
-def test_the_secrets_are_the_local_servers() -> None:
+def test_the_secrets_are_the_local_servers_and_the_rehearsal_s_key() -> None:
     server = LocalServer(url="http://127.0.0.1:1", user="u", password="p", storage=Path(), log=Path())
-    env = _workflow_env(WORKFLOW_DATA, server)
+    key = SigningKey.generate()
+    env = _workflow_env(WORKFLOW_DATA, server, key)
     assert env == {
         "ELIZA_STRICT": "1",
         "ELIZA_CONAN_REMOTE_URL": "http://127.0.0.1:1",
         "ELIZA_CONAN_REMOTE_USER": "u",
         "ELIZA_CONAN_REMOTE_PASSWORD": "p",
+        "ELIZA_SIGNING_KEY": key.private_pem().decode(),
     }
+
+
+def test_the_rehearsal_s_key_is_trusted_by_its_snapshot_s_policy(tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text((REPO_ROOT / "matrix.yaml").read_text())
+    key = SigningKey.generate()
+    trust_in_policy(matrix, key, "the CI rehearsal's key")
+    [trusted] = load_matrix(matrix).trust.keys
+    assert (trusted.id, trusted.public_key) == (key.id, key.public_raw)
+    assert trusted.covers("linux-cpu", "selector") and trusted.covers("linux-cuda", "build")
 
 
 def test_artifacts_by_name_and_by_pattern(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from eliza.formats.evidence_json import (
     to_json,
     write_record,
 )
+from tests.signing import TEST_KEY, TEST_POLICY
 
 PARTS = {"native": "a" * 64, "recipes": "b" * 64, "lockfile": "c" * 64, "matrix": "d" * 64}
 
@@ -88,7 +89,7 @@ def test_json_round_trip_and_schema_agrees() -> None:
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     jsonschema.validate(json.loads(text), schema)
     data = json.loads(text)
-    assert data["schema_version"] == SCHEMA_VERSION == 1
+    assert data["schema_version"] == SCHEMA_VERSION == 2
     assert data["status"] == "passed"
     assert data["fingerprint"]["parts"] == PARTS
 
@@ -145,12 +146,12 @@ def test_from_json_names_source_and_field() -> None:
 
 def test_schema_version_mismatch_is_a_clear_error() -> None:
     data = record_to_dict(make_record())
-    data["schema_version"] = 2
+    data["schema_version"] = 3
     with pytest.raises(EvidenceError) as info:
         from_json(json.dumps(data), source="new.json")
     assert info.value.field == "schema_version"
-    assert "version 2 is not supported" in str(info.value)
-    assert "expects 1" in str(info.value)
+    assert "version 3 is not supported" in str(info.value)
+    assert f"expects {SCHEMA_VERSION}" in str(info.value)
 
 
 def test_record_filename_is_filesystem_safe() -> None:
@@ -160,15 +161,15 @@ def test_record_filename_is_filesystem_safe() -> None:
 
 def test_atomic_write_round_trips_and_leaves_no_temp_file(tmp_path: Path) -> None:
     record = make_record()
-    path = write_record(tmp_path / "ev", record)
+    path = write_record(tmp_path / "ev", record, TEST_KEY)
     assert path == tmp_path / "ev" / "linux-cpu.npu+xla__byte-identity-gates.json"
     assert sorted(p.name for p in (tmp_path / "ev").iterdir()) == [path.name]
     assert path.stat().st_mode & 0o777 == 0o644  # shareable, unlike mkstemp's default
     # overwriting replaces, still without leftovers
     newer = replace(record, status=Status.FAILED, counts=Counts(ran=3, passed=2, failed=1), reason="diverged")
-    write_record(tmp_path / "ev", newer)
+    write_record(tmp_path / "ev", newer, TEST_KEY)
     assert sorted(p.name for p in (tmp_path / "ev").iterdir()) == [path.name]
-    [loaded] = read_records([tmp_path / "ev"])
+    [loaded] = read_records([tmp_path / "ev"], TEST_POLICY.public_keys())
     assert loaded.ok and loaded.problem is None
     assert loaded.record == newer
     assert loaded.path == path
@@ -182,12 +183,12 @@ def test_failed_write_removes_temp_file(tmp_path: Path, monkeypatch: pytest.Monk
 
     monkeypatch.setattr(os, "replace", boom)
     with pytest.raises(OSError, match="disk full"):
-        write_record(tmp_path, make_record())
+        write_record(tmp_path, make_record(), TEST_KEY)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_read_records_turns_bad_files_into_problems(tmp_path: Path) -> None:
-    good = write_record(tmp_path / "a", make_record())
+    good = write_record(tmp_path / "a", make_record(), TEST_KEY)
     (tmp_path / "a" / "broken__build.json").write_text("{ not json", encoding="utf-8")
     bad = record_to_dict(make_record(cell="linux-cpu.none", check="build"))
     bad["counts"] = {"ran": 1}
@@ -195,9 +196,9 @@ def test_read_records_turns_bad_files_into_problems(tmp_path: Path) -> None:
     # not record-shaped names and hidden temp files are ignored
     (tmp_path / "a" / "report.json").write_text("{}", encoding="utf-8")
     (tmp_path / "a" / ".x__y.json.123.tmp").write_text("partial", encoding="utf-8")
-    nested = write_record(tmp_path / "a" / "job-2", make_record(cell="linux-cuda.none"))
+    nested = write_record(tmp_path / "a" / "job-2", make_record(cell="linux-cuda.none"), TEST_KEY)
 
-    loaded = read_records([tmp_path / "a", tmp_path / "missing", tmp_path / "a"])
+    loaded = read_records([tmp_path / "a", tmp_path / "missing", tmp_path / "a"], TEST_POLICY.public_keys())
     by_name = {item.path.name: item for item in loaded}
     assert set(by_name) == {
         good.name,

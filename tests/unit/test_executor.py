@@ -23,6 +23,8 @@ from eliza.core.matrix import Cell, CheckKind, Matrix
 from eliza.core.outcome import CheckOutcome, Span, outcome
 from eliza.core.verify_plan import PlanFacts, Selection, VerifyPlan, plan
 from eliza.formats.evidence_json import read_records
+from eliza.formats.files import sha256_file
+from tests.signing import TEST_KEY
 from tests.unit.test_verify_plan import BASELINE, HASHES, HOST, LINUX_CPU, evidence_for
 
 CPU = frozenset(CellId.parse(c) for c in LINUX_CPU)
@@ -97,6 +99,7 @@ def evidence_run(matrix: Matrix, tmp_path: Path) -> Run:
         git=GitState(commit="c0ffee", dirty=False),
         host=HostInfo(os="linux", cpu="x86_64"),
         evidence_dir=tmp_path / "evidence",
+        key=TEST_KEY,
     )
 
 
@@ -123,12 +126,25 @@ def test_each_cell_is_built_once_and_runners_get_their_references(matrix: Matrix
     bench = [j for j in runners.jobs if any(s.kind is CheckKind.BYTE_IDENTITY_GATES for s in j.steps)]
     assert len(bench) == 1  # one call serves the platform's whole bench group
     assert CellId.parse("linux-cpu.none") in bench[0].libraries
-    written = {(r.record.cell, r.record.check) for r in read_records([tmp_path / "evidence"]) if r.record}
+    written = {
+        (r.record.cell, r.record.check)
+        for r in read_records([tmp_path / "evidence"], {TEST_KEY.id: TEST_KEY.public_raw})
+        if r.record
+    }
     planned = {(str(s.cell), s.check) for s in p.runs} | {
         (str(s.cell), s.check) for s in p.skips if s.records
     }
     assert written == planned
     assert done.summary().startswith(f"{len(p.runs)} check(s) ran, 0 kept")  # type: ignore[attr-defined]
+    # Every record of a step that ran names, as a subject, the library its cell was built as.
+    records = [r.record for r in read_records([tmp_path / "evidence"], {TEST_KEY.id: TEST_KEY.public_raw})]
+    ran = {(str(s.cell), s.check) for s in p.runs}
+    for record in records:
+        assert record is not None
+        if (record.cell, record.check) in ran:
+            library = record.library(record.cell)
+            expected = builder.library(matrix.cell(record.cell))
+            assert library is not None and library.sha256 == sha256_file(expected), record.check
 
 
 def test_a_failed_build_errors_its_checks_and_those_that_need_it(matrix: Matrix, tmp_path: Path) -> None:

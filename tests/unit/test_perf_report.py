@@ -27,6 +27,7 @@ from eliza.core.report.compare import ReportFormatError, compare_reports
 from eliza.formats.matrix_yaml import load_matrix
 from eliza.formats.report_json import read_report, report_to_dict
 from eliza.formats.report_render import PERF_CHART, render_report
+from tests.signing import TEST_POLICY, library_subject, signed
 
 FINGERPRINT = InputFingerprint.of({"native": "n1"})
 CELL = "linux-cpu.none"
@@ -66,6 +67,20 @@ def perf_record(matrix: Matrix, decode_factor: float, *, status: Status) -> Evid
         details={
             "perf": {"metrics": rows, "reference": "commit 808e7c19fbed", "rounds": 7, "ran_on": "native"}
         },
+        subjects=(library_subject(CELL),),
+    )
+
+
+def build_record(record: EvidenceRecord) -> EvidenceRecord:
+    """The cell's VERIFIED build, naming the library the perf record ran against."""
+    return replace(
+        record,
+        check="build",
+        status=Status.PASSED,
+        reason="",
+        counts=Counts(ran=1, passed=1, failed=0),
+        metrics={},
+        details={},
     )
 
 
@@ -76,12 +91,14 @@ def report(matrix: Matrix, record: EvidenceRecord, day: str = "2026-12-01") -> R
     return build_report(
         matrix,
         records=[
-            LoadedRecord(path=Path("ev/perf.json"), record=record, cell=record.cell, check=record.check)
+            signed(LoadedRecord(path=Path(f"ev/{r.check}.json"), record=r, cell=r.cell, check=r.check))
+            for r in (record, build_record(record))
         ],
         current_fingerprint=current,
         capabilities=CAPS,
         artifact_matches=lambda a: None,
         facts=HeaderFacts(commit="c0ffee", dirty=False, generated_at=f"{day}T12:00:00.000Z", host="here"),
+        trust=TEST_POLICY,
     )
 
 
@@ -117,7 +134,9 @@ def test_an_inconclusive_record_is_its_own_state_never_verified(repo_matrix: Mat
     )
     entry = report(repo_matrix, record).entry(CELL, "perf")
     assert entry.state is GridState.INCONCLUSIVE
-    assert report(repo_matrix, record).header.verified == 0
+    rep = report(repo_matrix, record)
+    assert rep.entry(CELL, "build").state is GridState.VERIFIED
+    assert rep.header.verified == 1  # the build alone: inconclusive never counts
 
 
 def test_all_three_formats_show_the_perf_section_and_the_chart(repo_matrix: Matrix, tmp_path: Path) -> None:

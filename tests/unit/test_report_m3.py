@@ -26,6 +26,7 @@ from eliza.core.matrix import (
 )
 from eliza.core.report import GridState, HeaderFacts, PlatformCapability, Report, build_report
 from eliza.formats.report_json import report_to_dict
+from tests.signing import TEST_POLICY, library_subject, signed
 
 R = Requirement
 PARTS = {"native": "n1", "bundle": "b1"}
@@ -119,9 +120,9 @@ def rec(
         fingerprint=InputFingerprint.of(PARTS), commit="c0ffee", dirty=False,
         host=HostInfo(os="linux", cpu="x86_64"), artifacts=(), started_at="2026-01-31T12:00:00Z",
         finished_at=finished, duration_s=1.0, metrics=dict(metrics or {}), details=dict(details or {}),
-        log_tail="",
+        log_tail="", subjects=(library_subject(cell),),
     )  # fmt: skip
-    return LoadedRecord(path=Path(f"ev/{cell}-{check}.json"), record=record, cell=cell, check=check)
+    return signed(LoadedRecord(path=Path(f"ev/{cell}-{check}.json"), record=record, cell=cell, check=check))
 
 
 def report_of(*records: LoadedRecord, matrix: Matrix | None = None) -> Report:
@@ -132,6 +133,7 @@ def report_of(*records: LoadedRecord, matrix: Matrix | None = None) -> Report:
         capabilities=GPU_LESS,
         artifact_matches=lambda a: None,
         facts=HeaderFacts(commit="c0ffee", dirty=False, generated_at="2026-02-01T00:00:00Z", host="h"),
+        trust=TEST_POLICY,
     )
 
 
@@ -159,7 +161,7 @@ def test_a_box_ticks_here_when_only_device_runs_are_missing() -> None:
     selectors = [rec(c, "selector") for c in CELLS]
     baseline = {"baseline_commit": DECLARED}
     identity = [rec(c, "byte-identity-baseline", details=baseline) for c in ("linux-cpu.none",)]
-    builds = [rec(c, "build") for c in ("linux-cpu.none", "linux-cuda.none")]
+    builds = [rec(c, "build") for c in CELLS]  # the selector counts against each cell's build
     report = report_of(*selectors, *identity, *builds)
     box1, box2 = report.checklist
     assert box1.ticked and not box1.ticked_here and box1.waits == ()
@@ -188,10 +190,11 @@ def test_evidence_against_another_baseline_does_not_tick_the_pre_m3_box() -> Non
 
 
 def test_the_verifiable_here_table_is_judged_from_evidence() -> None:
-    [row] = report_of(*[rec(c, "selector") for c in CELLS[:3]]).verifiable_here
+    builds = [rec(c, "build") for c in CELLS]
+    [row] = report_of(*[rec(c, "selector") for c in CELLS[:3]], *builds).verifiable_here
     assert not row.verified and row.counts == "3 of 4 entries VERIFIED"
     assert any(m.startswith("linux-cuda.npu · selector: NOT RUN") for m in row.missing)
-    [row] = report_of(*[rec(c, "selector") for c in CELLS]).verifiable_here
+    [row] = report_of(*[rec(c, "selector") for c in CELLS], *builds).verifiable_here
     assert row.verified and row.counts == "4 of 4 entries VERIFIED"
     as_json = report_to_dict(report_of())
     assert as_json["verifiable_here"][0]["item"] == "Selector"
@@ -200,11 +203,12 @@ def test_the_verifiable_here_table_is_judged_from_evidence() -> None:
 def test_a_device_item_is_claimed_by_verified_evidence_with_its_metrics() -> None:
     assert not report_of().device_gated[0].claimed
     with_tok_s = [rec(c, "byte-identity-reference", metrics={"tok_s": 812.5}) for c in CELLS[2:]]
-    row = report_of(*with_tok_s).device_gated[0]
+    builds = [rec(c, "build") for c in CELLS[2:]]
+    row = report_of(*with_tok_s, *builds).device_gated[0]
     assert row.claimed and row.missing == ()
     assert {r.cell for r in row.claim_evidence} == {"linux-cuda.none", "linux-cuda.npu"}
     without = [rec("linux-cuda.none", "byte-identity-reference"), with_tok_s[1]]
-    row = report_of(*without).device_gated[0]
+    row = report_of(*without, *builds).device_gated[0]
     assert not row.claimed
     assert row.missing == ("linux-cuda.none · byte-identity-reference: the evidence has no tok_s",)
 
@@ -247,6 +251,7 @@ def test_a_scope_where_everything_waits_for_a_device_is_not_ticked_here() -> Non
         capabilities=nothing_runs,
         artifact_matches=lambda a: None,
         facts=HeaderFacts(commit="c0ffee", dirty=False, generated_at="2026-02-01T00:00:00Z", host="h"),
+        trust=TEST_POLICY,
     )
     box = report.checklist[1]  # build is VERIFIED, but byte-identity-baseline nowhere
     assert box.waits and not box.missing
@@ -266,7 +271,8 @@ def test_baseline_evidence_that_names_no_commit_does_not_count_for_the_declared_
 def test_a_cpu_fallback_run_shows_in_the_grid_and_claims_no_device_item() -> None:
     fallback = {"ran_on": "CPU fallback, without nvidia-gpu"}
     records = [rec(c, "byte-identity-reference", metrics={"tok_s": 9.0}, details=fallback) for c in CELLS[2:]]
-    report = report_of(*records, rec("linux-cpu.none", "selector"))
+    builds = [rec(c, "build") for c in CELLS]
+    report = report_of(*records, rec("linux-cpu.none", "selector"), *builds)
     entry = report.entry("linux-cuda.none", "byte-identity-reference")
     assert entry.state is GridState.VERIFIED and entry.qualifier == "CPU fallback"
     assert report.entry("linux-cpu.none", "selector").qualifier == ""

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from eliza.core.evidence import (
+    SCHEMA_VERSION,
     Artifact,
     Counts,
     EvidenceRecord,
@@ -17,6 +18,7 @@ from eliza.core.evidence import (
     InputFingerprint,
     LoadedRecord,
     Status,
+    Subject,
 )
 from eliza.core.layout import REPO_ROOT
 from eliza.core.matrix import Cell, Check, CheckKind, DeviceGatedItem, Gate, Matrix, Platform, Requirement
@@ -33,6 +35,7 @@ from eliza.core.report import (
 from eliza.formats.evidence_json import read_records, write_record
 from eliza.formats.matrix_yaml import load_matrix
 from eliza.formats.report_json import report_to_dict
+from tests.signing import TEST_KEY, TEST_POLICY, library_subject, signed
 
 CURRENT = {"native": "n1", "recipes": "r1", "lockfile": "l1", "matrix": "m1", "bundle": "b1"}
 GOOD_SHA = "a" * 64
@@ -162,6 +165,7 @@ def record(
     reason: str = "",
     log_tail: str = "",
     details: Mapping[str, Any] | None = None,
+    subjects: tuple[Subject, ...] | None = None,
 ) -> EvidenceRecord:
     return EvidenceRecord(
         cell=cell,
@@ -180,11 +184,12 @@ def record(
         metrics={"tok_s": 100.0},
         details=details or {},
         log_tail=log_tail,
+        subjects=subjects if subjects is not None else (library_subject(cell),),
     )
 
 
 def loaded(rec: EvidenceRecord, path: str = "ev/x.json") -> LoadedRecord:
-    return LoadedRecord(path=Path(path), record=rec, cell=rec.cell, check=rec.check)
+    return signed(LoadedRecord(path=Path(path), record=rec, cell=rec.cell, check=rec.check))
 
 
 def current_of(cell: Cell, check: Check) -> InputFingerprint:
@@ -207,6 +212,7 @@ def report_of(
         capabilities=caps,
         artifact_matches=verify_artifact,
         facts=FACTS,
+        trust=TEST_POLICY,
     )
 
 
@@ -302,9 +308,9 @@ def test_failed_error_and_skipped_carry_their_reason() -> None:
 
 
 def test_merging_two_directories_gives_one_report_with_both_cells(tmp_path: Path) -> None:
-    write_record(tmp_path / "job-a", record("linux-cpu.none", "build"))
-    write_record(tmp_path / "job-b", record("linux-cpu.npu", "build"))
-    report = report_of(*read_records([tmp_path / "job-a", tmp_path / "job-b"]))
+    write_record(tmp_path / "job-a", record("linux-cpu.none", "build"), TEST_KEY)
+    write_record(tmp_path / "job-b", record("linux-cpu.npu", "build"), TEST_KEY)
+    report = report_of(*read_records([tmp_path / "job-a", tmp_path / "job-b"], TEST_POLICY.public_keys()))
     assert report.entry("linux-cpu.none", "build").state is GridState.VERIFIED
     assert report.entry("linux-cpu.npu", "build").state is GridState.VERIFIED
     assert report.header.verified == 2
@@ -467,6 +473,7 @@ def test_checklist_says_when_the_matrix_lacks_a_check_kind() -> None:
         capabilities=CAPS,
         artifact_matches=verify_artifact,
         facts=FACTS,
+        trust=TEST_POLICY,
     )
     box1 = report.checklist[0]
     assert not box1.ticked
@@ -480,7 +487,7 @@ def test_json_form_round_trips_with_states() -> None:
     )
     data = json.loads(json.dumps(report_to_dict(report)))
     assert data["schema_version"] == REPORT_SCHEMA_VERSION
-    assert data["evidence_schema_version"] == 1
+    assert data["evidence_schema_version"] == SCHEMA_VERSION
     states = {(e["cell"], e["check"]): e["state"] for row in data["rows"] for e in row["entries"]}
     assert states[("linux-cpu.none", "build")] == "verified"
     assert states[("linux-cpu.none", "selector")] == "stale"

@@ -24,6 +24,7 @@ from eliza.formats.report_render import (
     md_text,
     render_report,
 )
+from tests.signing import TEST_POLICY, library_subject, signed
 
 XSS = "<script>alert(1)</script>"
 CURRENT = {"native": "n1", "matrix": "m1"}
@@ -133,10 +134,11 @@ def rec(cell: str, check: str, **kw: object) -> LoadedRecord:
         "finished_at": "2026-01-31T12:00:04Z",
         "duration_s": 4.0,
         "metrics": {"tok_s": 812.5},
+        "subjects": (library_subject(cell),),
     }
     values.update(kw)
     record = EvidenceRecord(**values)  # type: ignore[arg-type]
-    return LoadedRecord(path=Path(f"ev/{cell}__{check}.json"), record=record, cell=cell, check=check)
+    return signed(LoadedRecord(path=Path(f"ev/{cell}__{check}.json"), record=record, cell=cell, check=check))
 
 
 @pytest.fixture
@@ -162,6 +164,7 @@ def report() -> Report:
         capabilities=CAPS,
         artifact_matches=lambda artifact: None,
         facts=HeaderFacts(commit="abc123", dirty=True, generated_at="2026-02-01T00:00:00Z", host="ci runner"),
+        trust=TEST_POLICY,
     )
 
 
@@ -298,6 +301,7 @@ def test_markdown_all_ticked_when_evidence_is_complete(tmp_path: Path) -> None:
         capabilities=CAPS,
         artifact_matches=lambda artifact: True,
         facts=HeaderFacts(commit="abc", dirty=False, generated_at="2026-02-01T00:00:00Z", host="h"),
+        trust=TEST_POLICY,
     )
     md = render_report(full, tmp_path).markdown.read_text(encoding="utf-8")
     boxes = [line for line in md.splitlines() if line.startswith("- [")]

@@ -3,15 +3,31 @@ fingerprint are added, the artifacts hashed, the record written atomically."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from eliza.adapters.git import GitState
-from eliza.core.evidence import Artifact, Counts, EvidenceRecord, HostInfo, InputFingerprint, utc_timestamp
+from eliza.core.evidence import (
+    Artifact,
+    Counts,
+    EvidenceRecord,
+    HostInfo,
+    InputFingerprint,
+    Subject,
+    SubjectRole,
+    utc_timestamp,
+)
 from eliza.core.host import HostFacts
+from eliza.core.matrix import Matrix
 from eliza.core.outcome import CheckOutcome
+from eliza.core.target import test_kit_file
+from eliza.formats.attestation import SigningKey
 from eliza.formats.evidence_json import write_record
 from eliza.formats.files import sha256_file
+
+# The case runner the target suites start, next to the library (eliza.app.checks.target_cases).
+CASE_RUNNER = "case_runner"
 
 
 def host_info(host: HostFacts) -> HostInfo:
@@ -39,8 +55,57 @@ def artifact(path: Path, repo: Path) -> Artifact:
     return Artifact(path=rel.as_posix(), sha256=sha256_file(shown))
 
 
+def _shown(path: Path, repo: Path) -> str:
+    shown = path.resolve()
+    return (shown.relative_to(repo) if shown.is_relative_to(repo) else shown).as_posix()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Judged:
+    """What a step ran against, for its record's subjects: the libraries it was handed
+    (its own cell's and any reference's), and for a check that runs the library the
+    bundle and the prompts."""
+
+    libraries: Mapping[str, Path] = field(default_factory=dict)  # cell id -> library
+    bundle: Path | None = None
+    prompts: Path | None = None
+
+
+def subjects(
+    cell: str, judged: Judged, matrix: Matrix, repo: Path, hashes: ArtifactHashes
+) -> tuple[Subject, ...]:
+    """The artifacts a record of `cell` names by path and sha256: every library it was
+    handed, the test kit and case runner beside its own cell's library, the bundle's files
+    and the prompts. Files that are not there are left out (a record says what it judged)."""
+    found: list[Subject] = []
+
+    def add(path: Path, role: SubjectRole, of_cell: str = "") -> None:
+        if path.is_file():
+            found.append(
+                Subject(name=_shown(path, repo), sha256=hashes.sha256(path), role=role, cell=of_cell)
+            )
+
+    for cell_id, library in sorted(judged.libraries.items()):
+        add(library, SubjectRole.LIBRARY, cell_id)
+    own = judged.libraries.get(cell)
+    if own is not None:
+        add(own.parent / test_kit_file(matrix.cell(cell).platform), SubjectRole.TEST_KIT, cell)
+        add(own.parent / CASE_RUNNER, SubjectRole.TOOL, cell)
+    if judged.bundle is not None and judged.bundle.is_dir():
+        for path in sorted(p for p in judged.bundle.rglob("*") if p.is_file()):
+            add(path, SubjectRole.BUNDLE)
+    if judged.prompts is not None:
+        add(judged.prompts, SubjectRole.PROMPTS)
+    return tuple(found)
+
+
 def to_record(
-    outcome: CheckOutcome, fingerprint: InputFingerprint, git: GitState, host: HostInfo, repo: Path
+    outcome: CheckOutcome,
+    fingerprint: InputFingerprint,
+    git: GitState,
+    host: HostInfo,
+    repo: Path,
+    subjects: tuple[Subject, ...] = (),
 ) -> EvidenceRecord:
     duration = max(0.0, (outcome.finished_at - outcome.started_at).total_seconds())
     return EvidenceRecord(
@@ -60,18 +125,13 @@ def to_record(
         metrics=dict(outcome.metrics),
         details=dict(outcome.details),
         log_tail=outcome.log_tail[-4000:],
+        subjects=subjects,
     )
 
 
-def save(
-    outcome: CheckOutcome,
-    fingerprint: InputFingerprint,
-    git: GitState,
-    host: HostInfo,
-    directory: Path,
-    repo: Path,
-) -> Path:
-    return write_record(directory, to_record(outcome, fingerprint, git, host, repo))
+def save(record: EvidenceRecord, directory: Path, key: SigningKey) -> Path:
+    """The record as a signed in-toto Statement in `directory`."""
+    return write_record(directory, record, key)
 
 
 @dataclass(kw_only=True)

@@ -18,6 +18,7 @@ from eliza.app.services.bench_options import default_settings_description
 from eliza.app.services.bundle import ensure_tiny_bundle
 from eliza.app.services.clock import now
 from eliza.app.services.inputs import fuzz_inputs, input_hashes
+from eliza.app.services.signing import report_trust
 from eliza.core.evidence import Artifact, InputFingerprint, utc_timestamp
 from eliza.core.fingerprint import InputHashes, fingerprint_for
 from eliza.core.host import Capability, check_blockers
@@ -44,11 +45,14 @@ def render(
     artifact_matches: Callable[[Artifact], bool | None] | None = None,
     capabilities: Mapping[str, Capability] | None = None,
     compare_with: tuple[str, Mapping[str, Any]] | None = None,
+    release: bool = False,
 ) -> tuple[ReportPaths, Report]:
     """Reads evidence from every directory, judges it against the current tree, renders
     HTML, Markdown and JSON. Returns (paths, report). `hashes` and `artifact_matches`: what
-    the caller already read of the tree this invocation (verify), so nothing is hashed twice."""
+    the caller already read of the tree this invocation (verify), so nothing is hashed twice.
+    `release`: trust only the keys of the matrix's trust policy, not this machine's."""
     project = current()
+    trust = report_trust(matrix, project, release=release)
     host = host_facts()
     if hashes is None:
         hashes = input_hashes(
@@ -60,7 +64,7 @@ def render(
             llama_source=llama_source_version(project.env),
             bench_settings=default_settings_description(project.env),
         )
-    records = read_records(list(evidence_dirs))
+    records = read_records(list(evidence_dirs), trust.public_keys())
     # Where several records of one (cell, check) disagree, the first directory's (this
     # checkout's own evidence, before imported evidence) sets what "current" means.
     baselines = {
@@ -109,6 +113,7 @@ def render(
             generated_at=utc_timestamp(now()),
             host=f"{host.describe()} ({cpu}, {host.cpu_count} threads)",
         ),
+        trust=trust,
     )
     report = with_fuzz_figures(report, project.build_root / "fuzz" / "summary.json", project.repo)
     if compare_with is not None:
@@ -175,13 +180,17 @@ def render_and_say(
     log: Log,
     *,
     compare_with: tuple[str, Mapping[str, Any]] | None = None,
+    release: bool = False,
 ) -> tuple[Path, Report]:
     """Renders the report with the tiny bundle (deterministic: regenerating it lets a fresh
     report host judge bundle-dependent evidence instead of calling it stale), its
     screenshot, and says where they are and what they count."""
-    paths, rep = render(matrix, evidence_dirs, out_dir, ensure_tiny_bundle(), compare_with=compare_with)
+    paths, rep = render(
+        matrix, evidence_dirs, out_dir, ensure_tiny_bundle(), compare_with=compare_with, release=release
+    )
     log(describe_paths(paths, report_screenshot(paths.html, out_dir / "report.png", rep)))
     log(summary_line(rep))
+    log(f"trust: {rep.header.trust}")
     if rep.since is not None:
         log(rep.since.summary())
         for change in rep.since.regressions:

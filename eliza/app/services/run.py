@@ -3,7 +3,7 @@ start), where evidence goes, and the record of what it wrote."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -15,13 +15,17 @@ from eliza.app.project import Project
 from eliza.app.services import recording
 from eliza.app.services.bench_options import default_settings_description
 from eliza.app.services.inputs import input_hashes
-from eliza.core.evidence import HostInfo, LoadedRecord, Status
+from eliza.app.services.signing import signing_key
+from eliza.core.cell_id import CellId
+from eliza.core.evidence import Artifact, HostInfo, LoadedRecord, Status, Subject
 from eliza.core.fingerprint import InputHashes, fingerprint_for
 from eliza.core.host import HostFacts
 from eliza.core.layout import default_prompts
 from eliza.core.matrix import Matrix
 from eliza.core.outcome import CheckOutcome
+from eliza.core.trust import TrustPolicy, judge_signature
 from eliza.core.verify_plan import KnownRecord
+from eliza.formats.attestation import SigningKey
 from eliza.formats.evidence_json import read_records
 
 Log = Callable[[str], None]
@@ -51,9 +55,18 @@ class Run:
     # Added to the environment of the processes the checks start (a CI check job's
     # ELIZA_PREBUILT_CELLS=1, so the suites take their cells from its artifact).
     child_env: dict[str, str] = field(default_factory=dict)
+    key: SigningKey  # signs every record (this machine's, or ELIZA_SIGNING_KEY)
+    prompts: Path | None = None  # the prompt file the checks that run the library read
+    file_hashes: recording.ArtifactHashes = field(default_factory=recording.ArtifactHashes)
 
-    def record(self, outcomes: Sequence[CheckOutcome]) -> list[CheckOutcome]:
-        """Writes each outcome as an evidence record; returns what was written."""
+    def record(
+        self,
+        outcomes: Sequence[CheckOutcome],
+        libraries: Mapping[tuple[str, str], Mapping[CellId, Path]] | None = None,
+    ) -> list[CheckOutcome]:
+        """Writes each outcome as a signed evidence record naming what it judged (the
+        libraries it was handed and, for a check that runs them, the bundle and prompts);
+        returns what was written."""
         written: list[CheckOutcome] = []
         for o in outcomes:
             cell = self.matrix.cell(o.cell)
@@ -68,14 +81,21 @@ class Run:
                 device = self.device_facts.get(cell.platform.id)
                 if device is not None and o.details["ran_on"].startswith("device "):
                     o = replace(o, details={**o.details, "device": dict(device)})
-            recording.save(
+            judged = recording.Judged(
+                libraries={str(c): p for c, p in (libraries or {}).get((o.cell, o.check), {}).items()},
+                bundle=self.bundle if check.needs_run else None,
+                prompts=self.prompts if check.needs_run else None,
+            )
+            ran = () if o.status is Status.SKIPPED else judged_subjects(self, o.cell, judged)
+            record = recording.to_record(
                 o,
                 fingerprint_for(cell, check, self.hashes, baseline),
                 self.git,
                 self.host,
-                self.evidence_dir,
                 self.project.repo,
+                ran,
             )
+            recording.save(record, self.evidence_dir, self.key)
             self.written.append(o)
             written.append(o)
             mark = {Status.PASSED: "ok", Status.SKIPPED: "skipped"}.get(o.status, o.status.value.upper())
@@ -114,11 +134,31 @@ def start_run(
         git=git.git_state(project.repo),
         host=recording.host_info(host),
         evidence_dir=project.evidence_dir,
+        key=signing_key(project),
+        prompts=prompts or default_prompts(project.repo),
+        file_hashes=recording.ArtifactHashes(repo=project.repo),
     )
 
 
-def existing_records(directory: Path) -> dict[tuple[str, str], LoadedRecord]:
-    return {(r.record.cell, r.record.check): r for r in read_records([directory]) if r.record is not None}
+def judged_subjects(run: Run, cell: str, judged: recording.Judged) -> tuple[Subject, ...]:
+    return recording.subjects(cell, judged, run.matrix, run.project.repo, run.file_hashes)
+
+
+def existing_records(
+    directory: Path, trust: TrustPolicy, matrix: Matrix
+) -> dict[tuple[str, str], LoadedRecord]:
+    """The records of `directory` that a key of `trust` signed: a record no trusted key
+    vouches for is not evidence to keep, so its check runs again."""
+    found = {}
+    cells = {c.id: c for c in matrix.cells}
+    for r in read_records([directory], trust.public_keys()):
+        if r.record is None or r.record.cell not in cells:
+            continue
+        platform = cells[r.record.cell].platform.id
+        signer, _ = judge_signature(r.signature, trust, platform, r.record.check)
+        if signer is not None:
+            found[(r.record.cell, r.record.check)] = r
+    return found
 
 
 def evidence_index(run: Run, hashes: recording.ArtifactHashes) -> dict[tuple[str, str], KnownRecord]:
@@ -131,8 +171,16 @@ def evidence_index(run: Run, hashes: recording.ArtifactHashes) -> dict[tuple[str
                 if item.path.is_relative_to(run.project.repo)
                 else item.path
             ),
-            artifacts_intact=all(hashes.matches(a) for a in item.record.artifacts),
+            # The files it judged too: a record of a library that was rebuilt differently
+            # would not count against the new build, so its check runs again.
+            artifacts_intact=all(hashes.matches(a) for a in item.record.artifacts)
+            and all(
+                hashes.resolve(Artifact(path=s.name, sha256=s.sha256)) is not False
+                for s in item.record.subjects
+            ),
         )
-        for key, item in existing_records(run.evidence_dir).items()
+        for key, item in existing_records(
+            run.evidence_dir, run.matrix.trust.with_local(run.key.public_raw), run.matrix
+        ).items()
         if item.record is not None
     }

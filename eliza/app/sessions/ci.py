@@ -191,14 +191,20 @@ def record_not_in_pipeline(ctx: Context, out: Path) -> int:
 class CiReportOptions:
     evidence: Path
     artifacts: Path
+    release: bool = False
 
 
 def parse_report_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> CiReportOptions:
     parser = Parser("nox -s ci-report --")
     parser.add_argument("--evidence", type=Path, required=True, help="the check jobs' evidence artifacts")
     parser.add_argument("--artifacts", type=Path, required=True, help="the build jobs' artifacts")
+    parser.add_argument(
+        "--release",
+        action="store_true",
+        help="trust only the keys of the matrix's trust policy (CI's report)",
+    )
     args = parser.parse_args(list(argv))
-    return CiReportOptions(evidence=args.evidence, artifacts=args.artifacts)
+    return CiReportOptions(evidence=args.evidence, artifacts=args.artifacts, release=args.release)
 
 
 def run_report(options: CiReportOptions, ctx: Context) -> Path:
@@ -211,5 +217,5 @@ def run_report(options: CiReportOptions, ctx: Context) -> Path:
         log(f"no cells to re-check artifact hashes against: {exc}")
     count = record_not_in_pipeline(ctx, evidence / "not-in-ci")
     log(f"{count} check(s) recorded as not in the CI pipeline")
-    html, _ = render_and_say(ctx.matrix, [evidence], project.report_dir, log)
+    html, _ = render_and_say(ctx.matrix, [evidence], project.report_dir, log, release=options.release)
     return html

@@ -30,6 +30,7 @@ import yaml
 
 from eliza.adapters import git
 from eliza.adapters.conan_server import SERVER_VARIABLE, LocalServer, ServerError, local_server, server_python
+from eliza.adapters.signing_keys import KEY_ENV
 from eliza.app.context import Context
 from eliza.app.errors import CiFailed, UsageError
 from eliza.app.options import Parser
@@ -45,7 +46,9 @@ from eliza.core.ci_jobs import (
     PipelineError,
 )
 from eliza.core.matrix import Matrix
+from eliza.formats.attestation import SigningKey
 from eliza.formats.ci_workflow import WORKFLOW, RunnersError, pipeline_of
+from eliza.formats.files import atomic_write_text
 
 Log = Callable[[str], None]
 _BUILT = re.compile(r"llama\.cpp built (\d+) time\(s\)")
@@ -319,11 +322,15 @@ def run(options: RehearseOptions, ctx: Context) -> Path:
     store.mkdir(parents=True)
     # One state of the tree for every job, whatever happens to the checkout meanwhile.
     source = fresh_clone(project.repo, work / "source")
+    # CI signs with its secret key, which the policy names: the rehearsal's jobs sign with
+    # a key of their own, named in the snapshot's policy, so the --release report counts them.
+    ci_key = SigningKey.generate()
+    trust_in_policy(source / "matrix.yaml", ci_key, "the CI rehearsal's key")
     log(f"rehearsing {WORKFLOW} of a snapshot of {project.repo} in {work}")
     results: dict[str, JobResult] = {}
     with local_server(work / "remote", python) as server:
         log(f"Conan remote: conan_server at {server.url} (storage {server.storage})")
-        env = {**os.environ, **_workflow_env(workflow, server)}
+        env = {**os.environ, **_workflow_env(workflow, server, ci_key)}
         for job_id in job_order(jobs):
             job = jobs[job_id]
             why = runnable_here(pipeline, job_id, slow=options.slow)
@@ -376,9 +383,31 @@ def _platform_of(pipeline: Pipeline, job_id: str) -> str | None:
     return None
 
 
-def _workflow_env(workflow: Mapping[str, Any], server: LocalServer) -> dict[str, str]:
-    """The workflow's `env:` with the secrets a repository would hold: the local server's."""
-    secrets = {URL_VARIABLE: server.url, USER_VARIABLE: server.user, PASSWORD_VARIABLE: server.password}
+def trust_in_policy(matrix_file: Path, key: SigningKey, label: str) -> None:
+    """Adds `key` to the trust policy of a matrix file, for every platform and check."""
+    entry = (
+        f"  - id: {key.id}\n    label: {label}\n    public_key: {key.public_b64}\n"
+        "    scope: {platforms: all, checks: all}\n"
+    )
+    text = matrix_file.read_text(encoding="utf-8")
+    for section in ("\ntrust:\n  keys: []\n", "\ntrust:\n  keys:\n"):
+        if section in text:
+            text = text.replace(section, "\ntrust:\n  keys:\n" + entry, 1)
+            break
+    else:
+        text += "\ntrust:\n  keys:\n" + entry
+    atomic_write_text(matrix_file, text)
+
+
+def _workflow_env(workflow: Mapping[str, Any], server: LocalServer, key: SigningKey) -> dict[str, str]:
+    """The workflow's `env:` with the secrets a repository would hold: the local server's,
+    and the signing key."""
+    secrets = {
+        URL_VARIABLE: server.url,
+        USER_VARIABLE: server.user,
+        PASSWORD_VARIABLE: server.password,
+        KEY_ENV: key.private_pem().decode("ascii"),
+    }
     env: dict[str, str] = {}
     for key, value in (workflow.get("env") or {}).items():
         text = str(value)

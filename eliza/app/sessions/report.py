@@ -26,6 +26,7 @@ class ReportOptions:
     allow_missing: bool = False
     compare: Path | None = None  # --compare OLD/report.json
     fail_on_regression: bool = False
+    release: bool = False
 
 
 def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> ReportOptions:
@@ -55,6 +56,11 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
         action="store_true",
         help="with --compare: exit 1 when any cell x check regressed since OLD",
     )
+    parser.add_argument(
+        "--release",
+        action="store_true",
+        help=f"trust only the keys of {matrix.source}'s trust policy, not this machine's own key",
+    )
     args = parser.parse_args(list(argv))
     if args.fail_on_regression and args.compare is None:
         parser.error("--fail-on-regression goes with --compare OLD/report.json")
@@ -64,6 +70,7 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
         allow_missing=args.allow_missing,
         compare=args.compare,
         fail_on_regression=args.fail_on_regression,
+        release=args.release,
     )
 
 
@@ -84,7 +91,9 @@ def run(options: ReportOptions, ctx: Context) -> Path:
             old = (str(options.compare), read_report(options.compare))
         except ReportFormatError as exc:
             raise UsageError(f"--compare {exc}") from None
-    html, report = render_and_say(ctx.matrix, dirs, options.out, ctx.log, compare_with=old)
+    html, report = render_and_say(
+        ctx.matrix, dirs, options.out, ctx.log, compare_with=old, release=options.release
+    )
     if options.fail_on_regression and report.since is not None and report.since.regressed:
         raise ChecksFailed(f"{len(report.since.regressions)} regression(s) since {options.compare}")
     return html

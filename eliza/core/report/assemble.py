@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from eliza.core.evidence import (
-    EvidenceRecord,
-    LoadedRecord,
-)
+from eliza.core.evidence import EvidenceRecord, LoadedRecord
 from eliza.core.matrix import CheckKind, Matrix
 from eliza.core.perf_waivers import PerfPolicy
 from eliza.core.report.checklist import checklist_box, device_row, verifiable_row
-from eliza.core.report.judge import applies, evaluate
+from eliza.core.report.judge import BuildStanding, applies, evaluate
 from eliza.core.report.model import (
     UNPROBED,
     ArtifactVerifier,
@@ -32,6 +30,7 @@ from eliza.core.report.model import (
 )
 from eliza.core.report.perf import perf_entry, perf_rows, report_date
 from eliza.core.report.states import GridState
+from eliza.core.trust import TrustPolicy
 
 # Measured figures the report lists with the time they were measured (counts such as
 # tokens_compared are not figures).
@@ -72,6 +71,15 @@ def _distinct(figures: Iterable[Figure]) -> tuple[Figure, ...]:
     return tuple(kept)
 
 
+def _chosen(entry: Entry, candidates: Sequence[LoadedRecord]) -> EvidenceRecord | None:
+    """The record an entry was judged from."""
+    if entry.evidence is None:
+        return None
+    return next(
+        (c.record for c in candidates if c.record is not None and str(c.path) == entry.evidence.path), None
+    )
+
+
 def build_report(
     matrix: Matrix,
     *,
@@ -80,13 +88,16 @@ def build_report(
     capabilities: Mapping[str, PlatformCapability],
     artifact_matches: ArtifactVerifier,
     facts: HeaderFacts,
+    trust: TrustPolicy,
 ) -> Report:
     """Evaluate every declared (cell, check) against the evidence.
 
     `records` may come from many directories; duplicates of one (cell, check) are resolved
     by preferring evidence fresh for the current inputs, then the latest `finished_at`.
     `capabilities` is keyed by platform id; a platform missing from it is treated as not
-    probed (neither buildable nor runnable here).
+    probed (neither buildable nor runnable here). `trust`: the keys whose signatures count,
+    each for its scope; a check that runs the library counts only against the library of
+    its cell's VERIFIED build evidence (its build check is judged first).
     """
     problems: list[LoadProblem] = []
     good: dict[tuple[str, str], list[LoadedRecord]] = {}
@@ -122,35 +133,23 @@ def build_report(
     )
     perf: list[PerfRow] = []
 
-    def chosen(entry: Entry) -> EvidenceRecord | None:
-        if entry.evidence is None:
-            return None
-        return next(
-            (
-                r.record
-                for r in good.get((entry.cell, entry.check), [])
-                if str(r.path) == entry.evidence.path and r.record is not None
-            ),
-            None,
-        )
-
     rows: list[Row] = []
     for cell in matrix.cells:
         capability = capabilities.get(cell.platform.id, UNPROBED)
-        entries: list[Entry] = []
-        for check in matrix.checks:
+        judged: dict[str, Entry] = {}
+        builds = [c for c in matrix.checks if c.kind is CheckKind.BUILD]
+        standing: BuildStanding | None = None
+        for check in (*builds, *(c for c in matrix.checks if c.kind is not CheckKind.BUILD)):
             why_not = applies(cell, check)
             anchor = entry_anchor(cell.id, check.id)
             if why_not is not None:
-                entries.append(
-                    Entry(
-                        cell=cell.id,
-                        check=check.id,
-                        kind=check.kind,
-                        state=GridState.NOT_APPLICABLE,
-                        reason=why_not,
-                        anchor=anchor,
-                    )
+                judged[check.id] = Entry(
+                    cell=cell.id,
+                    check=check.id,
+                    kind=check.kind,
+                    state=GridState.NOT_APPLICABLE,
+                    reason=why_not,
+                    anchor=anchor,
                 )
                 continue
             entry = evaluate(
@@ -162,12 +161,17 @@ def build_report(
                 capability,
                 matrix.device_gated,
                 artifact_matches,
+                trust,
+                None if check.kind is CheckKind.BUILD else standing,
             )
-            perf_record = chosen(entry)
-            entry = perf_entry(entry, perf_record, policy)
-            if perf_record is not None and entry.kind is CheckKind.PERF and entry.evidence is not None:
-                perf += perf_rows(entry, perf_record, cell.platform.id)
-            entries.append(entry)
+            judged_from = _chosen(entry, good.get((cell.id, check.id), []))
+            if check.kind is CheckKind.BUILD and standing is None:
+                standing = BuildStanding.of(cell, entry, judged_from)
+            entry = perf_entry(entry, judged_from, policy)
+            if judged_from is not None and entry.kind is CheckKind.PERF and entry.evidence is not None:
+                perf += perf_rows(entry, judged_from, cell.platform.id)
+            judged[check.id] = entry
+        entries = [judged[c.id] for c in matrix.checks]
         rows.append(
             Row(
                 cell=cell.id,
@@ -193,6 +197,15 @@ def build_report(
         by_state=tuple(
             StateCount(state=s, count=sum(1 for e in all_entries if e.state is s)) for s in GridState
         ),
+    )
+    local = [k for k in trust.keys if k.local]
+    policy_keys = len(trust.keys) - len(local)
+    named = f"{policy_keys} key{'s' if policy_keys != 1 else ''} of the trust policy"
+    header = replace(
+        header,
+        trust=f"counts evidence signed by {named} and by this machine's key {local[0].id} (a local report)"
+        if local
+        else f"counts evidence signed by {named} only (--release)",
     )
     device_rows = tuple(device_row(item, rows, all_entries) for item in matrix.device_gated)
     figures = _distinct(

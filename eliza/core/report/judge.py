@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from eliza.core.evidence import (
@@ -29,6 +30,7 @@ from eliza.core.report.model import (
     entry_anchor,
 )
 from eliza.core.report.states import GridState
+from eliza.core.trust import Signer, TrustPolicy, judge_signature
 
 # Run requirements that no CI runner or dev box here provides by default; a platform that
 # needs one of them to run is what the device-gated table is about.
@@ -92,6 +94,7 @@ def _view(
     kind: CheckKind,
     current: CurrentFingerprint,
     artifacts: tuple[ArtifactResult, ...],
+    signer: Signer | None = None,
 ) -> EvidenceView:
     key = _current_key(current)
     differing = record.fingerprint.differing_parts(current) if isinstance(current, InputFingerprint) else ()
@@ -117,7 +120,59 @@ def _view(
         highlights=highlights,
         details=rest,
         log_tail=record.log_tail,
+        signer=signer,
+        subjects=record.subjects,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildStanding:
+    """A cell's build as the checks that run its library are judged against: the library
+    its current VERIFIED build evidence names, or why there is none."""
+
+    state: GridState | None  # None: the cell declares no build check
+    library_sha256: str = ""  # of a VERIFIED build record's library subject
+    library: str = ""
+    reason: str = ""
+
+    @classmethod
+    def of(cls, cell: Cell, entry: Entry | None, record: EvidenceRecord | None) -> BuildStanding:
+        if entry is None:
+            return cls(state=None)
+        if entry.state is GridState.VERIFIED and record is not None:
+            subject = record.library(cell.id)
+            if subject is not None:
+                return cls(state=entry.state, library_sha256=subject.sha256, library=subject.name)
+            return cls(state=entry.state, reason="its build evidence names no library subject")
+        return cls(state=entry.state, reason=f"its build is {entry.state.label}: {entry.reason}")
+
+
+def bind_to_build(
+    record: EvidenceRecord, cell: Cell, build: BuildStanding | None
+) -> tuple[GridState, str] | None:
+    """None when the record ran against the library of the cell's VERIFIED build; else the
+    state it gets instead (NOT RUN without build evidence, INVALID for another library)."""
+    if build is None or build.state is None:
+        return None
+    ran = record.library(cell.id)
+    if build.state is not GridState.VERIFIED or not build.library_sha256:
+        if build.state in (GridState.NOT_RUN, GridState.NOT_BUILDABLE_HERE, GridState.DEVICE_GATED):
+            return (
+                GridState.NOT_RUN,
+                f"the cell's build has no evidence here ({build.reason}); passes do not count",
+            )
+        return GridState.NOT_RUN, f"not counted: {build.reason}"
+    if ran is None:
+        return GridState.INVALID, (
+            f"the evidence names no library of {cell.id} it ran against; the cell's verified build "
+            f"is {build.library} (sha256 {build.library_sha256})"
+        )
+    if ran.sha256 != build.library_sha256:
+        return GridState.INVALID, (
+            f"ran against another library: {ran.name} sha256 {ran.sha256}, but the cell's verified build "
+            f"is {build.library} sha256 {build.library_sha256}"
+        )
+    return None
 
 
 def check_artifacts(record: EvidenceRecord, verify: ArtifactVerifier) -> tuple[ArtifactResult, ...]:
@@ -226,10 +281,25 @@ def evaluate(
     capability: PlatformCapability,
     device_items: tuple[DeviceGatedItem, ...],
     verify: ArtifactVerifier,
+    policy: TrustPolicy,
+    build: BuildStanding | None = None,
 ) -> Entry:
+    """`policy`: the keys the report trusts, each for its scope. `build`: the cell's build,
+    which a check that runs its library is bound to (None: the build itself is judged)."""
     anchor = entry_anchor(cell.id, check.id)
     broken_notes = tuple(f"ignored malformed evidence: {b.problem}" for b in broken)
     if not candidates:
+        distrusted = [b for b in broken if b.untrusted]
+        if distrusted:
+            return Entry(
+                cell=cell.id,
+                check=check.id,
+                kind=check.kind,
+                state=GridState.UNTRUSTED,
+                reason=f"not trusted: {distrusted[0].problem}",
+                anchor=anchor,
+                notes=tuple(f"ignored evidence: {b.problem}" for b in broken if b is not distrusted[0]),
+            )
         if broken:
             return Entry(
                 cell=cell.id,
@@ -254,18 +324,32 @@ def evaluate(
 
     current = _current(current_source, cell, check)
     key = _current_key(current)
+    signers = {
+        id(item): judge_signature(item.signature, policy, cell.platform.id, check.id) for item in candidates
+    }
 
-    def order(item: LoadedRecord) -> tuple[int, float, str]:
+    def order(item: LoadedRecord) -> tuple[int, int, float, str]:
         assert item.record is not None
+        # Evidence a trusted key signed comes first: a dropped-in file never hides it.
+        trusted = signers[id(item)][0] is not None
         fresh = key is not None and item.record.fingerprint.key == key
-        return (0 if fresh else 1, -item.record.finished.timestamp(), str(item.path))
+        return (0 if trusted else 1, 0 if fresh else 1, -item.record.finished.timestamp(), str(item.path))
 
     ranked = sorted(candidates, key=order)
     chosen = ranked[0]
     record = chosen.record
     assert record is not None
     artifacts = check_artifacts(record, verify)
-    state, reason = judge_record(record, current, artifacts)
+    signer, distrust = signers[id(chosen)]
+    if signer is None:
+        state, reason = GridState.UNTRUSTED, f"not trusted: {distrust}"
+    else:
+        state, reason = judge_record(record, current, artifacts)
+        bound = (
+            bind_to_build(record, cell, build) if check.needs_run and state is GridState.VERIFIED else None
+        )
+        if bound is not None:
+            state, reason = bound
     kept_notes = list(broken_notes)
     absent = [a.path for a in artifacts if a.state is ArtifactState.ABSENT]
     if absent and state is GridState.VERIFIED:
@@ -289,7 +373,7 @@ def evaluate(
         state=state,
         reason=reason,
         anchor=anchor,
-        evidence=_view(chosen, record, check.kind, current, artifacts),
+        evidence=_view(chosen, record, check.kind, current, artifacts, signer),
         superseded=superseded,
         notes=tuple(kept_notes),
     )

@@ -14,11 +14,13 @@ from eliza.core.evidence import (
     HostInfo,
     InputFingerprint,
     Status,
+    Subject,
 )
 from eliza.core.host import Capability
 from eliza.core.matrix import Cell, Check, CheckKind, DeviceGatedItem
 from eliza.core.report.compare import Since
 from eliza.core.report.states import GridState
+from eliza.core.trust import Signer
 
 REPORT_SCHEMA_VERSION = 1
 WAIVED_PREFIX = "VERIFIED (waived: "  # the reason of a perf entry a waiver turns VERIFIED
@@ -129,6 +131,8 @@ class EvidenceView:
     highlights: tuple[Fact, ...]  # well-known details of the check kind (first divergence, ABI diff)
     details: tuple[Fact, ...]  # every other details entry
     log_tail: str
+    signer: Signer | None = None  # the trusted key that vouches for it; None: none does
+    subjects: tuple[Subject, ...] = ()  # what it judged (the in-toto subjects)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,6 +165,10 @@ class Entry:
             return "native"
         fact = next((f for f in self.evidence.details if f.name == "ran_on"), None)
         return fact.value if fact is not None else "native"
+
+    @property
+    def signer(self) -> Signer | None:
+        return self.evidence.signer if self.evidence is not None else None
 
     @property
     def qualifier(self) -> str:
@@ -297,6 +305,7 @@ class ReportHeader:
     verified: int
     declared: int  # applicable (cell, check) entries
     by_state: tuple[StateCount, ...]
+    trust: str = ""  # which keys the report trusted, in words
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,6 +16,7 @@ class GridState(StrEnum):
     NOT_RUNNABLE_HERE = "not-runnable-here"
     DEVICE_GATED = "device-gated"
     INVALID = "invalid"
+    UNTRUSTED = "untrusted"
     NOT_APPLICABLE = "n/a"
 
     @property
@@ -40,7 +41,8 @@ _STATE_TEXT: dict[GridState, tuple[str, str, str]] = {
     GridState.VERIFIED: (
         "VERIFIED",
         "verified",
-        "fresh passing evidence: ran > 0, all passed, inputs unchanged",
+        "fresh passing evidence signed by a trusted key: ran > 0, all passed, inputs unchanged, "
+        "run against the library of the cell's verified build",
     ),
     GridState.FAILED: ("FAILED", "FAILED", "fresh evidence of a failure or an error"),
     GridState.INCONCLUSIVE: (
@@ -69,6 +71,12 @@ _STATE_TEXT: dict[GridState, tuple[str, str, str]] = {
         "INVALID",
         "INVALID",
         "evidence is malformed, self-contradictory, or its artifacts no longer match",
+    ),
+    GridState.UNTRUSTED: (
+        "UNTRUSTED",
+        "UNTRUSTED",
+        "no trusted key vouches for the evidence: unsigned, a bad signature, a signer the trust "
+        "policy does not trust for this cell and check, or not this project's evidence",
     ),
     GridState.NOT_APPLICABLE: ("n/a", "n/a", "the check does not apply to this cell"),
 }
