@@ -315,12 +315,37 @@ class _Planner:
             return f"last run {record.status.value} ({record.counts.passed}/{record.counts.ran} passed)"
         if artifacts and not known.artifacts_intact:
             return "an artifact it names is missing or its bytes changed"
+        other = self.other_library(cell, check, record)
+        if other:
+            return other
         return Keep(
             cell=cell.ref,
             check=check.id,
             evidence=known.path,
             reason=f"fresh passing evidence from {record.finished_at}",
         )
+
+    def other_library(self, cell: Cell, check: Check, record: EvidenceRecord) -> str:
+        """Why a run check's record does not stand for the cell's current build: it ran
+        against another library than the one the cell's build record names (the report
+        would judge it INVALID), or names none; "" when it stands or there is nothing to
+        compare with."""
+        if not check.needs_run:
+            return ""
+        build_check = next((c for c in cell.checks if c.kind is CheckKind.BUILD), None)
+        build = self.facts.evidence.get((cell.id, build_check.id)) if build_check is not None else None
+        built = build.record.library(cell.id) if build is not None else None
+        if built is None:
+            return ""
+        ran = record.library(cell.id)
+        if ran is None:
+            return f"its evidence names no library it ran against; the build's is sha256 {built.sha256[:12]}"
+        if ran.sha256 != built.sha256:
+            return (
+                f"it ran against library sha256 {ran.sha256[:12]}, the cell's build is "
+                f"sha256 {built.sha256[:12]}"
+            )
+        return ""
 
     # -- steps
 

@@ -191,6 +191,29 @@ def test_failed_evidence_and_missing_artifacts_rerun(matrix: Matrix) -> None:
     assert isinstance(only_step(p, "linux-cpu.none", "selector"), Keep)
 
 
+def test_a_run_check_of_another_library_than_the_cells_build_reruns(matrix: Matrix) -> None:
+    from tests.signing import library_subject
+
+    known = evidence_for(matrix, LINUX_CPU)
+
+    def naming(cell: str, check: str, sha: str) -> None:
+        entry = known[(cell, check)]
+        record = replace(entry.record, subjects=(library_subject(cell, sha),))
+        known[(cell, check)] = replace(entry, record=record)
+
+    built, other = "a" * 64, "b" * 64
+    for check in ("build", "selector", "consumer"):
+        naming("linux-cpu.none", check, built)
+    naming("linux-cpu.none", "gate-fallthrough", other)  # ran against a library since replaced
+    p = plan(matrix, facts(matrix, evidence=known), SELECT_ALL)
+    assert isinstance(only_step(p, "linux-cpu.none", "selector"), Keep)
+    assert isinstance(only_step(p, "linux-cpu.none", "consumer"), Keep)
+    run = only_step(p, "linux-cpu.none", "gate-fallthrough")
+    assert isinstance(run, Run) and "bbbbbbbbbbbb" in run.reason and "aaaaaaaaaaaa" in run.reason
+    # a build-time check (abi) is judged by its artifacts, not by the binding
+    assert isinstance(only_step(p, "linux-cpu.none", "abi"), Keep)
+
+
 def test_rerun_runs_everything_runnable(matrix: Matrix) -> None:
     known = evidence_for(matrix, LINUX_CPU)
     p = plan(matrix, facts(matrix, evidence=known), replace(SELECT_ALL, rerun=True))
