@@ -143,7 +143,7 @@ ELIZA_API int eliza_inference_llm_stream_supported(void);
  *   ELIZA_DRAFT_BACKOFF_MAX  0 to 1024, default 128: after 2 consecutive steps that drafted
  *                            and had no draft token accepted (a step too unsure to draft
  *                            anything counts as one), the next 8 steps do not draft; each
- *                            further such step makes that skip 4 times longer, up to this
+ *                            further such step makes that skip 8 times longer, up to this
  *                            many steps;
  *                            an accepted draft token, a _prefill, _reset, _reset_keep or
  *                            _restore_slot ends the backoff; 0: every step drafts

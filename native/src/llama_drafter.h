@@ -33,7 +33,7 @@ class DraftBackoff {
 public:
     static constexpr int32_t kMissesBeforeBackoff = 2;
     static constexpr int32_t kFirstSkip = 8;
-    static constexpr int32_t kSkipGrowth = 4;
+    static constexpr int32_t kSkipGrowth = 8;
 
     explicit DraftBackoff(int32_t max_skip = 0) : max_skip_(max_skip) {}
 

@@ -12,6 +12,7 @@ with one rule on."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from eliza.adapters.ffi import (
     StreamConfig,
     greedy_config,
 )
+from eliza.core.layout import REPO_ROOT
 from eliza.formats.tiny_gguf import PLANTED_CHAIN, draft_model
 from tests.native.helpers import model_file
 
@@ -256,10 +258,19 @@ def test_save_and_restore_with_a_drafter(eager: Context, near_path: Path, tmp_pa
 
 # --- adaptive drafting ----------------------------------------------------------------
 
-# The backoff rule as the header documents it (DraftBackoff, native/src/llama_drafter.h).
-MISSES_BEFORE_BACKOFF = 2
-FIRST_SKIP = 8
-SKIP_GROWTH = 4
+
+# The backoff rule as the header documents it (DraftBackoff, native/src/llama_drafter.h),
+# with the constants the library is compiled with.
+def _drafter_constant(name: str) -> int:
+    header = (REPO_ROOT / "native" / "src" / "llama_drafter.h").read_text(encoding="utf-8")
+    found = re.search(rf"static constexpr int32_t {name} = (\d+);", header)
+    assert found is not None, f"{name} is not declared in llama_drafter.h"
+    return int(found.group(1))
+
+
+MISSES_BEFORE_BACKOFF = _drafter_constant("kMissesBeforeBackoff")
+FIRST_SKIP = _drafter_constant("kFirstSkip")
+SKIP_GROWTH = _drafter_constant("kSkipGrowth")
 # The draft model's tokens after "▁price" and the text model's own <0xE2>, up to EOS.
 CHAIN_DRAFT = len(PLANTED_CHAIN) - 3
 
