@@ -57,7 +57,7 @@ def perf_settings(opts: BenchOptions) -> BenchSettings:
 
 
 def measure(
-    cell: Cell, library: Path, reference: Path, opts: BenchOptions, rounds: int, log: Log
+    cell: Cell, library: Path, reference: Path, opts: BenchOptions, rounds: int, log: Log, *, first: int = 0
 ) -> tuple[dict[str, list[float]], dict[str, list[float]], list[Path]]:
     """Rounds of candidate and reference, AB then BA alternately, so warm-up and drift
     favour neither; the cell's bench tool drives both libraries, where the platform's
@@ -68,7 +68,7 @@ def measure(
     tool_dir = library.parent
     samples: dict[str, dict[str, list[float]]] = {"candidate": {}, "reference": {}}
     paths: list[Path] = []
-    for i in range(rounds):
+    for i in range(first, first + rounds):
         order = ("candidate", "reference") if i % 2 == 0 else ("reference", "candidate")
         for side in order:
             path = out / f"{side}-{i}.jsonl"
@@ -186,6 +186,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             "reference": words,
             "reference_identity": perf_identity(identity, rounds),
             "rounds": rounds,
+            "rounds_run": rounds,
             "threads": opts.overhead_threads,
             "max_tokens": settings.max_tokens,
             "repeats": settings.repeats,
@@ -196,6 +197,18 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         done = perf_outcome(
             cell, check, candidate, ref, policy, watch=watch, about=about, artifacts=(library, reference)
         )
+        if done.status is Status.INCONCLUSIVE and opts.perf_rounds is None:
+            # The declared rounds could not decide (a noisy host): as many again, once, still
+            # interleaved, then the verdict of all of them. --rounds N runs exactly N.
+            more_c, more_r, _ = measure(cell, library, reference, opts, rounds, evidence.log, first=rounds)
+            for name, values in more_c.items():
+                candidate.setdefault(name, []).extend(values)
+            for name, values in more_r.items():
+                ref.setdefault(name, []).extend(values)
+            about["rounds_run"] = 2 * rounds
+            done = perf_outcome(
+                cell, check, candidate, ref, policy, watch=watch, about=about, artifacts=(library, reference)
+            )
         out = opts.out_dir / cell.platform.id / cell.key / "perf" / "perf.json"
         atomic_write_text(
             out, json.dumps({"candidate": candidate, "reference": ref, **about}, indent=2) + "\n"

@@ -75,7 +75,7 @@ def perf_rows(entry: Entry, record: EvidenceRecord, platform: str) -> list[PerfR
                 verdict=str(m["verdict"]),
                 candidate=_median(candidate),
                 reference=_median(reference),
-                rounds=int(perf.get("rounds", len(candidate))),
+                rounds=int(perf.get("rounds_run", perf.get("rounds", len(candidate)))),
                 against=str(perf.get("reference", "")),
                 ran_on=f"{perf.get('ran_on', 'native')} on {record.host.cpu} ({record.host.os})",
                 measured_at=record.finished_at,
