@@ -19,6 +19,7 @@ from eliza.core.lab import device_words
 from eliza.formats.lab_yaml import load_lab
 from eliza.formats.matrix_yaml import load_matrix
 from tests.ci.helpers import env_for, history_clone
+from tests.signing import predicate
 from tests.sshd import QEMU_PREFIX, Sshd, sshd  # noqa: F401  (the fixture)
 
 CELL = "linux-arm64.none"
@@ -49,7 +50,7 @@ def finished(process: subprocess.Popen[str]) -> tuple[int, str]:
 def records(repo: Path) -> dict[str, dict[str, Any]]:
     found = {}
     for path in (repo / "build" / "evidence").glob(f"{CELL}__*.json"):
-        data = json.loads(path.read_text())
+        data = predicate(path)
         found[str(data["check"])] = data
     return found
 

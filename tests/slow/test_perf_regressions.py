@@ -23,6 +23,7 @@ import pytest
 
 from tests.ci.helpers import copy_tree, env_for
 from tests.integration.test_synthetic_gate import run
+from tests.signing import predicate
 
 CELL = "linux-cpu.none"
 FFI = "native/src/ffi.cpp"
@@ -63,8 +64,7 @@ def edit(repo: Path, rel: str, old: str, new: str) -> None:
 
 
 def perf_record(repo: Path) -> dict[str, Any]:
-    record: dict[str, Any] = json.loads((repo / "build" / "evidence" / f"{CELL}__perf.json").read_text())
-    return record
+    return predicate(repo / "build" / "evidence" / f"{CELL}__perf.json")
 
 
 def verdicts(record: dict[str, Any]) -> dict[str, str]:
@@ -81,8 +81,8 @@ def say(label: str, record: dict[str, Any]) -> None:
 def failures(repo: Path) -> list[str]:
     """The failed records of the copy's evidence, with their reasons."""
     out = []
-    for path in sorted((repo / "build" / "evidence").glob("*.json")):
-        record = json.loads(path.read_text())
+    for path in sorted((repo / "build" / "evidence").glob("*__*.json")):
+        record = predicate(path)
         if record.get("status") in ("failed", "error"):
             out.append(f"{record['check']}: {record['reason'][:800]} {record.get('log_tail', '')[-1500:]}")
     return out
