@@ -11,7 +11,9 @@ that into a verdict:
 - INCONCLUSIVE: too few samples, an interval wider than the rule allows, or a median
   ratio beyond the bound whose interval still reaches it (or p >= alpha); what would
   settle it is more rounds, and the verdict says how many;
-- VERIFIED: otherwise. An unchanged tree's interval straddles 1, so it never fails.
+- VERIFIED: an interval wholly on the good side of the bound, however wide (a regression
+  beyond the bound is ruled out), or otherwise one narrow enough to decide. An unchanged
+  tree's interval straddles 1, so it never fails.
 
 Pure: the samples come in, nothing is read or timed here.
 """
@@ -212,6 +214,12 @@ def judge(comparison: Comparison, rule: MetricRule) -> Judgement:
         return inconclusive(f"the interval lies beyond the bound but p >= {rule.alpha:g}")
     if rule.beyond(c.ratio):
         return inconclusive("the median ratio is beyond the bound and its interval reaches back across it")
+    wholly_within = (
+        c.low >= rule.threshold if rule.direction is Direction.HIGHER else c.high <= rule.threshold
+    )
+    if wholly_within:
+        # However wide, an interval on the good side of the bound rules a regression out.
+        return Judgement(comparison=c, rule=rule, verdict=Verdict.VERIFIED, words=f"{said}: within the bound")
     if c.width > rule.widest:
         return inconclusive(
             f"the interval is {c.width:.3f} wide, wider than the {rule.widest:g} that can decide"

@@ -87,3 +87,17 @@ def test_equal_samples_have_p_1_and_a_zero_width_interval() -> None:
 def test_a_reference_of_zero_cannot_be_divided_by() -> None:
     with pytest.raises(ValueError, match="positive"):
         compare("m", [1.0, 2.0], [0.0, 1.0])
+
+
+def test_a_wide_interval_wholly_on_the_good_side_of_the_bound_is_verified() -> None:
+    """A noisy host widens the interval towards "faster": no regression is possible then."""
+    reference = noisy(3000.0, 9, 0.01, seed=5)
+    candidate = [v * (1.0 + 0.5 * (i % 2)) for i, v in enumerate(noisy(3000.0, 9, 0.01, seed=6))]
+    c = compare("decode_tok_s", candidate, reference)
+    assert c.width > DECODE.widest and c.low >= DECODE.threshold  # the premise, derived
+    assert judge(c, DECODE).verdict is Verdict.VERIFIED
+    # the same width straddling the bound decides nothing
+    slower = [v * 0.9 for v in candidate]
+    s = compare("decode_tok_s", slower, reference)
+    assert s.low < DECODE.threshold < s.high and s.width > DECODE.widest
+    assert judge(s, DECODE).verdict is Verdict.INCONCLUSIVE
