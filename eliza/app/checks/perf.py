@@ -132,11 +132,12 @@ def perf_outcome(
             log_tail=log_tail,
         )
     failed = state.verdict == Verdict.FAILED.value
+    # A waived metric counts as passed: only a failure leaves the unverified ones out.
     return outcome(
         cell.id,
         check.id,
         ran=len(judgements),
-        passed=len(judgements) - (len(judgements) - verified if failed else 0),
+        passed=verified if failed else len(judgements),
         span=span,
         reason=state.words if failed else "",
         metrics=metrics,
