@@ -25,7 +25,7 @@ from eliza.core.evidence import EvidenceRecord
 from eliza.core.fingerprint import InputHashes, fingerprint_for, is_fresh_pass
 from eliza.core.host import Capability
 from eliza.core.matrix import Cell, Check, CheckKind, Matrix, Platform
-from eliza.core.report.judge import unavailable_state
+from eliza.core.report.judge import BuildStanding, bind_to_build, unavailable_state
 from eliza.core.report.model import PlatformCapability
 from eliza.core.report.states import GridState
 
@@ -326,10 +326,10 @@ class _Planner:
         )
 
     def other_library(self, cell: Cell, check: Check, record: EvidenceRecord) -> str:
-        """Why a run check's record does not stand for the cell's current build: it ran
-        against another library than the one the cell's build record names (the report
-        would judge it INVALID), or names none; "" when it stands or there is nothing to
-        compare with."""
+        """Why a run check's record does not stand for the cell's current build, by the
+        report's own rule (`bind_to_build`): it ran against another library than the one
+        the cell's build record names, or names none; "" when it stands or the build record
+        names no library to compare with."""
         if not check.needs_run:
             return ""
         build_check = next((c for c in cell.checks if c.kind is CheckKind.BUILD), None)
@@ -337,15 +337,9 @@ class _Planner:
         built = build.record.library(cell.id) if build is not None else None
         if built is None:
             return ""
-        ran = record.library(cell.id)
-        if ran is None:
-            return f"its evidence names no library it ran against; the build's is sha256 {built.sha256[:12]}"
-        if ran.sha256 != built.sha256:
-            return (
-                f"it ran against library sha256 {ran.sha256[:12]}, the cell's build is "
-                f"sha256 {built.sha256[:12]}"
-            )
-        return ""
+        standing = BuildStanding(state=GridState.VERIFIED, library_sha256=built.sha256, library=built.name)
+        bound = bind_to_build(record, cell, standing)
+        return "" if bound is None else bound[1]
 
     # -- steps
 
