@@ -158,9 +158,10 @@ def settings_description(
     chosen["drafter_pairs"] = drafter_pairs
     # The library's settings that change what a bench measures: the context size, and when
     # a stream drafts (the drafter stats and the speedup; never the tokens).
-    for name in ("ELIZA_N_CTX", "ELIZA_DRAFT_P_MIN", "ELIZA_DRAFT_BACKOFF_MAX"):
-        if name == "ELIZA_N_CTX" or env.get(name):
-            chosen[name] = env.get(name, "")
+    # (The drafting settings are named only when set, so evidence made before they existed
+    # keeps its fingerprint.)
+    chosen["ELIZA_N_CTX"] = env.get("ELIZA_N_CTX", "")
+    chosen |= {name: env[name] for name in ("ELIZA_DRAFT_P_MIN", "ELIZA_DRAFT_BACKOFF_MAX") if env.get(name)}
     return json.dumps(chosen, sort_keys=True)
 
 
