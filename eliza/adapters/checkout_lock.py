@@ -6,6 +6,9 @@ lock (its pid, command and start time), and then runs: two sessions are serializ
 interleaved. The lock is an `flock` on an open file, so the kernel releases it when its
 holder dies in any way (`kill -9` included): a stale lock file never blocks anybody.
 
+Builds also hold the lock of their Conan home (`conan_home_lock`) while Conan runs: its
+cache is not safe for two processes at once, and checkouts may share one home.
+
 Within one process the lock is re-entrant (a verify that builds cells holds it once). The
 programs a session starts inherit the lock (`eliza.adapters.proc`): when a session is
 killed while Conan builds, the checkout stays locked until that orphaned build ends.
@@ -64,7 +67,30 @@ def checkout_lock(
 ) -> Iterator[Path]:
     """Holds the checkout's lock for the block. Waits (saying for whom) while another
     process holds it; with `timeout_s`, raises `LockTimeout` after that long instead."""
-    path = lock_path(build_root)
+    rule = ("session", "sessions on one checkout run one at a time")
+    with _exclusive(lock_path(build_root), what, log, rule, timeout_s=timeout_s, poll_s=poll_s) as path:
+        yield path
+
+
+@contextlib.contextmanager
+def conan_home_lock(home: Path, what: str, log: Log) -> Iterator[Path]:
+    """Holds the lock of a Conan home for the block: Conan's cache is not safe for two
+    processes at once, and two checkouts (or a test and its copies) may share one home."""
+    rule = ("build", "builds that share a Conan home run one at a time")
+    with _exclusive(home / LOCK_NAME, what, log, rule) as path:
+        yield path
+
+
+@contextlib.contextmanager
+def _exclusive(
+    path: Path,
+    what: str,
+    log: Log,
+    rule: tuple[str, str],
+    *,
+    timeout_s: float | None = None,
+    poll_s: float = 0.2,
+) -> Iterator[Path]:
     depth = _held.get(path, 0)
     if depth:
         _held[path] = depth + 1
@@ -73,16 +99,15 @@ def checkout_lock(
         finally:
             _held[path] -= 1
         return
-    build_root.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            log(
-                f"{what}: waiting for the session that holds {path} to finish "
-                f"({_describe_holder(fd)}); sessions on one checkout run one at a time"
-            )
+            holder, why = rule
+            whom = _describe_holder(fd)
+            log(f"{what}: waiting for the {holder} that holds {path} to finish ({whom}); {why}")
             _wait(fd, path, timeout_s, poll_s)
             log(f"{what}: the lock is free, running")
         os.ftruncate(fd, 0)

@@ -84,6 +84,44 @@ def test_second_holder_waits_with_a_clear_message_until_kill_9_frees_the_lock(tm
                 child.wait()
 
 
+HOLD_CONAN_HOME = """
+    import sys
+    from pathlib import Path
+    from eliza.adapters.checkout_lock import conan_home_lock
+    with conan_home_lock(Path(sys.argv[1]), sys.argv[2], print):
+        print("acquired", flush=True)
+        sys.stdin.read()
+"""
+
+
+def test_a_build_in_another_checkout_waits_for_the_conan_home_it_shares(tmp_path: Path) -> None:
+    """Conan's cache is not safe for two processes at once: a build in a second checkout
+    with the same cache waits for the first one's Conan, saying so, before Conan runs."""
+    cache = tmp_path / "cache"
+    checkout = copy_working_tree(REPO_ROOT, tmp_path / "checkout")
+    holder = _spawn(HOLD_CONAN_HOME, str(cache / "conan2"), "build linux-cpu.none")
+    build = None
+    try:
+        _read_until(holder, "acquired")
+        build = subprocess.Popen(
+            [sys.executable, "-m", "nox", "-s", "build-linux-cpu.none"],
+            cwd=checkout,
+            env={**ENV, "PYTHONPATH": str(checkout), "ELIZA_CACHE_DIR": str(cache)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        said = "".join(_read_until(build, "waiting for the build"))
+        assert f"waiting for the build that holds {cache / 'conan2' / '.eliza.lock'}" in said
+        assert f"pid {holder.pid}" in said and "share a Conan home" in said
+        assert not (cache / "conan2" / "profiles").exists()  # Conan has not run
+    finally:
+        for child in (holder, build):
+            if child is not None and child.poll() is None:
+                child.kill()
+                child.wait()
+
+
 def test_verify_waits_for_the_checkout_lock(tmp_path: Path) -> None:
     """The real session: a `nox -s verify` on a checkout whose lock is held says so and
     waits (it is killed while waiting: nothing of it ran)."""

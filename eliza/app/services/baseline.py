@@ -9,6 +9,7 @@ import hashlib
 from pathlib import Path
 
 from eliza.adapters import conan, git, proc
+from eliza.adapters.checkout_lock import conan_home_lock
 from eliza.adapters.errors import ToolError
 from eliza.app.project import current
 from eliza.app.services.profiles import conan_profiles_for
@@ -59,12 +60,13 @@ def baseline_library(sha: str, cell: Cell, env: dict[str, str]) -> tuple[Path, b
     if library.is_file():
         return library, False
     src = ensure_worktree(sha)
-    conan.prepare_conan_home(project.cache, project.repo, conan_profiles_for((cell.platform,)))
-    source = conan.resolve_llama_source(project.cache, project.env)
-    done = proc.run(
-        conan_build_argv(src, out, cell.platform, source.version),
-        env=conan.conan_env(project.cache, {**source.env, **env}),
-    )
+    with conan_home_lock(conan.conan_home(project.cache), f"baseline {sha[:12]}", lambda _: None):
+        conan.prepare_conan_home(project.cache, project.repo, conan_profiles_for((cell.platform,)))
+        source = conan.resolve_llama_source(project.cache, project.env)
+        done = proc.run(
+            conan_build_argv(src, out, cell.platform, source.version),
+            env=conan.conan_env(project.cache, {**source.env, **env}),
+        )
     out.mkdir(parents=True, exist_ok=True)
     log = out / "conan-build.log"
     log.write_text(done.stderr)

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from eliza.adapters import conan, conan_remote
+from eliza.adapters.checkout_lock import checkout_lock, conan_home_lock
 from eliza.adapters.conan import BuildError
 from eliza.adapters.cuda import CudaError, prepare_toolkit
 from eliza.adapters.llama_source import SourceError
@@ -121,6 +122,28 @@ def build_cells(
                 on_built(done)
         return loaded
     remote = preflight(cells)
+    project = current()
+    log = on_progress or (lambda _: None)
+    what = "build " + ", ".join(c.id for c in cells)
+    # Whoever builds (a session, a test's fixture, a second test process) holds the checkout's
+    # lock, so two processes never build one cell's tree at once, and the Conan home's, so
+    # checkouts that share the home never run Conan at once.
+    with (
+        checkout_lock(project.build_root, what, log),
+        conan_home_lock(conan.conan_home(project.cache), what, log),
+    ):
+        return _build_locked(cells, matrix, remote, echo=echo, on_built=on_built, on_progress=on_progress)
+
+
+def _build_locked(
+    cells: tuple[Cell, ...],
+    matrix: Matrix,
+    remote: BinaryRemote | None,
+    *,
+    echo: bool,
+    on_built: Callable[[BuiltCell], None] | None,
+    on_progress: Callable[[str], None] | None,
+) -> list[BuiltCell]:
     project = current()
     conan.prepare_conan_home(project.cache, project.repo, conan_profiles_for(c.platform for c in cells))
     source = conan.resolve_llama_source(project.cache, project.env)
