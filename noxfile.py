@@ -32,6 +32,7 @@ from eliza.app.sessions import (
     ci_rehearsal,
     import_evidence,
     keys,
+    suite,
 )
 from eliza.app.sessions import (
     devices as devices_session,
@@ -141,8 +142,8 @@ for _spec in matrix_sessions(MATRIX):
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
     """The pytest suite: unit tests of the pure modules, the C ABI, the selector and the gate cells."""
-    # the slowest tests, so a suite that grows toward CI's time limit shows where
-    session.run("python", "-m", "pytest", "--durations=15", *session.posargs)
+    command, env = suite.pytest_command(session.posargs)
+    session.run(*command, env=env)
 
 
 @nox.session(name="test-selector", python=False)

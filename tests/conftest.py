@@ -83,6 +83,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, words in TIERS.items():
         config.addinivalue_line("markers", f"{name}: tier: {words}")
+    config.addinivalue_line("markers", f"{CHECKOUT}: {CHECKOUT_WORDS}")
+
+
+# --------------------------------------------------------------------------- parallel runs
+#
+# `nox -s tests` runs the default tiers in several processes (pytest-xdist, --dist
+# loadgroup). A process takes a whole group: each module is one, so its module fixtures (a
+# clone, a server) are made once, and each cell-tier folder is one, so its session fixtures
+# (the consumers' JNI glue) are too. Every test that runs sessions on this checkout itself
+# (verify, build-*, ci-build, the mistakes corpus that checks nothing changed under build/)
+# is marked `checkout` and shares one group: they run one after another, as sessions on one
+# checkout do. Builds from the other processes wait on the checkout's lock
+# (eliza.adapters.checkout_lock).
+CHECKOUT = "checkout"
+CHECKOUT_WORDS = "runs sessions on this checkout (its build/): never beside another such test"
+FOLDER_GROUPS = {"consumers", "gates", "selector", "bench", "benchmarks", "report"}
+
+
+def parallel_group(item: pytest.Item) -> str:
+    if item.get_closest_marker(CHECKOUT) is not None:
+        return CHECKOUT
+    parts = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts
+    return parts[0] if parts[0] in FOLDER_GROUPS else "/".join(parts)
 
 
 def tier_of(item: pytest.Item) -> str | list[str] | None:
@@ -103,6 +126,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             f"module `pytestmark = pytest.mark.<tier>` ({', '.join(TIERS)}) or its folder an entry in "
             "FOLDER_TIERS (tests/conftest.py)"
         )
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(parallel_group(item)))
     chosen = config.getoption("--tier") or list(DEFAULT_TIERS)
     wanted = set(TIERS) if "all" in chosen else set(chosen)
     keep = [item for item in items if tiers[item.nodeid] in wanted]

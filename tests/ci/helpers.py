@@ -4,9 +4,10 @@ cache, the way a CI job runs them."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from eliza.adapters.git import copy_working_tree
@@ -57,6 +58,24 @@ def nox(
         text=True,
         timeout=timeout,
     )
+
+
+def run_only(repo: Path, checks: Sequence[str], *, platform: str | None = None) -> None:
+    """Rewrites a copy's matrix.yaml so the cells that take the default checks (or, with
+    `platform`, the cells of that platform's product entry) run only these: an end-to-end
+    test builds and runs what it tests, not every check there is."""
+    matrix = repo / "matrix.yaml"
+    text = matrix.read_text(encoding="utf-8")
+    if platform is None:
+        block = re.compile(r"^default_checks:(?: \[.*\]\n|\n(?:  - .*\n)+)", flags=re.M)
+        new = f"default_checks: [{', '.join(checks)}]\n"
+    else:
+        entry = rf"^(    - platforms: \[{re.escape(platform)}\]\n.*\n      checks: )\[.*\]$"
+        block = re.compile(entry, flags=re.M)
+        new = rf"\g<1>[{', '.join(checks)}]"
+    if not block.search(text):
+        raise AssertionError(f"{matrix}: no checks of {platform or 'default_checks'} to rewrite")
+    matrix.write_text(block.sub(new, text, count=1), encoding="utf-8")
 
 
 def history_clone(dest: Path) -> Path:

@@ -16,6 +16,10 @@ from eliza.app.project import capability, current, load_project_matrix
 from eliza.core.layout import REPO_ROOT, library_path
 from tests.ci.helpers import copy_tree, env_for, nox
 
+# sessions on this checkout: never beside another such test (tests/conftest.py)
+pytestmark = pytest.mark.checkout
+
+
 CELL = "linux-cpu.none"
 
 

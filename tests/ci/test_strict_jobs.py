@@ -14,6 +14,10 @@ from eliza.app.project import capability, load_project_matrix
 from eliza.core.layout import REPO_ROOT
 from tests.ci.helpers import copy_tree, env_for, nox
 
+# sessions on this checkout: never beside another such test (tests/conftest.py)
+pytestmark = pytest.mark.checkout
+
+
 PLATFORM = "macos-arm64"
 
 

@@ -14,6 +14,9 @@ from eliza.formats.matrix_yaml import load_matrix
 from tests.ci.helpers import env_for, history_clone
 from tests.ci.helpers import nox as run_nox
 
+# sessions on this checkout: never beside another such test (tests/conftest.py)
+pytestmark = pytest.mark.checkout
+
 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:

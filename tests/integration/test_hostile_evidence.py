@@ -21,6 +21,10 @@ from eliza.formats.evidence_json import MAX_RECORD_BYTES, read_records, record_t
 from tests.signing import write_signed
 from tests.unit.test_evidence import make_record
 
+# sessions on this checkout: never beside another such test (tests/conftest.py)
+pytestmark = pytest.mark.checkout
+
+
 NOBODY = 65534
 
 

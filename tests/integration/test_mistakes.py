@@ -18,6 +18,10 @@ import pytest
 from eliza.core.layout import REPO_ROOT, evidence_dir, report_dir
 from eliza.formats.matrix_yaml import load_matrix
 
+# sessions on this checkout: never beside another such test (tests/conftest.py)
+pytestmark = pytest.mark.checkout
+
+
 MATRIX = load_matrix(REPO_ROOT / "matrix.yaml")
 HOST = MATRIX.platforms[0].id  # the reference platform, built here
 NO_GATE = next(c.id for c in MATRIX.cells_of(HOST) if not c.gates)

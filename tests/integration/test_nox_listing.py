@@ -7,9 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from eliza.core.layout import REPO_ROOT
+
+# sessions on this checkout: never beside another such test (tests/conftest.py)
+pytestmark = pytest.mark.checkout
 
 
 def nox_list(matrix: Path) -> subprocess.CompletedProcess[str]:

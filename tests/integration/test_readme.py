@@ -15,6 +15,10 @@ from eliza.app.project import capability, load_project_matrix
 from eliza.core.layout import REPO_ROOT
 from eliza.core.matrix import CheckKind
 
+# sessions on this checkout: never beside another such test (tests/conftest.py)
+pytestmark = pytest.mark.checkout
+
+
 README = REPO_ROOT / "README.md"
 # The test suite cannot run itself from inside itself; it is checked to exist instead.
 SELF = "nox -s tests"

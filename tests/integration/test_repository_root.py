@@ -5,7 +5,12 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from eliza.core.layout import REPO_ROOT
+
+# sessions on this checkout: never beside another such test (tests/conftest.py)
+pytestmark = pytest.mark.checkout
 
 # What the tools of a checkout may create at the top level (all ignored by .gitignore).
 EXPECTED_UNTRACKED = {"build", ".nox", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".benchmarks"}

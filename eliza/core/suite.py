@@ -1,0 +1,68 @@
+"""How `nox -s tests` runs pytest: the default tiers (unit, cell, e2e) in several processes
+(pytest-xdist) handing out whole groups (tests/conftest.py says which), the slow tier in one.
+
+The slow tier stays serial: its tests are cold builds and measurements (reproducibility,
+the sanitizer cell, fuzzing budgets), which processes side by side would only slow down and
+make meaningless. An explicit `-n`, `--dist` or `-p no:xdist` among the arguments wins.
+
+Processes side by side decode with one thread each (ELIZA_N_THREADS=1, unless the caller
+set it): ggml's decode threads spin at barriers, so two processes that each start a thread
+per CPU wait on each other's descheduled threads, and a bench of seconds takes a minute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+PARALLEL_TIERS = frozenset({"unit", "cell", "e2e"})
+MAX_PROCESSES = 4  # beyond this the e2e tests queue on the checkout's and the Conan home's locks
+SLOWEST_SHOWN = 15  # so a suite that grows toward CI's time limit shows where
+
+
+def chosen_tiers(argv: Sequence[str]) -> frozenset[str]:
+    """The tiers `--tier` names in pytest's arguments (none named: the default ones)."""
+    named: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "--tier" and i + 1 < len(argv):
+            named.append(argv[i + 1])
+        elif arg.startswith("--tier="):
+            named.append(arg.split("=", 1)[1])
+    if "all" in named:
+        return PARALLEL_TIERS | {"slow"}
+    return frozenset(named) or PARALLEL_TIERS
+
+
+def _chooses_processes(argv: Sequence[str]) -> bool:
+    for i, arg in enumerate(argv):
+        if arg in ("-n", "--numprocesses", "--dist") or arg.startswith(("--numprocesses=", "--dist=")):
+            return True
+        if arg.startswith("-n") and arg[2:].isdigit():
+            return True
+        if arg == "-p" and i + 1 < len(argv) and argv[i + 1] == "no:xdist":
+            return True
+    return False
+
+
+def processes(argv: Sequence[str], *, cpus: int, xdist_installed: bool) -> int:
+    """How many pytest processes the suite runs in (1: pytest alone, no xdist)."""
+    if not xdist_installed or cpus < 2 or _chooses_processes(argv):
+        return 1
+    if not chosen_tiers(argv) <= PARALLEL_TIERS:
+        return 1
+    return min(cpus, MAX_PROCESSES)
+
+
+def pytest_argv(argv: Sequence[str], *, cpus: int, xdist_installed: bool) -> list[str]:
+    """pytest's arguments for `nox -s tests -- ARGV`."""
+    n = processes(argv, cpus=cpus, xdist_installed=xdist_installed)
+    parallel = ["-n", str(n), "--dist", "loadgroup"] if n > 1 else []
+    return [*parallel, f"--durations={SLOWEST_SHOWN}", *argv]
+
+
+def pytest_env(
+    argv: Sequence[str], env: Mapping[str, str], *, cpus: int, xdist_installed: bool
+) -> dict[str, str]:
+    """What the suite's environment adds to `env`: one decode thread per process when there
+    are several processes and the caller chose no thread budget."""
+    several = processes(argv, cpus=cpus, xdist_installed=xdist_installed) > 1
+    return {"ELIZA_N_THREADS": "1"} if several and "ELIZA_N_THREADS" not in env else {}

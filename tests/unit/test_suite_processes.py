@@ -1,0 +1,58 @@
+"""How many processes `nox -s tests` runs pytest in (eliza.core.suite)."""
+
+from __future__ import annotations
+
+import pytest
+
+from eliza.core.suite import MAX_PROCESSES, chosen_tiers, processes, pytest_argv, pytest_env
+
+
+@pytest.mark.parametrize(
+    ("argv", "tiers"),
+    [
+        ([], {"unit", "cell", "e2e"}),
+        (["--tier", "slow"], {"slow"}),
+        (["--tier=unit", "-x"], {"unit"}),
+        (["--tier", "unit", "--tier", "e2e"], {"unit", "e2e"}),
+        (["--tier", "all"], {"unit", "cell", "e2e", "slow"}),
+    ],
+)
+def test_the_tiers_named_or_the_default_ones(argv: list[str], tiers: set[str]) -> None:
+    assert chosen_tiers(argv) == tiers
+
+
+def test_the_default_tiers_run_in_a_process_per_cpu_up_to_the_cap() -> None:
+    assert processes([], cpus=2, xdist_installed=True) == 2
+    assert processes(["-k", "abi"], cpus=64, xdist_installed=True) == MAX_PROCESSES
+    assert pytest_argv([], cpus=2, xdist_installed=True)[:4] == ["-n", "2", "--dist", "loadgroup"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--tier", "slow"],
+        ["--tier", "all"],
+        ["--tier", "unit", "--tier=slow"],
+        ["-n", "3"],
+        ["-n0"],
+        ["--numprocesses=2"],
+        ["--dist", "load"],
+        ["-p", "no:xdist"],
+    ],
+)
+def test_the_slow_tier_or_an_explicit_choice_is_left_alone(argv: list[str]) -> None:
+    assert processes(argv, cpus=8, xdist_installed=True) == 1
+    assert pytest_argv(argv, cpus=8, xdist_installed=True)[1:] == argv  # only --durations added
+
+
+def test_one_cpu_or_no_xdist_is_plain_pytest() -> None:
+    assert processes([], cpus=1, xdist_installed=True) == 1
+    assert processes([], cpus=8, xdist_installed=False) == 1
+    assert pytest_argv(["-x"], cpus=8, xdist_installed=False) == ["--durations=15", "-x"]
+
+
+def test_processes_side_by_side_decode_with_one_thread_unless_the_caller_chose() -> None:
+    assert pytest_env([], {}, cpus=2, xdist_installed=True) == {"ELIZA_N_THREADS": "1"}
+    assert pytest_env([], {"ELIZA_N_THREADS": "4"}, cpus=2, xdist_installed=True) == {}
+    assert pytest_env(["--tier", "slow"], {}, cpus=2, xdist_installed=True) == {}
+    assert pytest_env([], {}, cpus=1, xdist_installed=True) == {}
