@@ -117,6 +117,7 @@ def tier_of(item: pytest.Item) -> str | list[str] | None:
     return FOLDER_TIERS.get(parts[0]) if len(parts) > 1 else None
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist turns xdist_group marks into groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tiers = {item.nodeid: tier_of(item) for item in items}
     wrong = [n for n, t in tiers.items() if not isinstance(t, str)]
