@@ -78,6 +78,17 @@ def run_only(repo: Path, checks: Sequence[str], *, platform: str | None = None) 
     matrix.write_text(block.sub(new, text, count=1), encoding="utf-8")
 
 
+def exclude(repo: Path, platform: str, *gate_sets: Sequence[str]) -> None:
+    """Adds `cells.exclude` entries to a copy's matrix.yaml: these cells of the platform are gone."""
+    matrix = repo / "matrix.yaml"
+    text = matrix.read_text(encoding="utf-8")
+    entries = "".join(f"    - {{platform: {platform}, gates: [{', '.join(g)}]}}\n" for g in gate_sets)
+    anchor = "  include:\n"
+    if anchor not in text:
+        raise AssertionError(f"{matrix}: no cells.include to put the exclusions before")
+    matrix.write_text(text.replace(anchor, f"  exclude:\n{entries}{anchor}", 1), encoding="utf-8")
+
+
 def history_clone(dest: Path) -> Path:
     """A clone of this repository with its history (the declared baseline is a commit of
     it), carrying the working tree as it is."""
