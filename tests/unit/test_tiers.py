@@ -67,3 +67,29 @@ def test_two_tiers_on_one_test_fail_the_collection(tmp_path: Path) -> None:
     (root / "unit" / "test_a.py").write_text(twice)
     done = pytest(root)
     assert done.returncode == 4 and "several" in done.stderr, done.stderr
+
+
+def test_parallel_processes_take_whole_groups_and_the_checkout_tests_share_one(tmp_path: Path) -> None:
+    checkout = "import pytest\n\npytestmark = pytest.mark.checkout\n\n"
+    root = suite(
+        tmp_path,
+        {
+            "unit/test_a.py": TEST.format(name="a") + "\n\n" + TEST.format(name="a2"),
+            "unit/test_b.py": checkout + TEST.format(name="b"),
+            "integration/test_c.py": checkout + TEST.format(name="c"),
+        },
+    )
+    done = pytest(root, "-n", "2", "--dist", "loadgroup", "-vv")  # -q of pytest() cancels one -v
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = {}
+    for line in done.stdout.splitlines():
+        if " PASSED " in line and line.startswith("[gw"):
+            ran[line.split(" PASSED ", 1)[1].strip()] = line.split("]", 1)[0]
+    assert set(ran) == {
+        "unit/test_a.py::test_a@unit/test_a.py",
+        "unit/test_a.py::test_a2@unit/test_a.py",
+        "unit/test_b.py::test_b@checkout",
+        "integration/test_c.py::test_c@checkout",
+    }, done.stdout
+    assert ran["unit/test_b.py::test_b@checkout"] == ran["integration/test_c.py::test_c@checkout"]
+    assert ran["unit/test_a.py::test_a@unit/test_a.py"] == ran["unit/test_a.py::test_a2@unit/test_a.py"]
