@@ -198,7 +198,10 @@ def run_job(
             if uses.startswith("actions/checkout"):
                 said = "checkout: a fresh clone of the working tree"
             elif uses.startswith(("actions/setup-python", "actions/cache")) or command == SETUP_COMMAND:
-                said = f"{uses or command}: not played (this host is set up; jobs start with empty caches)"
+                said = (
+                    f"{uses or command}: not played (this host is set up; jobs start with empty "
+                    "caches and this host's Node consumer packages)"
+                )
             elif uses.startswith("actions/upload-artifact"):
                 problem = _upload(step, clone, store)
                 said = f"upload-artifact {step['with']['name']}"
@@ -330,7 +333,7 @@ def run(options: RehearseOptions, ctx: Context) -> Path:
     results: dict[str, JobResult] = {}
     with local_server(work / "remote", python) as server:
         log(f"Conan remote: conan_server at {server.url} (storage {server.storage})")
-        env = {**os.environ, **_workflow_env(workflow, server, ci_key)}
+        env = {**os.environ, **_workflow_env(workflow, server, ci_key), **_setup_tools(project.cache)}
         for job_id in job_order(jobs):
             job = jobs[job_id]
             why = runnable_here(pipeline, job_id, slow=options.slow)
@@ -397,6 +400,15 @@ def trust_in_policy(matrix_file: Path, key: SigningKey, label: str) -> None:
     else:
         text += "\ntrust:\n  keys:\n" + entry
     atomic_write_text(matrix_file, text)
+
+
+def _setup_tools(cache: Path) -> dict[str, str]:
+    """The runtimes ci/setup.sh installs into the cache, for jobs whose setup step is not
+    played and whose cache starts empty: a CI job's setup would have installed them."""
+    koffi = cache / "tools" / "node-consumer" / "node_modules"
+    if "ELIZA_NODE_CONSUMER_MODULES" in os.environ or not (koffi / "koffi").is_dir():
+        return {}
+    return {"ELIZA_NODE_CONSUMER_MODULES": str(koffi)}
 
 
 def _workflow_env(workflow: Mapping[str, Any], server: LocalServer, key: SigningKey) -> dict[str, str]:
