@@ -53,12 +53,21 @@ def _wholly_beyond(metric: Mapping[str, Any], bound: float) -> bool:
     return float(metric["ci_high"]) < 1.0 - bound
 
 
+def _wholly_within(metric: Mapping[str, Any], bound: float) -> bool:
+    """Whether the metric's interval lies wholly inside 1 -/+ bound (no regression beyond it)."""
+    if metric.get("direction") == Direction.LOWER.value:
+        return float(metric["ci_high"]) <= 1.0 + bound
+    return float(metric["ci_low"]) >= 1.0 - bound
+
+
 def judge_with_waivers(cell: str, metrics: Sequence[Mapping[str, Any]], policy: PerfPolicy) -> PerfState:
     """The verdict of a perf record's per-metric judgements (as the runner recorded them:
     metric, verdict, ratio, ci_low, ci_high, direction, words) under today's waivers: a
     failure is waived when a waiver of its cell and metric holds and the interval does not
-    lie wholly beyond the waiver's bound; any other failure fails, any undecided metric
-    leaves the whole inconclusive."""
+    lie wholly beyond the waiver's bound; an undecided metric is settled by such a waiver
+    when its interval lies wholly inside the waiver's bound (the regression it may hide is
+    one the waiver accepts). Any other failure fails; any other undecided metric leaves the
+    whole inconclusive."""
     failed: list[str] = []
     undecided: list[str] = []
     waived: list[str] = []
@@ -66,10 +75,7 @@ def judge_with_waivers(cell: str, metrics: Sequence[Mapping[str, Any]], policy: 
     for m in metrics:
         name = str(m.get("metric", "?"))
         verdict = str(m.get("verdict", ""))
-        if verdict == INCONCLUSIVE:
-            undecided.append(str(m.get("words", name)))
-            continue
-        if verdict != FAILED:
+        if verdict not in (FAILED, INCONCLUSIVE):
             continue
         matching = [w for w in policy.waivers if w.metric == name and fnmatch.fnmatchcase(cell, w.cells)]
         live = [w for w in matching if holds(w, policy.today, policy.milestone)]
@@ -78,11 +84,16 @@ def judge_with_waivers(cell: str, metrics: Sequence[Mapping[str, Any]], policy: 
             for w in matching
             if w not in live
         ]
-        accepting = next((w for w in live if not _wholly_beyond(m, w.bound)), None)
+        if verdict == INCONCLUSIVE:
+            accepting = next((w for w in live if _wholly_within(m, w.bound)), None)
+        else:
+            accepting = next((w for w in live if not _wholly_beyond(m, w.bound)), None)
         if accepting is not None:
             waived.append(
                 f"{name}: {accepting.reason} (accepted bound {accepting.bound:g}, {accepting.expiry()})"
             )
+        elif verdict == INCONCLUSIVE:
+            undecided.append(str(m.get("words", name)))
         elif live:
             failed.append(f"{m.get('words', name)}; beyond even the waiver's bound {live[0].bound:g}")
         else:

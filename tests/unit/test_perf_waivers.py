@@ -92,3 +92,23 @@ def test_an_undecided_metric_leaves_the_whole_inconclusive() -> None:
     )
     assert state.verdict == INCONCLUSIVE
     assert "--rounds" in state.words
+
+
+def test_a_waiver_settles_an_undecided_metric_whose_interval_it_wholly_accepts() -> None:
+    noisy = [v * f for v, f in zip(REFERENCE, (0.80, 0.97, 0.86, 1.02, 0.90, 0.94, 0.99), strict=True)]
+    undecided = judge(compare("decode_tok_s", noisy, REFERENCE), RULE).as_dict()
+    assert undecided["verdict"] == INCONCLUSIVE  # the median is beyond 0.05, the interval reaches back
+    low = float(undecided["ci_low"])  # type: ignore[arg-type]
+    loose, tight = round(1.0 - low + 0.05, 2), round((1.0 - low) / 2, 3)  # bounds around the interval
+    today = date(2026, 1, 1)
+    settled = judge_with_waivers(
+        "linux-cpu.none", [undecided], PerfPolicy(waivers=(waiver(bound=loose),), today=today)
+    )
+    assert settled.verdict == VERIFIED and settled.waived and "the seam costs a call" in settled.waived[0]
+    reaching = judge_with_waivers(
+        "linux-cpu.none", [undecided], PerfPolicy(waivers=(waiver(bound=tight),), today=today)
+    )
+    assert reaching.verdict == INCONCLUSIVE and not reaching.waived  # it could hide more than it accepts
+    lapsed = PerfPolicy(waivers=(waiver(bound=loose, expires=date(2025, 12, 31)),), today=today)
+    expired = judge_with_waivers("linux-cpu.none", [undecided], lapsed)
+    assert expired.verdict == INCONCLUSIVE and expired.warnings
