@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from eliza.adapters.git import copy_working_tree
+from eliza.app.project import current
 from eliza.core.layout import REPO_ROOT
 
 # What would tie a copy to the caller's setup rather than to its own cache and tree.
@@ -43,6 +44,11 @@ def env_for(repo: Path, cache: Path | None = None, **extra: str) -> dict[str, st
     env["PYTHONPATH"] = str(repo)
     if cache is not None:
         env["ELIZA_CACHE_DIR"] = str(cache)
+        # An empty cache lacks what ci/setup.sh installs into one (the Node consumer's koffi):
+        # the copy takes the caller's, as a CI job's setup step would have installed it.
+        koffi = current().cache / "tools" / "node-consumer" / "node_modules"
+        if "ELIZA_NODE_CONSUMER_MODULES" not in env and (koffi / "koffi").is_dir():
+            env["ELIZA_NODE_CONSUMER_MODULES"] = str(koffi)
     env.update(extra)
     return env
 
