@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from eliza.adapters.signing_keys import KEY_ENV
 from eliza.core.layout import cell_build_dir
 from tests.ci.helpers import copy_tree, env_for, nox
+from tests.signing import TEST_KEY
 
 CELL = "linux-cpu.none"
 FILES = ("libelizainference.so", "libelizainference_testkit.so", "e2e_loop_bench", "reference_runner")
@@ -50,8 +52,11 @@ def test_two_fresh_clones_build_byte_identical_cells(tmp_path: Path) -> None:
             assert path.encode() not in data, f"{name} names {path}"
     print(f"\nmeasured: cold build with ccache {seconds['a']:.0f}s, without {seconds['b']:.0f}s")
 
+    # One machine's key for both clones: b's local report trusts what a signed, as it
+    # would on the machine that made both (each empty cache would otherwise make its own).
+    key = {KEY_ENV: TEST_KEY.private_pem().decode("ascii")}
     verified = nox(
-        a, "-s", "verify", "--", "--cell", CELL, "--no-bench", env=env_for(a, tmp_path / "cache-a")
+        a, "-s", "verify", "--", "--cell", CELL, "--no-bench", env=env_for(a, tmp_path / "cache-a", **key)
     )
     assert verified.returncode == 0, verified.stderr[-4000:]
     out = tmp_path / "report-b"
@@ -63,7 +68,7 @@ def test_two_fresh_clones_build_byte_identical_cells(tmp_path: Path) -> None:
         str(a / "build" / "evidence"),
         "--out",
         str(out),
-        env=env_for(b, tmp_path / "c" / "cache-b"),
+        env=env_for(b, tmp_path / "c" / "cache-b", **key),
     )
     assert reported.returncode == 0, reported.stderr[-4000:]
     rows = json.loads((out / "report.json").read_text())["rows"]
