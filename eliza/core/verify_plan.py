@@ -16,12 +16,12 @@ The executor (eliza.app.executor) carries a plan out and decides nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TypeVar
 
 from eliza.core.cell_id import CellId
-from eliza.core.evidence import EvidenceRecord
+from eliza.core.evidence import EvidenceRecord, Status
 from eliza.core.fingerprint import InputHashes, fingerprint_for, is_fresh_pass
 from eliza.core.host import Capability
 from eliza.core.matrix import Cell, Check, CheckKind, Matrix, Platform
@@ -298,10 +298,19 @@ class _Planner:
     def _wanted(self, check: Check) -> bool:
         return self.selection.kinds is None or check.kind in self.selection.kinds
 
-    def verdict(self, cell: Cell, check: Check, baseline_commit: str = "", *, artifacts: bool) -> Keep | str:
+    def verdict(
+        self,
+        cell: Cell,
+        check: Check,
+        baseline_commit: str = "",
+        *,
+        artifacts: bool,
+        rerun: bool | None = None,
+    ) -> Keep | str:
         """Keep when fresh passing evidence stands (and, when `artifacts`, every artifact
-        it names hashes as recorded); otherwise why the check must run."""
-        if self.selection.rerun:
+        it names hashes as recorded); otherwise why the check must run. `rerun` defaults to
+        the user's --rerun."""
+        if self.selection.rerun if rerun is None else rerun:
             return "--rerun"
         known = self.facts.evidence.get((cell.id, check.id))
         if known is None:
@@ -361,17 +370,45 @@ class _Planner:
                 if not self._wanted(check):
                     continue
                 if reason is not None and (records_kind is None or check.kind is records_kind):
-                    self.steps.append(
-                        Skip(
-                            cell=cell.ref,
-                            check=check.id,
-                            state=GridState.NOT_RUN,
-                            reason=reason,
-                            records=True,
-                        )
-                    )
+                    self.steps.append(self.not_started(cell, check, reason))
                     continue
                 self.skip_unavailable(cell, check, can)
+
+    def not_started(self, cell: Cell, check: Check, reason: str) -> Keep | Skip:
+        """A check this verify does not start (a slow build nobody named): that is no word
+        on its evidence. Fresh passing evidence, from the session that did build it, is
+        kept; a failure of the current inputs stands, not written over; only without
+        either is a skip recorded, so the report says why nothing ran."""
+        commit = self.baseline_for(cell, check)
+        if check.needs_run:
+            verdict = self.verdict(cell, check, commit, artifacts=check.kind in IDENTITY_KINDS, rerun=False)
+        else:
+            verdict, _ = self.inspection_verdict(cell, check, commit, rerun=False)
+        if isinstance(verdict, Keep):
+            return replace(verdict, reason=f"{verdict.reason}; {reason}")
+        known = self.facts.evidence.get((cell.id, check.id))
+        current = fingerprint_for(cell, check, self.facts.hashes, commit)
+        record = known.record if known is not None else None
+        verdicts = (Status.FAILED, Status.ERROR, Status.INCONCLUSIVE)
+        if record is not None and record.fingerprint.key == current.key and record.status in verdicts:
+            return Skip(
+                cell=cell.ref,
+                check=check.id,
+                state=GridState.NOT_RUN,
+                reason=f"{reason}; its last run's evidence ({record.status.value}) stands",
+            )
+        return Skip(cell=cell.ref, check=check.id, state=GridState.NOT_RUN, reason=reason, records=True)
+
+    def baseline_for(self, cell: Cell, check: Check) -> str:
+        """What the check's fingerprint compares with: the perf identity, the baseline
+        commit, or nothing."""
+        if check.kind is CheckKind.PERF:
+            return self.perf_identity_of(check)
+        if check.kind is CheckKind.BYTE_IDENTITY_BASELINE or (
+            not check.needs_run and compares_with_baseline(cell, check)
+        ):
+            return self.selection.baseline_commit or ""
+        return ""
 
     def plan_platform(self, platform: Platform) -> None:
         matrix, selection = self.matrix, self.selection
@@ -535,26 +572,42 @@ class _Planner:
             return GridState.NOT_RUN, f"no reference library: {why} (or --perf-reference REF|DIR)", True
         return None
 
+    def inspection_verdict(
+        self,
+        cell: Cell,
+        check: Check,
+        commit: str,
+        *,
+        reference: Cell | None = None,
+        rerun: bool | None = None,
+    ) -> tuple[Keep | str, tuple[CellId, ...]]:
+        """A build or abi check's verdict, and the other cells it compares with: its
+        evidence stands only if it made the comparisons a run now would make."""
+        if reference is None:
+            reference = self.matrix.reference_cell(cell.platform.id)
+        fallback = cpu_fallback_reference(self.matrix, cell.platform, self.facts)
+        verdict = self.verdict(cell, check, commit, artifacts=True, rerun=rerun)
+        needs: tuple[CellId, ...] = ()
+        known = self.facts.evidence.get((cell.id, check.id))
+        details = known.record.details if known is not None else {}
+        if check.kind is CheckKind.ABI and cell.gates and reference is not None:
+            needs = (reference.ref,)
+            if isinstance(verdict, Keep) and not details.get("compared_with_no_gate"):
+                verdict = "made by a narrower build, without the no-gate cell to compare with"
+        if check.kind is CheckKind.BUILD and fallback is not None:
+            needs = (fallback.ref,)
+            names = [str(s.get("name", "")) for s in details.get("subchecks", []) if isinstance(s, dict)]
+            if isinstance(verdict, Keep) and not any(n.startswith("without a GPU") for n in names):
+                verdict = "made without the CPU-fallback comparison"
+        return verdict, needs
+
     def plan_inspections(self, cell: Cell, reference: Cell | None) -> None:
         """build and abi: they inspect what was built and stand while its bytes do."""
-        fallback = cpu_fallback_reference(self.matrix, cell.platform, self.facts)
         for check in cell.checks:
             if check.needs_run or not self._wanted(check):
                 continue
-            commit = (self.selection.baseline_commit or "") if compares_with_baseline(cell, check) else ""
-            verdict = self.verdict(cell, check, commit, artifacts=True)
-            needs: tuple[CellId, ...] = ()
-            known = self.facts.evidence.get((cell.id, check.id))
-            details = known.record.details if known is not None else {}
-            if check.kind is CheckKind.ABI and cell.gates and reference is not None:
-                needs = (reference.ref,)
-                if isinstance(verdict, Keep) and not details.get("compared_with_no_gate"):
-                    verdict = "made by a narrower build, without the no-gate cell to compare with"
-            if check.kind is CheckKind.BUILD and fallback is not None:
-                needs = (fallback.ref,)
-                names = [str(s.get("name", "")) for s in details.get("subchecks", []) if isinstance(s, dict)]
-                if isinstance(verdict, Keep) and not any(n.startswith("without a GPU") for n in names):
-                    verdict = "made without the CPU-fallback comparison"
+            commit = self.baseline_for(cell, check)
+            verdict, needs = self.inspection_verdict(cell, check, commit, reference=reference)
             if isinstance(verdict, Keep):
                 self.steps.append(verdict)
             else:

@@ -349,6 +349,48 @@ def test_a_slow_variant_runs_only_when_named_cached_or_not(matrix: Matrix) -> No
     assert with_cache == plan(matrix, facts(matrix), SELECT_ALL)
 
 
+def test_a_plain_verify_keeps_a_named_slow_variants_fresh_evidence(matrix: Matrix) -> None:
+    # `nox -s build-linux-cpu.none@asan-ubsan` (or a named verify) wrote passing evidence;
+    # a plain verify does not start the variant, and must not record a skip over it.
+    variant = "linux-cpu.none@asan-ubsan"
+    known = evidence_for(matrix, [*LINUX_CPU, variant])
+    for selection in (SELECT_ALL, replace(SELECT_ALL, rerun=True)):
+        p = plan(matrix, facts(matrix, evidence=known), selection)
+        for check in ("build", "native-suite"):
+            step = only_step(p, variant, check)
+            assert isinstance(step, Keep), step
+            assert "fresh passing evidence" in step.reason and f"--cell {variant}" in step.reason
+        assert not any(s.cell == CellId.parse(variant) for s in p.runs + p.builds)
+    # stale evidence (inputs changed) is no longer the variant's word: the skip is recorded
+    stale = plan(matrix, facts(matrix, evidence=known, hashes=replace(HASHES, native="n2")), SELECT_ALL)
+    skip = only_step(stale, variant, "native-suite")
+    assert isinstance(skip, Skip) and skip.records
+    # a fresh failure stands: the skip writes nothing over it
+    failed = evidence_for(matrix, [variant], status=Status.FAILED)
+    p = plan(matrix, facts(matrix, evidence={**known, **failed}), SELECT_ALL)
+    skip = only_step(p, variant, "native-suite")
+    assert isinstance(skip, Skip) and not skip.records and "(failed) stands" in skip.reason
+    # its missing library is no evidence to keep
+    gone = evidence_for(matrix, [variant], intact=False)
+    p = plan(matrix, facts(matrix, evidence={**known, **gone}), SELECT_ALL)
+    build = only_step(p, variant, "build")
+    assert isinstance(build, Skip) and build.records
+
+
+def test_a_slow_platforms_fresh_build_evidence_stands_when_its_package_left_the_cache(
+    matrix: Matrix,
+) -> None:
+    cuda = [c.id for c in matrix.cells_of("linux-cuda")]
+    known = evidence_for(
+        matrix,
+        LINUX_CPU + cuda,
+        details={"subchecks": [{"name": "without a GPU: runs on the CPU fallback"}]},
+    )
+    p = plan(matrix, facts(matrix, evidence=known), SELECT_ALL)
+    assert isinstance(only_step(p, "linux-cuda.none", "build"), Keep)
+    assert not any(s.cell.platform == "linux-cuda" for s in p.runs + p.builds)
+
+
 def test_device_only_platforms_are_device_gated_or_not_buildable(matrix: Matrix) -> None:
     p = plan(matrix, facts(matrix), SELECT_ALL)
     run = only_step(p, "android-arm64.litert", "byte-identity-reference")
