@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -51,20 +53,51 @@ def _read_until(child: subprocess.Popen[str], marker: str) -> list[str]:
 HOLD = """
     import sys
     from pathlib import Path
-    from eliza.adapters.checkout_lock import checkout_lock
-    with checkout_lock(Path(sys.argv[1]), sys.argv[2], print):
+    from eliza.adapters import checkout_lock
+    lock = {"checkout": checkout_lock.checkout_lock, "conan-home": checkout_lock.conan_home_lock}
+    with lock[sys.argv[1]](Path(sys.argv[2]), sys.argv[3], print):
         print("acquired", flush=True)
         sys.stdin.read()  # until the parent closes stdin (or kills us)
     print("released", flush=True)
 """
 
 
-def test_second_holder_waits_with_a_clear_message_until_kill_9_frees_the_lock(tmp_path: Path) -> None:
-    first = _spawn(HOLD, str(tmp_path), "first session")
-    second = None
+def _hold(kind: str, where: Path, holder: str) -> subprocess.Popen[str]:
+    """A process holding the lock of `kind` ("checkout" or "conan-home") on `where`."""
+    return _spawn(HOLD, kind, str(where), holder)
+
+
+def _nox_in(checkout: Path, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "nox", *args],
+        cwd=checkout,
+        env={**ENV, "PYTHONPATH": str(checkout), **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+@contextmanager
+def _killed_after() -> Iterator[list[subprocess.Popen[str]]]:
+    """A list to put children in: whichever still runs at the end is killed and reaped."""
+    children: list[subprocess.Popen[str]] = []
     try:
+        yield children
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+def test_second_holder_waits_with_a_clear_message_until_kill_9_frees_the_lock(tmp_path: Path) -> None:
+    with _killed_after() as children:
+        first = _hold("checkout", tmp_path, "first session")
+        children.append(first)
         _read_until(first, "acquired")
-        second = _spawn(HOLD, str(tmp_path), "second session")
+        second = _hold("checkout", tmp_path, "second session")
+        children.append(second)
         waiting = "".join(_read_until(second, "waiting"))
         # who waits, for whom, and why
         assert "second session: waiting for the session that holds" in waiting
@@ -77,21 +110,6 @@ def test_second_holder_waits_with_a_clear_message_until_kill_9_frees_the_lock(tm
         assert second.stdin is not None
         second.stdin.close()
         assert second.wait(timeout=60) == 0
-    finally:
-        for child in (first, second):
-            if child is not None and child.poll() is None:
-                child.kill()
-                child.wait()
-
-
-HOLD_CONAN_HOME = """
-    import sys
-    from pathlib import Path
-    from eliza.adapters.checkout_lock import conan_home_lock
-    with conan_home_lock(Path(sys.argv[1]), sys.argv[2], print):
-        print("acquired", flush=True)
-        sys.stdin.read()
-"""
 
 
 def test_a_build_in_another_checkout_waits_for_the_conan_home_it_shares(tmp_path: Path) -> None:
@@ -99,55 +117,33 @@ def test_a_build_in_another_checkout_waits_for_the_conan_home_it_shares(tmp_path
     with the same cache waits for the first one's Conan, saying so, before Conan runs."""
     cache = tmp_path / "cache"
     checkout = copy_working_tree(REPO_ROOT, tmp_path / "checkout")
-    holder = _spawn(HOLD_CONAN_HOME, str(cache / "conan2"), "build linux-cpu.none")
-    build = None
-    try:
+    with _killed_after() as children:
+        holder = _hold("conan-home", cache / "conan2", "build linux-cpu.none")
+        children.append(holder)
         _read_until(holder, "acquired")
-        build = subprocess.Popen(
-            [sys.executable, "-m", "nox", "-s", "build-linux-cpu.none"],
-            cwd=checkout,
-            env={**ENV, "PYTHONPATH": str(checkout), "ELIZA_CACHE_DIR": str(cache)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        build = _nox_in(checkout, "-s", "build-linux-cpu.none", env={"ELIZA_CACHE_DIR": str(cache)})
+        children.append(build)
         said = "".join(_read_until(build, "waiting for the build"))
         assert f"waiting for the build that holds {cache / 'conan2' / '.eliza.lock'}" in said
         assert f"pid {holder.pid}" in said and "share a Conan home" in said
         assert not (cache / "conan2" / "profiles").exists()  # Conan has not run
-    finally:
-        for child in (holder, build):
-            if child is not None and child.poll() is None:
-                child.kill()
-                child.wait()
 
 
 def test_verify_waits_for_the_checkout_lock(tmp_path: Path) -> None:
     """The real session: a `nox -s verify` on a checkout whose lock is held says so and
     waits (it is killed while waiting: nothing of it ran)."""
     checkout = copy_working_tree(REPO_ROOT, tmp_path / "checkout")
-    holder = _spawn(HOLD, str(checkout / "build"), "nox -s verify")
-    verify = None
-    try:
+    with _killed_after() as children:
+        holder = _hold("checkout", checkout / "build", "nox -s verify")
+        children.append(holder)
         _read_until(holder, "acquired")
-        verify = subprocess.Popen(
-            [sys.executable, "-m", "nox", "-s", "verify", "--", "--no-bench", "--cell", "linux-cpu.none"],
-            cwd=checkout,
-            env={**ENV, "PYTHONPATH": str(checkout)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        verify = _nox_in(checkout, "-s", "verify", "--", "--no-bench", "--cell", "linux-cpu.none", env={})
+        children.append(verify)
         said = "".join(_read_until(verify, "waiting for the session"))
         lock = checkout / "build" / ".eliza.lock"
         assert f"nox -s verify: waiting for the session that holds {lock}" in said
         assert f"pid {holder.pid}" in said
         assert not (checkout / "build" / "evidence").exists()  # nothing written while waiting
-    finally:
-        for child in (holder, verify):
-            if child is not None and child.poll() is None:
-                child.kill()
-                child.wait()
 
 
 WRITER = """
