@@ -6,7 +6,8 @@ a plan of frozen steps.
   check compares with, as the declared baseline, or as the CPU build a CUDA cell's
   fallback run must equal.
 - `Run(cell, check)`: the check runs, and why (no evidence, inputs changed, ...).
-- `Keep(cell, check, evidence)`: fresh passing evidence of these very artifacts stands.
+- `Keep(cell, check, evidence)`: fresh passing evidence of these very artifacts stands
+  (or a perf check's inconclusive one, of the same inputs and rounds).
 - `Skip(cell, check, state, reason)`: it cannot or will not run here; some skips write
   skipped evidence, so the report can say why.
 
@@ -320,19 +321,30 @@ class _Planner:
         if record.fingerprint.key != current.key:
             changed = ", ".join(record.fingerprint.differing_parts(current))
             return f"inputs changed since {record.finished_at}: {changed}"
-        if not is_fresh_pass(record, current):
+        # An inconclusive perf record stands like a pass: the same rounds on the same inputs
+        # are one more draw of the same noise; more rounds (another identity, so it runs) or
+        # --rerun decide. The report stays INCONCLUSIVE, and verify with nothing changed
+        # runs nothing.
+        undecided = self.undecided_perf(check, record)
+        if not (undecided or is_fresh_pass(record, current)):
             return f"last run {record.status.value} ({record.counts.passed}/{record.counts.ran} passed)"
         if artifacts and not known.artifacts_intact:
             return "an artifact it names is missing or its bytes changed"
         other = self.other_library(cell, check, record)
         if other:
             return other
-        return Keep(
-            cell=cell.ref,
-            check=check.id,
-            evidence=known.path,
-            reason=f"fresh passing evidence from {record.finished_at}",
-        )
+        reason = f"fresh passing evidence from {record.finished_at}"
+        if undecided:
+            reason = (
+                f"inconclusive evidence of these inputs and rounds from {record.finished_at} stands: "
+                "more rounds decide (`--rounds N`), or `--rerun`"
+            )
+        return Keep(cell=cell.ref, check=check.id, evidence=known.path, reason=reason)
+
+    @staticmethod
+    def undecided_perf(check: Check, record: EvidenceRecord) -> bool:
+        """A perf record whose rounds ran and could not decide (its fingerprint is current)."""
+        return check.kind is CheckKind.PERF and record.status is Status.INCONCLUSIVE and record.counts.ran > 0
 
     def other_library(self, cell: Cell, check: Check, record: EvidenceRecord) -> str:
         """Why a run check's record does not stand for the cell's current build, by the

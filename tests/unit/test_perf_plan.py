@@ -4,10 +4,21 @@ evidence of the same reference and rounds is kept."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from eliza.core.evidence import Status
 from eliza.core.matrix import CheckKind, Matrix
 from eliza.core.report.states import GridState
 from eliza.core.verify_plan import Build, BuildRole, Keep, Run, Selection, Skip, perf_identity, plan
-from tests.unit.test_verify_plan import BASELINE, LINUX_CPU, SELECT_ALL, evidence_for, facts, only_step
+from tests.unit.test_verify_plan import (
+    BASELINE,
+    HASHES,
+    LINUX_CPU,
+    SELECT_ALL,
+    evidence_for,
+    facts,
+    only_step,
+)
 
 OTHER = "1" * 40
 
@@ -69,3 +80,27 @@ def test_fresh_perf_evidence_is_kept_and_other_rounds_or_reference_rerun_it(matr
     )
     assert isinstance(only_step(p, "linux-cpu.none", "perf"), Run)
     assert perf_identity(BASELINE, rounds) != perf_identity(OTHER, rounds)
+
+
+def test_inconclusive_perf_evidence_stands_until_more_rounds_or_rerun(matrix: Matrix) -> None:
+    cell = "linux-cpu.none"
+    known = evidence_for(matrix, LINUX_CPU)
+    undecided = evidence_for(matrix, [cell], status=Status.INCONCLUSIVE)
+    known[(cell, "perf")] = undecided[(cell, "perf")]
+
+    def perf_step(selection: Selection, **kw: object) -> object:
+        return only_step(plan(matrix, facts(matrix, evidence=known, **kw), selection), cell, "perf")
+
+    kept = perf_step(SELECT_ALL)
+    assert isinstance(kept, Keep) and "inconclusive" in kept.reason and "--rounds N" in kept.reason
+    p = plan(matrix, facts(matrix, evidence=known), SELECT_ALL)
+    assert [r for r in p.runs if r.cell.platform == "linux-cpu"] == []  # nothing changed, nothing runs
+    rounds = matrix.check("perf").rounds
+    assert isinstance(perf_step(Selection(baseline_commit=BASELINE, perf_rounds=2 * rounds)), Run)
+    assert isinstance(perf_step(Selection(baseline_commit=BASELINE, rerun=True)), Run)
+    # an undecided record whose inputs changed is stale like any other
+    assert isinstance(perf_step(SELECT_ALL, hashes=replace(HASHES, native="n2")), Run)
+    # only perf: an inconclusive record of another check (none writes one today) runs again
+    known[(cell, "selector")] = undecided[(cell, "selector")]
+    p = plan(matrix, facts(matrix, evidence=known), SELECT_ALL)
+    assert isinstance(only_step(p, cell, "selector"), Run)
