@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,16 @@ def missing_runtime(name: str) -> str:
             "" if found else "a JDK, javac and java (Debian/Ubuntu: default-jdk-headless; bash ci/setup.sh)"
         )
     raise ValueError(f"unknown consumer {name!r} (known: {', '.join(CONSUMERS)})")
+
+
+def node_modules_env(cache: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """ELIZA_NODE_CONSUMER_MODULES at the koffi that ci/setup.sh installed into `cache`, for
+    a process whose own cache starts empty (a rehearsed CI job, a test's copy): {} when
+    `env` already names one or the cache holds none."""
+    modules = cache / "tools" / "node-consumer" / "node_modules"
+    if "ELIZA_NODE_CONSUMER_MODULES" in env or not (modules / "koffi").is_dir():
+        return {}
+    return {"ELIZA_NODE_CONSUMER_MODULES": str(modules)}
 
 
 def build_jni(repo: Path, out: Path) -> Path:

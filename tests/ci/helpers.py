@@ -10,6 +10,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from eliza.adapters.consumers import node_modules_env
 from eliza.adapters.git import copy_working_tree
 from eliza.app.project import current
 from eliza.core.layout import REPO_ROOT
@@ -46,9 +47,7 @@ def env_for(repo: Path, cache: Path | None = None, **extra: str) -> dict[str, st
         env["ELIZA_CACHE_DIR"] = str(cache)
         # An empty cache lacks what ci/setup.sh installs into one (the Node consumer's koffi):
         # the copy takes the caller's, as a CI job's setup step would have installed it.
-        koffi = current().cache / "tools" / "node-consumer" / "node_modules"
-        if "ELIZA_NODE_CONSUMER_MODULES" not in env and (koffi / "koffi").is_dir():
-            env["ELIZA_NODE_CONSUMER_MODULES"] = str(koffi)
+        env.update(node_modules_env(current().cache, env))
     env.update(extra)
     return env
 

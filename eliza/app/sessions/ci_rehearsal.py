@@ -30,6 +30,7 @@ import yaml
 
 from eliza.adapters import git
 from eliza.adapters.conan_server import SERVER_VARIABLE, LocalServer, ServerError, local_server, server_python
+from eliza.adapters.consumers import node_modules_env
 from eliza.adapters.signing_keys import KEY_ENV
 from eliza.app.context import Context
 from eliza.app.errors import CiFailed, UsageError
@@ -333,7 +334,10 @@ def run(options: RehearseOptions, ctx: Context) -> Path:
     results: dict[str, JobResult] = {}
     with local_server(work / "remote", python) as server:
         log(f"Conan remote: conan_server at {server.url} (storage {server.storage})")
-        env = {**os.environ, **_workflow_env(workflow, server, ci_key), **_setup_tools(project.cache)}
+        # the jobs' setup step is not played and their caches start empty: what it would
+        # have installed comes from this host's cache
+        tools = node_modules_env(project.cache, os.environ)
+        env = {**os.environ, **_workflow_env(workflow, server, ci_key), **tools}
         for job_id in job_order(jobs):
             job = jobs[job_id]
             why = runnable_here(pipeline, job_id, slow=options.slow)
@@ -400,15 +404,6 @@ def trust_in_policy(matrix_file: Path, key: SigningKey, label: str) -> None:
     else:
         text += "\ntrust:\n  keys:\n" + entry
     atomic_write_text(matrix_file, text)
-
-
-def _setup_tools(cache: Path) -> dict[str, str]:
-    """The runtimes ci/setup.sh installs into the cache, for jobs whose setup step is not
-    played and whose cache starts empty: a CI job's setup would have installed them."""
-    koffi = cache / "tools" / "node-consumer" / "node_modules"
-    if "ELIZA_NODE_CONSUMER_MODULES" in os.environ or not (koffi / "koffi").is_dir():
-        return {}
-    return {"ELIZA_NODE_CONSUMER_MODULES": str(koffi)}
 
 
 def _workflow_env(workflow: Mapping[str, Any], server: LocalServer, key: SigningKey) -> dict[str, str]:
