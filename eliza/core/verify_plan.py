@@ -416,11 +416,7 @@ class _Planner:
         commit, or nothing."""
         if check.kind is CheckKind.PERF:
             return self.perf_identity_of(check)
-        if check.kind is CheckKind.BYTE_IDENTITY_BASELINE or (
-            not check.needs_run and compares_with_baseline(cell, check)
-        ):
-            return self.selection.baseline_commit or ""
-        return ""
+        return (self.selection.baseline_commit or "") if compares_with_baseline(cell, check) else ""
 
     def plan_platform(self, platform: Platform) -> None:
         matrix, selection = self.matrix, self.selection
@@ -645,18 +641,13 @@ class _Planner:
     ) -> None:
         commit = self.selection.baseline_commit or ""
 
-        def against(check: Check) -> str:
-            if check.kind is CheckKind.PERF:
-                return self.perf_identity_of(check)
-            return commit if check.kind is CheckKind.BYTE_IDENTITY_BASELINE else ""
-
         def builds_commit(cell: Cell, check: Check) -> str:
             if check.kind is CheckKind.PERF:
                 reference = self.perf_reference()
                 return "" if reference.startswith("library:") else reference
             return commit if compares_with_baseline(cell, check) else ""
 
-        verdicts = [self.verdict(c, k, against(k), artifacts=artifacts) for c, k in members]
+        verdicts = [self.verdict(c, k, self.baseline_for(c, k), artifacts=artifacts) for c, k in members]
         stale = [v for v in verdicts if not isinstance(v, Keep)]
         for (cell, check), verdict in zip(members, verdicts, strict=True):
             if not stale and isinstance(verdict, Keep):
