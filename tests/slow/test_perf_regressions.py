@@ -176,20 +176,24 @@ def test_planted_slowdown_and_memory_growth_fail_and_the_unchanged_tree_never_do
 
     # Waivers accept it until they expire: one per metric the delay moves (it is paid per
     # token, the first one included).
-    entry_of = '  - {{cells: "linux-cpu.*", metric: {}, bound: 0.9, reason: planted delay, expires: %(day)s}}'
-    entry_of += "\n"
-    waiver = "".join(entry_of.format(metric) for metric in ("decode_tok_s", "first_token_ms"))
-    edit(repo, "matrix.yaml", "perf_waivers: []\n", "perf_waivers:\n" + waiver % {"day": "2999-12-31"})
+    def waivers(expires: str) -> str:
+        return "".join(
+            f'  - {{cells: "linux-cpu.*", metric: {metric}, bound: 0.9, reason: planted delay, '
+            f"expires: {expires}}}\n"
+            for metric in ("decode_tok_s", "first_token_ms")
+        )
+
+    edit(repo, "matrix.yaml", "perf_waivers: []\n", "perf_waivers:\n" + waivers("2999-12-31"))
     assert run(repo, "-m", "nox", "-s", "report", env=env).returncode == 0
     entry = report_state(repo)
     assert entry["state"] == "verified" and entry["reason"].startswith(
         "VERIFIED (waived: decode_tok_s: planted delay"
     )
-    edit(repo, "matrix.yaml", waiver % {"day": "2999-12-31"}, waiver % {"day": "2000-01-01"})
+    edit(repo, "matrix.yaml", waivers("2999-12-31"), waivers("2000-01-01"))
     assert run(repo, "-m", "nox", "-s", "report", env=env).returncode == 0
     entry = report_state(repo)
     assert entry["state"] == "failed" and any("expired" in n for n in entry["notes"])
-    edit(repo, "matrix.yaml", "perf_waivers:\n" + waiver % {"day": "2000-01-01"}, "perf_waivers: []\n")
+    edit(repo, "matrix.yaml", "perf_waivers:\n" + waivers("2000-01-01"), "perf_waivers: []\n")
 
     # 64 MB more resident memory at _create, without the delay.
     edit(repo, FFI, SLOWER_NEXT, NEXT)
