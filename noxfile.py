@@ -21,40 +21,16 @@ from eliza.app import project
 from eliza.app.context import Context, current_context
 from eliza.app.errors import ElizaError, NotHere
 from eliza.app.options import strict_requested
-from eliza.app.services import ci_files
-from eliza.app.sessions import (
-    abi_baseline as abi_baseline_session,
-)
-from eliza.app.sessions import (
-    bench,
-    build,
-    ci,
-    ci_rehearsal,
-    import_evidence,
-    keys,
-    suite,
-)
-from eliza.app.sessions import (
-    devices as devices_session,
-)
-from eliza.app.sessions import (
-    fuzz as fuzz_session,
-)
-from eliza.app.sessions import (
-    generate as generate_session,
-)
-from eliza.app.sessions import (
-    report as report_session,
-)
-from eliza.app.sessions import (
-    verify as verify_session,
-)
 from eliza.core.cell_id import CellId
 from eliza.core.matrix import Matrix
 from eliza.core.sessions import SessionKind, SessionSpec, matrix_sessions
 from eliza.formats.matrix_yaml import MatrixError
 
 T = TypeVar("T")
+
+# Each session imports its own use case (eliza.app.sessions.*) when it runs: `nox -l`, a
+# mistyped option or a small session does not pay for importing what every other session
+# needs (numpy, jsonschema, jinja2, the signing and report stacks).
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["tests"]
@@ -112,6 +88,8 @@ def _register(spec: SessionSpec) -> None:
     if spec.kind is SessionKind.BENCH_PLATFORM:
 
         def run(session: nox.Session) -> None:
+            from eliza.app.sessions import bench
+
             def parse(
                 argv: Sequence[str], env: Mapping[str, str], matrix: Matrix
             ) -> bench.BenchSessionOptions:
@@ -124,6 +102,8 @@ def _register(spec: SessionSpec) -> None:
 
         def run(session: nox.Session) -> None:
             def work() -> None:
+                from eliza.app.sessions import build
+
                 env = project.current().env
                 options = build.parse_options(session.posargs, env, [CellId.parse(c) for c in cell_ids])
                 for built in build.run(options, current_context(session.log, MATRIX)):
@@ -142,6 +122,8 @@ for _spec in matrix_sessions(MATRIX):
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
     """The pytest suite: unit tests of the pure modules, the C ABI, the selector and the gate cells."""
+    from eliza.app.sessions import suite
+
     command, env = suite.pytest_command(session.posargs)
     session.run(*command, env=env)
 
@@ -161,12 +143,15 @@ def unit(session: nox.Session) -> None:
 @nox.session(python=False)
 def generate(session: nox.Session) -> None:
     """Greedy text from the tiny bundle through the C ABI: `-- [--cell ID] [--max-tokens N] PROMPT`."""
+    from eliza.app.sessions import generate as generate_session
+
     _use_case(session, generate_session.parse_options, generate_session.run, show=True)
 
 
 @nox.session(python=False)
 def verify(session: nox.Session) -> None:
     """The main job: build every cell this host can build, generate text, run the checks, write the report."""
+    from eliza.app.sessions import verify as verify_session
 
     _use_case(session, verify_session.parse_options, verify_session.run)
 
@@ -174,36 +159,48 @@ def verify(session: nox.Session) -> None:
 @nox.session(python=False)
 def fuzz(session: nox.Session) -> None:
     """Fuzz the C ABI with atheris under the sanitizer cell: `-- [--seconds N] [--target NAME]`."""
+    from eliza.app.sessions import fuzz as fuzz_session
+
     _use_case(session, fuzz_session.parse_options, fuzz_session.run, show=True)
 
 
 @nox.session(name="import-evidence", python=False)
 def import_evidence_session(session: nox.Session) -> None:
     """Bring in evidence made elsewhere (a device run): `-- DIR...`; the report judges it like any record."""
+    from eliza.app.sessions import import_evidence
+
     _use_case(session, import_evidence.parse_options, import_evidence.run)
 
 
 @nox.session(name="abi-baseline", python=False)
 def abi_baseline(session: nox.Session) -> None:
     """Regenerate native/abi, the released ABI baseline, from the no-gate build (after a deliberate bump)."""
+    from eliza.app.sessions import abi_baseline as abi_baseline_session
+
     _use_case(session, abi_baseline_session.parse_options, abi_baseline_session.run)
 
 
 @nox.session(python=False)
 def devices(session: nox.Session) -> None:
     """The lab's devices (`-- --devices PATH`, ELIZA_DEVICES): reachable or why, platform, cells."""
+    from eliza.app.sessions import devices as devices_session
+
     _use_case(session, devices_session.parse_options, devices_session.run)
 
 
 @nox.session(python=False)
 def report(session: nox.Session) -> None:
     """Render the report (HTML, Markdown, JSON) from evidence directories: `nox -s report -- DIR...`."""
+    from eliza.app.sessions import report as report_session
+
     _use_case(session, report_session.parse_options, report_session.run)
 
 
 @nox.session(name="keys", python=False)
 def keys_session(session: nox.Session) -> None:
     """This machine's evidence-signing public key and key id, and the matrix.yaml entry to trust it."""
+    from eliza.app.sessions import keys
+
     _use_case(session, keys.parse_options, keys.run)
 
 
@@ -231,24 +228,32 @@ def ci_files_session(session: nox.Session) -> None:
 @nox.session(name="ci-build", python=False)
 def ci_build(session: nox.Session) -> None:
     """CI build job: every cell of a platform, llama.cpp once (`-- --platform P --out DIR`)."""
+    from eliza.app.sessions import ci
+
     _use_case(session, ci.parse_build_options, ci.run_build)
 
 
 @nox.session(name="ci-check", python=False)
 def ci_check(session: nox.Session) -> None:
     """CI check job: one cell's checks on the build job's cells, compiling nothing (`-- --cell C`)."""
+    from eliza.app.sessions import ci
+
     _use_case(session, ci.parse_check_options, ci.run_check)
 
 
 @nox.session(name="ci-report", python=False)
 def ci_report(session: nox.Session) -> None:
     """CI report job: every job's evidence into one report (`-- --evidence DIR --artifacts DIR`)."""
+    from eliza.app.sessions import ci
+
     _use_case(session, ci.parse_report_options, ci.run_report)
 
 
 @nox.session(name="ci-rehearse", python=False)
 def ci_rehearse(session: nox.Session) -> None:
     """The generated workflow's jobs this host can run, each in a fresh clone (`-- --help`)."""
+    from eliza.app.sessions import ci_rehearsal
+
     _use_case(session, ci_rehearsal.parse_options, ci_rehearsal.run)
 
 
@@ -259,4 +264,6 @@ def lint(session: nox.Session) -> None:
     session.run("mypy", "--strict", "eliza")
     session.run("lint-imports", "--no-cache")
     session.run("python", "-m", "eliza.cli", "ci-files", "--check")
+    from eliza.app.services import ci_files
+
     _guarded(session, lambda: ci_files.lint_workflows(session.log))

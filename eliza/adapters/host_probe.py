@@ -15,11 +15,12 @@ import re
 import shlex
 import shutil
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from eliza.adapters import proc
+from eliza.adapters.tool_versions import ToolVersions
 from eliza.core.host import HostFacts, Tool
 
 __all__ = ["probe_host"]
@@ -28,34 +29,45 @@ _TIMEOUT_S = 10.0
 _VERSION = re.compile(r"\d+(?:\.\d+)+")
 
 
-def probe_host(env: Mapping[str, str], programs: Iterable[str] = (), dirs: Iterable[str] = ()) -> HostFacts:
+def probe_host(
+    env: Mapping[str, str],
+    programs: Iterable[str] = (),
+    dirs: Iterable[str] = (),
+    *,
+    versions: ToolVersions | None = None,
+) -> HostFacts:
     """Facts about this machine; `env` is the environment its tools are looked up in.
     `programs` and `dirs` are what the matrix names beyond the usual tools (cross compilers,
-    emulators and their sysroots): which of them are here."""
+    emulators and their sysroots): which of them are here. `versions`: the answers to
+    `--version` heard before, reused while the program is the same file."""
     env = dict(env)
     os_name = _os_name()
     arch = _arch()
+
+    def ask(argv: list[str]) -> tuple[int, str]:
+        return versions.ask(argv, lambda a: _run(a, env)) if versions else _run(argv, env)
+
     # The probes are independent and mostly wait on child processes: run them side by side.
     with ThreadPoolExecutor(max_workers=8) as pool:
-        compiler = pool.submit(_compiler, env)
-        conan = pool.submit(_simple_tool, "conan", env)
-        cmake = pool.submit(_simple_tool, "cmake", env)
-        ninja = pool.submit(_simple_tool, "ninja", env)
-        cuda = pool.submit(_cuda, env)
+        compiler = pool.submit(_compiler, env, ask)
+        conan = pool.submit(_simple_tool, "conan", env, ask)
+        cmake = pool.submit(_simple_tool, "cmake", env, ask)
+        ninja = pool.submit(_simple_tool, "ninja", env, ask)
+        cuda = pool.submit(_cuda, env, ask)
         gpu = pool.submit(_nvidia_gpu, env)
         android = pool.submit(_android_device, env)
         ios = pool.submit(_ios_device, os_name, env)
         xcode = pool.submit(_xcode, os_name, env)
         cpu = pool.submit(_cpu, os_name, env)
-        extra = {name: pool.submit(_simple_tool, name, env) for name in sorted(set(programs))}
+        extra = {name: pool.submit(_simple_tool, name, env, ask) for name in sorted(set(programs))}
         ndk, ndk_notes = _android_ndk(env)
-        ndk_clang = _ndk_clang(ndk, env) if ndk else None
+        ndk_clang = _ndk_clang(ndk, ask) if ndk else None
         nvcc, cuda_version, cublas_path, cublas_origin = cuda.result()
         cpu_model, cpu_flags = cpu.result()
         nvidia_gpu, gpu_reason = gpu.result()
         android_device, android_reason = android.result()
         ios_device, ios_reason = ios.result()
-        return HostFacts(
+        facts = HostFacts(
             os=os_name,
             arch=arch,
             os_release=_os_release(os_name),
@@ -84,9 +96,14 @@ def probe_host(env: Mapping[str, str], programs: Iterable[str] = (), dirs: Itera
             programs={name: tool for name, f in extra.items() if (tool := f.result()) is not None},
             existing_dirs=frozenset(d for d in dirs if os.path.isdir(d)),
         )
+        if versions is not None:
+            versions.save()
+        return facts
 
 
 # --- helpers ------------------------------------------------------------------------------
+
+Ask = Callable[[list[str]], tuple[int, str]]  # a version question: argv -> (status, output)
 
 
 def _run(argv: list[str], env: Mapping[str, str]) -> tuple[int, str]:
@@ -162,15 +179,15 @@ def _cpu(os_name: str, env: Mapping[str, str]) -> tuple[str | None, frozenset[st
 # --- build tools --------------------------------------------------------------------------
 
 
-def _simple_tool(name: str, env: Mapping[str, str]) -> Tool | None:
+def _simple_tool(name: str, env: Mapping[str, str], ask: Ask) -> Tool | None:
     path = _which(name, env)
     if path is None:
         return None
-    rc, out = _run([path, "--version"], env)
+    rc, out = ask([path, "--version"])
     return Tool(name=name, path=path, version=_version(out) if rc == 0 else None)
 
 
-def _compiler(env: Mapping[str, str]) -> Tool | None:
+def _compiler(env: Mapping[str, str], ask: Ask) -> Tool | None:
     # The compiler CMake would pick: $CXX first, then the usual names.
     candidates = []
     if env.get("CXX", "").strip():
@@ -183,7 +200,7 @@ def _compiler(env: Mapping[str, str]) -> Tool | None:
         path = _which(name, env)
         if path is None:
             continue
-        rc, out = _run([path, "--version"], env)
+        rc, out = ask([path, "--version"])
         if rc != 0:
             return Tool(name=Path(name).name, path=path, version=None)
         head, text = _first_line(out).lower(), out.lower()
@@ -237,12 +254,12 @@ def _android_ndk(env: Mapping[str, str]) -> tuple[str | None, list[str]]:
     return None, notes
 
 
-def _ndk_clang(ndk: str, env: Mapping[str, str]) -> str | None:
+def _ndk_clang(ndk: str, ask: Ask) -> str | None:
     """The version of the NDK's own clang (the Android profile's compiler.version)."""
     for clang in sorted(
         glob.glob(os.path.join(glob.escape(ndk), "toolchains", "llvm", "prebuilt", "*", "bin", "clang"))
     ):
-        rc, out = _run([clang, "--version"], env)
+        rc, out = ask([clang, "--version"])
         if rc == 0:
             return _version(out)
     return None
@@ -251,7 +268,7 @@ def _ndk_clang(ndk: str, env: Mapping[str, str]) -> str | None:
 # --- CUDA ---------------------------------------------------------------------------------
 
 
-def _cuda(env: Mapping[str, str]) -> tuple[Tool | None, str | None, str | None, str | None]:
+def _cuda(env: Mapping[str, str], ask: Ask) -> tuple[Tool | None, str | None, str | None, str | None]:
     """(nvcc, CUDA version, libcublas path, where it lies)."""
     nvcc_path = _which("nvcc", env)
     if nvcc_path is None:
@@ -263,7 +280,7 @@ def _cuda(env: Mapping[str, str]) -> tuple[Tool | None, str | None, str | None, 
     version: str | None = None
     roots: list[str] = []
     if nvcc_path is not None:
-        rc, out = _run([nvcc_path, "--version"], env)
+        rc, out = ask([nvcc_path, "--version"])
         match = re.search(r"release (\d+\.\d+)", out)
         version = match.group(1) if match else None
         nvcc = Tool(name="nvcc", path=nvcc_path, version=version if rc == 0 else None)

@@ -86,11 +86,14 @@ def load_project_matrix(path: Path | None = None) -> Matrix:
 @functools.cache
 def host_facts() -> HostFacts:
     from eliza.adapters.host_probe import probe_host
+    from eliza.adapters.tool_versions import ToolVersions
     from eliza.core.target import probe_targets
 
     # The cross compilers and emulators the matrix names are looked for too.
     programs, dirs = probe_targets(load_project_matrix())
-    return probe_host(current().env, programs, dirs)
+    project = current()
+    versions = ToolVersions(layout.tool_versions_path(project.cache))
+    return probe_host(project.env, programs, dirs, versions=versions)
 
 
 def capability(platform: Platform) -> Capability:

@@ -29,6 +29,11 @@ def cache_dir(env: Mapping[str, str], home: PurePath) -> Path:
     return Path(base) / "eliza-inference"
 
 
+def tool_versions_path(cache: Path) -> Path:
+    """What this machine's programs said to `--version` (eliza.adapters.tool_versions)."""
+    return cache / "tool-versions.json"
+
+
 def build_root(repo: Path) -> Path:
     return repo / "build"
 

@@ -38,6 +38,19 @@ def copy_tree(dest: Path) -> Path:
     return copy_working_tree(REPO_ROOT, dest)
 
 
+def seeded_cache(cache: Path) -> Path:
+    """A new cache directory that holds, as links, the caller's llama.cpp sources (the pinned
+    sdist, verified by sha256 wherever it is used, and the vocabulary taken from it): what a
+    CI job's cache step restores, so a copy's cache "of its own" does not fetch 76 MB again.
+    Nothing else of the caller's cache comes along (no Conan home, compiler cache or key)."""
+    sources = cache / "sources"
+    sources.mkdir(parents=True, exist_ok=True)
+    for source in sorted((current().cache / "sources").glob("*")):
+        if source.is_file() and not source.name.startswith("."):
+            (sources / source.name).symlink_to(source)
+    return cache
+
+
 def env_for(repo: Path, cache: Path | None = None, **extra: str) -> dict[str, str]:
     env = {
         k: v for k, v in os.environ.items() if k not in _DROPPED and not k.startswith("ELIZA_CONAN_REMOTE")

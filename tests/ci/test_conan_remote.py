@@ -14,7 +14,7 @@ import pytest
 from eliza.adapters.conan_server import local_server, server_python
 from eliza.app.project import capability, current, load_project_matrix
 from eliza.core.layout import REPO_ROOT, library_path
-from tests.ci.helpers import copy_tree, env_for, nox
+from tests.ci.helpers import copy_tree, env_for, nox, seeded_cache
 
 # sessions on this checkout: never beside another such test (tests/conftest.py)
 pytestmark = pytest.mark.checkout
@@ -64,10 +64,10 @@ def test_an_empty_conan_home_installs_llama_from_the_remote(tmp_path: Path) -> N
         assert any(server.storage.rglob("conan_package.tgz")), "the server stored a binary"
 
         # 2. A fresh clone elsewhere with an empty cache (so an empty Conan home).
-        clone, cache = copy_tree(tmp_path / "clone"), tmp_path / "cache2"
-        # Its own Conan home, but the caller's compiler cache: what is tested is where
-        # llama.cpp comes from, not how long the library takes to compile.
-        cache.mkdir()
+        clone, cache = copy_tree(tmp_path / "clone"), seeded_cache(tmp_path / "cache2")
+        # Its own Conan home, but the caller's compiler cache and llama.cpp sources: what is
+        # tested is where llama.cpp's binary comes from, not how long the library takes to
+        # compile or the sources to download.
         if (current().cache / "ccache").is_dir():
             (cache / "ccache").symlink_to(current().cache / "ccache", target_is_directory=True)
         started = time.monotonic()

@@ -21,6 +21,7 @@ from eliza.core.evidence import Status
 from eliza.core.layout import REPO_ROOT
 from eliza.formats.evidence_json import read_records
 from eliza.formats.files import remove_stale_temporaries, stale_temporaries
+from tests.ci.helpers import seeded_cache
 from tests.signing import write_signed
 from tests.unit.test_evidence import make_record
 
@@ -115,7 +116,7 @@ def test_second_holder_waits_with_a_clear_message_until_kill_9_frees_the_lock(tm
 def test_a_build_in_another_checkout_waits_for_the_conan_home_it_shares(tmp_path: Path) -> None:
     """Conan's cache is not safe for two processes at once: a build in a second checkout
     with the same cache waits for the first one's Conan, saying so, before Conan runs."""
-    cache = tmp_path / "cache"
+    cache = seeded_cache(tmp_path / "cache")
     checkout = copy_working_tree(REPO_ROOT, tmp_path / "checkout")
     with _killed_after() as children:
         holder = _hold("conan-home", cache / "conan2", "build linux-cpu.none")

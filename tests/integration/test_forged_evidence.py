@@ -12,7 +12,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from tests.ci.helpers import copy_tree
+from tests.ci.helpers import copy_tree, seeded_cache
 from tests.integration.test_synthetic_gate import copy_env, run
 
 CPU, CUDA = "linux-cpu.litert", "linux-cuda.litert"
@@ -77,7 +77,7 @@ def _entry(report: dict[str, object], cell: str, check: str) -> dict[str, object
 
 def test_the_forgery_of_the_issue_is_untrusted_and_the_key_stays_private(tmp_path: Path) -> None:
     repo = copy_tree(tmp_path / "repo")
-    env = {**copy_env(repo), "ELIZA_CACHE_DIR": str(tmp_path / "cache")}  # a machine of its own
+    env = {**copy_env(repo), "ELIZA_CACHE_DIR": str(seeded_cache(tmp_path / "cache"))}  # a machine of its own
     env.pop("ELIZA_SIGNING_KEY", None)
     logs = []
     made = run(repo, "-c", WRITE, CPU, env=env)

@@ -70,14 +70,18 @@ def test_a_check_job_verifies_a_cell_from_its_build_jobs_artifact(clone: Path) -
     assert states[(cell, "selector")] == "verified" and states[(cell, "consumer")] == "verified"
 
 
-def test_a_bench_session_measures_and_records_identity(clone: Path) -> None:
+def test_a_bench_session_measures_and_records_identity(clone: Path, tmp_path: Path) -> None:
     run_only(clone, ("build", "byte-identity-reference", "byte-identity-gates"))
     exclude(clone, "linux-cpu", ("litert",), ("litert", "mlx"))  # the no-gate cell and one gated cell
+    # An ASCII prompt and a multi-byte one: every overhead run decodes 3 x 256 tokens of each.
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Once upon a time there was\nnaïve café — 東京 and\n", encoding="utf-8")
     done = nox(
         clone,
         "bench-linux-cpu",
         "--",
-        *("--max-tokens", "8", "--repeats", "1", "--overhead-pairs", "5", "--drafter-pairs", "3"),
+        *("--prompts", str(prompts), "--max-tokens", "8", "--repeats", "1"),
+        *("--overhead-pairs", "5", "--drafter-pairs", "3"),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "seam overhead: decode tok/s FFI / reference" in done.stderr

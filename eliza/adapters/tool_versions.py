@@ -1,0 +1,110 @@
+"""What a program said to `--version`, remembered per executable file, so every session does
+not start a JVM (`javac --version`) or another runtime only to hear the same answer.
+
+An answer is kept under the program's path as found, its resolved file, that file's identity
+(device, inode, size, modification and change times) and the arguments: a reinstalled,
+upgraded or rebuilt program is a new file, and is asked again. Only a native executable
+(ELF) whose resolved file has the name it was called by is remembered. A script can
+dispatch elsewhere without its own file changing (a pyenv shim, a wrapper exec-ing another
+toolkit), and so can a binary called by another name (a ccache masquerade link, a
+multi-call binary); both are always asked. Only an exit status of 0 is remembered.
+
+The memo is one JSON file in the project's cache; a missing, unreadable or foreign file is
+an empty memo, and a write that fails leaves the next session to ask again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from eliza.formats.files import atomic_write_text
+
+FORMAT = "eliza-tool-versions/1"
+_ELF = b"\x7fELF"
+
+Ask = Callable[[list[str]], tuple[int, str]]
+
+
+def _identity(argv: Sequence[str]) -> str | None:
+    """The memo key of running argv, or None when its answer must not be remembered."""
+    called = argv[0]
+    try:
+        real = os.path.realpath(called)
+        if os.path.basename(real) != os.path.basename(called):
+            return None
+        with open(real, "rb") as f:
+            if f.read(4) != _ELF:
+                return None
+            st = os.fstat(f.fileno())
+    except OSError:
+        return None
+    return json.dumps(
+        [called, real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, *argv[1:]]
+    )
+
+
+def _still_there(key: str) -> bool:
+    """Whether the file an answer was heard from is still that file (else the answer goes)."""
+    try:
+        called, real, dev, ino, size, mtime, ctime = json.loads(key)[:7]
+        st = os.stat(real)
+    except (OSError, ValueError, TypeError):
+        return False
+    now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return now == (dev, ino, size, mtime, ctime) and os.path.realpath(called) == real
+
+
+class ToolVersions:
+    """Answers of programs to their version flags, read from and saved to `path`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._answers = self._read()
+        self._new: dict[str, tuple[int, str]] = {}
+
+    def _read(self) -> dict[str, tuple[int, str]]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        answers = data.get("answers") if isinstance(data, dict) and data.get("format") == FORMAT else None
+        if not isinstance(answers, dict):
+            return {}
+        return {key: (0, output) for key, output in answers.items() if isinstance(output, str)}
+
+    def ask(self, argv: list[str], run: Ask) -> tuple[int, str]:
+        """`run(argv)`'s (exit status, output), from the memo when argv's program is the same
+        file that answered before. Safe to call from several threads."""
+        key = _identity(argv)
+        if key is not None:
+            with self._lock:
+                known = self._answers.get(key)
+            if known is not None:
+                return known
+        rc, output = run(argv)
+        if key is not None and rc == 0:
+            with self._lock:
+                self._answers[key] = self._new[key] = (rc, output)
+        return rc, output
+
+    def save(self) -> None:
+        """Writes the answers heard this time beside those another session saved meanwhile."""
+        with self._lock:
+            if not self._new:
+                return
+            merged = {k: v for k, v in {**self._read(), **self._new}.items() if _still_there(k)}
+            self._new = {}
+        text = json.dumps(
+            {"format": FORMAT, "answers": {key: output for key, (_, output) in sorted(merged.items())}},
+            indent=1,
+        )
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.path, text + "\n")
+        except OSError:
+            pass  # the next session asks again
