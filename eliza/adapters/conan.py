@@ -69,9 +69,9 @@ def prepare_conan_home(cache: Path, repo: Path, profiles: Mapping[str, str]) -> 
     eliza.core.conan_profiles) written where they differ."""
     home = conan_home(cache)
     (home / "profiles").mkdir(parents=True, exist_ok=True)
-    remotes = json.loads(_conan(cache, "remote", "list", "--format", "json").stdout or "[]")
     index = str(repo / "conan" / "index")
-    if [(r["name"], r["url"]) for r in remotes] != [(INDEX_REMOTE, index)]:
+    if _configured_remotes(home) != [(INDEX_REMOTE, index, "local-recipes-index")]:
+        remotes = json.loads(_conan(cache, "remote", "list", "--format", "json").stdout or "[]")
         for r in remotes:
             if r["name"] != INDEX_REMOTE:
                 _conan(cache, "remote", "remove", r["name"])
@@ -86,6 +86,18 @@ def prepare_conan_home(cache: Path, repo: Path, profiles: Mapping[str, str]) -> 
             tmp.write_text(text)
             tmp.replace(profile)
     return home
+
+
+def _configured_remotes(home: Path) -> list[tuple[str, str, str]] | None:
+    """(name, url, type) of the enabled remotes in the home's remotes.json (Conan's documented
+    file of them), read without starting Conan; None when there is none yet or it cannot be
+    read: then `conan remote list` says, and the remotes are set as needed."""
+    try:
+        data = json.loads((home / "remotes.json").read_text(encoding="utf-8"))
+        remotes = [r for r in data["remotes"] if not r.get("disabled")]
+        return [(str(r["name"]), str(r["url"]), str(r.get("remote_type", ""))) for r in remotes]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def fork_version(tree: Path) -> str:

@@ -62,7 +62,7 @@ def test_a_changed_program_is_asked_again(tool: Path, tmp_path: Path) -> None:
 
 def test_scripts_other_names_and_failures_are_always_asked(tool: Path, tmp_path: Path) -> None:
     script = tmp_path / "bin" / "shim"
-    script.write_text("#!/bin/sh\nexec real-tool \"$@\"\n")
+    script.write_text('#!/bin/sh\nexec real-tool "$@"\n')
     script.chmod(0o755)
     masquerade = tmp_path / "bin" / "c++"
     masquerade.symlink_to(tool)  # a ccache-style link: the binary decides by its name
