@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import platform as platform_module
 import shutil
 from dataclasses import dataclass
@@ -9,9 +11,11 @@ from pathlib import Path
 
 from eliza.adapters import proc
 from eliza.adapters.errors import ToolError
+from eliza.adapters.tool_versions import program_identity
 from eliza.core.layout import EXPORT_PREFIX, REPO_ROOT, public_headers_dir
 from eliza.core.matrix import Platform
 from eliza.core.target import exported_names, symbol_lister
+from eliza.formats.files import atomic_write_text, sha256_file
 
 # abidiff's exit status is a bit field (libabigail's abidiff_status).
 ABIDIFF_ERROR = 1
@@ -70,17 +74,49 @@ class AbiDiff:
         return bool(self.exit_code & ABIDIFF_ABI_INCOMPATIBLE_CHANGE)
 
 
-def abidw(library: Path) -> str:
-    """abidw's abixml of a library, without the build paths abidw would otherwise record."""
+_ABIDW_FLAGS = ("--no-corpus-path", "--no-comp-dir-path", "--type-id-style", "hash")
+_DUMPS_KEPT = 64  # a memo of abidw dumps keeps the most recent ones
+
+
+def abidw(library: Path, *, memo: Path | None = None) -> str:
+    """abidw's abixml of a library, without the build paths abidw would otherwise record.
+    `memo`: a directory of earlier dumps, by the library's bytes and abidw's own file: a
+    library dumped before by the same abidw (another checkout's identical build, a rebuild
+    that changed nothing) is read back instead of dumped again, which takes abidw a second
+    or two."""
     tool = shutil.which("abidw")
     if tool is None:
         raise AbiToolMissing(
             "abidw not found: install Debian's abigail-tools (apt-get install abigail-tools)"
         )
-    done = proc.run([tool, "--no-corpus-path", "--no-comp-dir-path", "--type-id-style", "hash", library])
+    program = program_identity(tool)
+    kept = None
+    if memo is not None and program is not None:
+        key = json.dumps([*program, *_ABIDW_FLAGS, sha256_file(library)])
+        kept = memo / f"{hashlib.sha256(key.encode()).hexdigest()}.xml"
+        try:
+            return kept.read_text(encoding="utf-8")
+        except OSError:
+            pass
+    done = proc.run([tool, *_ABIDW_FLAGS, library])
     if not done.ok:
         raise SymbolListError(f"abidw {library} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    if kept is not None:
+        _keep(kept, done.stdout)
     return done.stdout
+
+
+def _keep(dump: Path, text: str) -> None:
+    """Saves a dump into its memo directory and drops the oldest beyond _DUMPS_KEPT; a memo
+    that cannot be written only costs the next dump."""
+    try:
+        dump.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(dump, text)
+        dumps = sorted(dump.parent.glob("*.xml"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        for old in dumps[_DUMPS_KEPT:]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def abidiff_version() -> str:

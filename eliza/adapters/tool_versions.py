@@ -29,9 +29,10 @@ _ELF = b"\x7fELF"
 Ask = Callable[[list[str]], tuple[int, str]]
 
 
-def _identity(argv: Sequence[str]) -> str | None:
-    """The memo key of running argv, or None when its answer must not be remembered."""
-    called = argv[0]
+def program_identity(called: str) -> list[object] | None:
+    """[path as called, resolved file, its device, inode, size, mtime and ctime] of a native
+    executable known by its own name; None for a script, a renamed link or a missing file
+    (what a program of that path answers can then change without its file changing)."""
     try:
         real = os.path.realpath(called)
         if os.path.basename(real) != os.path.basename(called):
@@ -42,9 +43,13 @@ def _identity(argv: Sequence[str]) -> str | None:
             st = os.fstat(f.fileno())
     except OSError:
         return None
-    return json.dumps(
-        [called, real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, *argv[1:]]
-    )
+    return [called, real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _identity(argv: Sequence[str]) -> str | None:
+    """The memo key of running argv, or None when its answer must not be remembered."""
+    program = program_identity(argv[0])
+    return None if program is None else json.dumps([*program, *argv[1:]])
 
 
 def _still_there(key: str) -> bool:

@@ -34,6 +34,11 @@ def tool_versions_path(cache: Path) -> Path:
     return cache / "tool-versions.json"
 
 
+def abidw_memo_dir(cache: Path) -> Path:
+    """abidw's dumps of libraries, by their bytes (eliza.adapters.abi_tools.abidw)."""
+    return cache / "abidw"
+
+
 def build_root(repo: Path) -> Path:
     return repo / "build"
 

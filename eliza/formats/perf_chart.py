@@ -4,9 +4,13 @@ Markdown. matplotlib with the Agg backend (no display)."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import io
+import json
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from eliza.core.report.model import PerfRow
@@ -74,3 +78,29 @@ def render_chart(rows: Sequence[PerfRow]) -> tuple[str, bytes]:
     plt.close(fig)
     text = svg.getvalue()
     return text[text.index("<svg") :], png.getvalue()
+
+
+def chart_key(rows: Sequence[PerfRow]) -> str:
+    """What the chart is drawn from: its rows and the matplotlib that draws them."""
+    try:
+        version = importlib.metadata.version("matplotlib")
+    except importlib.metadata.PackageNotFoundError:
+        version = ""
+    return hashlib.sha256(f"{version}\n{rows!r}".encode()).hexdigest()
+
+
+def drawn_before(memo: Path, png: Path, key: str) -> str | None:
+    """The SVG of the chart drawn last time into this report folder, when it was drawn from
+    the same rows (`memo` holds its key and SVG, `png` is its PNG, both still whole); None
+    otherwise. matplotlib takes a second to import and draw an unchanged chart again."""
+    try:
+        data = json.loads(memo.read_text(encoding="utf-8"))
+        same = data["key"] == key and data["png_sha256"] == hashlib.sha256(png.read_bytes()).hexdigest()
+        return str(data["svg"]) if same else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def memo_text(key: str, svg: str, png: bytes) -> str:
+    """What drawn_before reads back."""
+    return json.dumps({"key": key, "png_sha256": hashlib.sha256(png).hexdigest(), "svg": svg}) + "\n"

@@ -17,13 +17,14 @@ from markupsafe import Markup, escape
 
 from eliza.core.report import GridState, Report
 from eliza.formats.files import atomic_write_bytes, atomic_write_text
-from eliza.formats.perf_chart import render_chart
+from eliza.formats.perf_chart import chart_key, drawn_before, memo_text, render_chart
 from eliza.formats.report_json import report_to_dict
 
 DEFAULT_TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
 HTML_TEMPLATE = "report.html.j2"
 MARKDOWN_TEMPLATE = "report.md.j2"
 PERF_CHART = "report-perf.png"  # beside report.md, which shows it
+PERF_CHART_MEMO = ".report-perf.json"  # the rows' key and the SVG the PNG was drawn with
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,13 +122,16 @@ def render_report(report: Report, out_dir: Path, templates_dir: Path | None = No
     report intact instead of a mix of old and new files.
     """
     env = make_environment(templates_dir)
-    svg, png = render_chart(report.perf)
-    html = render_html(report, env, perf_svg=svg)
-    markdown = render_markdown(report, env, perf_png=PERF_CHART if png else "")
-    body = render_json(report)
     out = Path(out_dir)
+    key = chart_key(report.perf)
+    drawn = drawn_before(out / PERF_CHART_MEMO, out / PERF_CHART, key) if report.perf else None
+    svg, png = (drawn, b"") if drawn is not None else render_chart(report.perf)
+    html = render_html(report, env, perf_svg=svg)
+    markdown = render_markdown(report, env, perf_png=PERF_CHART if svg else "")
+    body = render_json(report)
     if png:
         atomic_write_bytes(out / PERF_CHART, png)
+        atomic_write_text(out / PERF_CHART_MEMO, memo_text(key, svg, png))
     return ReportPaths(
         html=atomic_write_text(out / "report.html", html),
         markdown=atomic_write_text(out / "report.md", markdown),

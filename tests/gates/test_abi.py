@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
-from eliza.adapters.abi_tools import abidiff, exported_symbols, foreign_exports
+from eliza.adapters.abi_tools import abidiff, abidw, exported_symbols, foreign_exports
 from eliza.core.layout import TEST_KIT_NAME
 from tests.gates.conftest import GATED_CELLS, NO_GATE_CELL, cell_id
 
@@ -34,3 +35,27 @@ def test_no_foreign_exports_in_any_gate_build(gate_libraries: dict[str, Path]) -
     for cell, library in gate_libraries.items():
         symbols = exported_symbols(library)
         assert symbols and foreign_exports(symbols) == [], cell
+
+
+def test_an_abidw_dump_is_read_back_for_the_same_bytes_only(
+    gate_libraries: dict[str, Path], tmp_path: Path
+) -> None:
+    library = tmp_path / "a" / "libelizainference.so"
+    library.parent.mkdir()
+    shutil.copy2(gate_libraries[NO_GATE_CELL], library)
+    memo = tmp_path / "memo"
+    dumped = abidw(library, memo=memo)
+    assert "eliza_inference_" in dumped and abidw(library) == dumped  # the same as without a memo
+    (kept,) = memo.glob("*.xml")
+    assert kept.read_text() == dumped
+    kept.write_text("<abi-corpus>read back</abi-corpus>")
+    copy = tmp_path / "b" / "libelizainference.so"  # the same bytes elsewhere: read back
+    copy.parent.mkdir()
+    shutil.copy2(library, copy)
+    assert abidw(copy, memo=memo) == "<abi-corpus>read back</abi-corpus>"
+    # Other bytes (another build): dumped, not read back.
+    other = gate_libraries[
+        next(c for c in GATED_CELLS if gate_libraries[c].read_bytes() != library.read_bytes())
+    ]
+    assert abidw(other, memo=memo) == abidw(other)
+    assert len(list(memo.glob("*.xml"))) == 2

@@ -151,6 +151,35 @@ def test_all_three_formats_show_the_perf_section_and_the_chart(repo_matrix: Matr
     assert {r["metric"] for r in rows} == {r.metric for r in repo_matrix.check("perf").metrics}
 
 
+def test_an_unchanged_chart_is_not_drawn_again_and_a_changed_or_damaged_one_is(
+    repo_matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eliza.formats import report_render
+
+    drawn: list[int] = []
+    draw = report_render.render_chart
+
+    def counted(rows: object) -> tuple[str, bytes]:
+        drawn.append(1)
+        return draw(rows)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(report_render, "render_chart", counted)
+    slow = report(repo_matrix, perf_record(repo_matrix, 0.85, status=Status.FAILED))
+    first = render_report(slow, tmp_path).html.read_text()
+    png = (tmp_path / PERF_CHART).read_bytes()
+    again = render_report(slow, tmp_path)
+    assert len(drawn) == 1  # the same rows: the chart of last time
+    assert again.html.read_text() == first and (tmp_path / PERF_CHART).read_bytes() == png
+    assert f"]({PERF_CHART})" in again.markdown.read_text()
+    render_report(report(repo_matrix, perf_record(repo_matrix, 1.0, status=Status.PASSED)), tmp_path)
+    assert len(drawn) == 2  # other rows: drawn
+    render_report(slow, tmp_path)
+    assert len(drawn) == 3 and (tmp_path / PERF_CHART).read_bytes() == png
+    (tmp_path / PERF_CHART).write_bytes(png[:100])  # a PNG that is not the one drawn: drawn again
+    render_report(slow, tmp_path)
+    assert len(drawn) == 4 and (tmp_path / PERF_CHART).read_bytes() == png
+
+
 def test_compare_lists_a_planted_regression_first(repo_matrix: Matrix, tmp_path: Path) -> None:
     old = report_to_dict(report(repo_matrix, perf_record(repo_matrix, 1.0, status=Status.PASSED)))
     new = report_to_dict(report(repo_matrix, perf_record(repo_matrix, 0.85, status=Status.FAILED)))

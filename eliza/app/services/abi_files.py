@@ -11,8 +11,9 @@ from pathlib import Path
 
 from eliza.adapters.abi_tools import abidw, exported_symbols
 from eliza.app.errors import Failed
+from eliza.app.project import current
 from eliza.core.c_abi import abi_version, header_constants
-from eliza.core.layout import EXPORT_PREFIX, PUBLIC_HEADER, public_header
+from eliza.core.layout import EXPORT_PREFIX, PUBLIC_HEADER, abidw_memo_dir, public_header
 from eliza.formats.abi_xml import exports_text, public_surface
 from eliza.formats.files import atomic_write_text
 
@@ -58,7 +59,8 @@ def versions_present(repo: Path) -> list[str]:
 
 
 def surface_of(library: Path) -> str:
-    return public_surface(abidw(library), prefix=EXPORT_PREFIX, public_header=PUBLIC_HEADER)
+    dump = abidw(library, memo=abidw_memo_dir(current().cache))
+    return public_surface(dump, prefix=EXPORT_PREFIX, public_header=PUBLIC_HEADER)
 
 
 class BaselineRefused(Failed):
