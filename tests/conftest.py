@@ -127,12 +127,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             f"module `pytestmark = pytest.mark.<tier>` ({', '.join(TIERS)}) or its folder an entry in "
             "FOLDER_TIERS (tests/conftest.py)"
         )
+    groups = {item.nodeid: parallel_group(item) for item in items}
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(parallel_group(item)))
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
     chosen = config.getoption("--tier") or list(DEFAULT_TIERS)
     wanted = set(TIERS) if "all" in chosen else set(chosen)
     keep = [item for item in items if tiers[item.nodeid] in wanted]
     dropped = [item for item in items if tiers[item.nodeid] not in wanted]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = keep
+    items[:] = heaviest_first(keep, tiers, groups)
+
+
+# The order the groups go out to the processes in (eliza.core.suite passes xdist
+# --no-loadscope-reorder): end-to-end groups first, then the cell tier's, the unit tests last,
+# and within a tier the groups of more tests first. The many small unit groups then fill the
+# processes up at the end, instead of a minute-long end-to-end test starting when the others
+# have nothing left. A stable sort: a group's tests, and a module's, keep their order.
+TIER_ORDER = ("slow", "e2e", "cell", "unit")
+
+
+def heaviest_first(
+    items: list[pytest.Item], tiers: dict[str, str | list[str] | None], groups: dict[str, str]
+) -> list[pytest.Item]:
+    size: dict[str, int] = {}
+    for item in items:
+        size[groups[item.nodeid]] = size.get(groups[item.nodeid], 0) + 1
+
+    def rank(item: pytest.Item) -> tuple[int, int, str]:
+        group = groups[item.nodeid]
+        tier = tiers[item.nodeid]
+        return (TIER_ORDER.index(tier) if isinstance(tier, str) else 0, -size[group], group)
+
+    return sorted(items, key=rank)

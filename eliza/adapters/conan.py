@@ -8,6 +8,7 @@ nothing reaches for ConanCenter.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -43,10 +44,27 @@ def conan_env(cache: Path, extra: Mapping[str, str] | None = None) -> dict[str, 
     return {**os.environ, "CONAN_HOME": str(conan_home(cache)), **(extra or {})}
 
 
+def conan_program() -> list[str]:
+    """How Conan is started: the Conan this package depends on (pyproject: conan>=2.20,<3),
+    in this interpreter, whatever `conan` PATH finds first (a Conan 1 of another project, a
+    pyenv shim that starts a shell and pyenv before every call); `conan` from PATH only when
+    this interpreter has no Conan."""
+    if importlib.util.find_spec("conans") is not None:
+        return [sys.executable, "-m", "conans.conan"]
+    return ["conan"]
+
+
+def conan_argv(argv: Sequence[str]) -> list[str]:
+    """A plan's `conan ...` command line (eliza.core.build_plan) as it is started here."""
+    if not argv or argv[0] != "conan":
+        raise BuildError(f"not a Conan command: {' '.join(argv)}")
+    return [*conan_program(), *argv[1:]]
+
+
 def _conan(
     cache: Path, *args: str, env: Mapping[str, str] | None = None, check: bool = True
 ) -> proc.Completed:
-    done = proc.run(["conan", *args], env=conan_env(cache, env))
+    done = proc.run(conan_argv(["conan", *args]), env=conan_env(cache, env))
     if check and not done.ok:
         raise BuildError(f"conan {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
     return done
@@ -172,7 +190,7 @@ def run_build(
                 on_progress(said)
 
         rc = proc.stream(
-            plan.argv,
+            conan_argv(plan.argv),
             env=conan_env(cache, {**source.env, **plan.env}),
             stdout_to=graph_file,
             on_stderr_line=on_line,

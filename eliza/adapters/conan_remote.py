@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters import proc
-from eliza.adapters.conan import BuildError, LlamaSource, conan_env
+from eliza.adapters.conan import BuildError, LlamaSource, conan_argv, conan_env
 from eliza.core.binary_remote import REMOTE_NAME, BinaryRemote
 from eliza.core.build_plan import LLAMA_PACKAGE, CellBuildPlan
 
@@ -34,7 +34,7 @@ class LlamaBinary:
 def _conan(
     cache: Path, remote: BinaryRemote, *args: str, env: dict[str, str] | None = None
 ) -> proc.Completed:
-    return proc.run(["conan", *args], env=conan_env(cache, {**remote.login_env(), **(env or {})}))
+    return proc.run(conan_argv(["conan", *args]), env=conan_env(cache, {**remote.login_env(), **(env or {})}))
 
 
 @contextmanager
@@ -57,7 +57,7 @@ def llama_binary(plan: CellBuildPlan, source: LlamaSource, cache: Path) -> Llama
         at = argv.index(flag)
         del argv[at : at + 2]
     info = ["conan", "graph", "info", *argv[2:]]
-    done = proc.run(info, env=conan_env(cache, {**source.env, **plan.env}))
+    done = proc.run(conan_argv(info), env=conan_env(cache, {**source.env, **plan.env}))
     if not done.ok:
         raise BuildError(
             f"{plan.cell_id}: conan graph info failed ({done.returncode}): {done.stderr[-2000:]}"

@@ -8,6 +8,7 @@ The environment is passed in, so a caller can probe "as if" PATH or CUDA_HOME di
 from __future__ import annotations
 
 import glob
+import importlib.metadata
 import importlib.util
 import os
 import platform as _platform
@@ -20,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from eliza.adapters import proc
+from eliza.adapters.conan import conan_program
 from eliza.adapters.tool_versions import ToolVersions
 from eliza.core.host import HostFacts, Tool
 
@@ -50,7 +52,7 @@ def probe_host(
     # The probes are independent and mostly wait on child processes: run them side by side.
     with ThreadPoolExecutor(max_workers=8) as pool:
         compiler = pool.submit(_compiler, env, ask)
-        conan = pool.submit(_simple_tool, "conan", env, ask)
+        conan = pool.submit(_conan, env, ask)
         cmake = pool.submit(_simple_tool, "cmake", env, ask)
         ninja = pool.submit(_simple_tool, "ninja", env, ask)
         cuda = pool.submit(_cuda, env, ask)
@@ -185,6 +187,19 @@ def _simple_tool(name: str, env: Mapping[str, str], ask: Ask) -> Tool | None:
         return None
     rc, out = ask([path, "--version"])
     return Tool(name=name, path=path, version=_version(out) if rc == 0 else None)
+
+
+def _conan(env: Mapping[str, str], ask: Ask) -> Tool | None:
+    """The Conan the builds start (eliza.adapters.conan.conan_program): this interpreter's,
+    whose version its installed distribution says without starting it; else PATH's."""
+    program = conan_program()
+    if program[0] == "conan":
+        return _simple_tool("conan", env, ask)
+    try:
+        version = importlib.metadata.version("conan")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    return Tool(name="conan", path=" ".join(program), version=version)
 
 
 def _compiler(env: Mapping[str, str], ask: Ask) -> Tool | None:

@@ -55,7 +55,10 @@ def processes(argv: Sequence[str], *, cpus: int, xdist_installed: bool) -> int:
 def pytest_argv(argv: Sequence[str], *, cpus: int, xdist_installed: bool) -> list[str]:
     """pytest's arguments for `nox -s tests -- ARGV`."""
     n = processes(argv, cpus=cpus, xdist_installed=xdist_installed)
-    parallel = ["-n", str(n), "--dist", "loadgroup"] if n > 1 else []
+    # The groups go out in the order the suite's conftest sorts them (its heaviest first),
+    # not xdist's own order by number of tests, which leaves a one-test end-to-end group of
+    # a minute for last while the other processes have run out of work.
+    parallel = ["-n", str(n), "--dist", "loadgroup", "--no-loadscope-reorder"] if n > 1 else []
     return [*parallel, f"--durations={SLOWEST_SHOWN}", *argv]
 
 

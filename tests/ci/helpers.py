@@ -3,11 +3,14 @@ cache, the way a CI job runs them."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from eliza.adapters.consumers import node_modules_env
@@ -49,6 +52,25 @@ def seeded_cache(cache: Path) -> Path:
         if source.is_file() and not source.name.startswith("."):
             (sources / source.name).symlink_to(source)
     return cache
+
+
+@contextmanager
+def stable_empty_cache(name: str) -> Iterator[Path]:
+    """An empty cache at the same path in every run: `<the caller's cache>/test-caches/NAME`,
+    emptied before and after, held with a lock so two runs sharing the caller's cache take
+    turns. A build in it finds llama.cpp's headers under the same absolute paths as the last
+    run did, so the compiler cache hits as it does on a CI machine whose cache path never
+    changes; a new temporary path would make every run compile the library from nothing."""
+    root = current().cache / "test-caches"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cache = root / name
+        shutil.rmtree(cache, ignore_errors=True)
+        try:
+            yield seeded_cache(cache)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
 
 
 def env_for(repo: Path, cache: Path | None = None, **extra: str) -> dict[str, str]:

@@ -14,7 +14,7 @@ import pytest
 from eliza.adapters.conan_server import local_server, server_python
 from eliza.app.project import capability, current, load_project_matrix
 from eliza.core.layout import REPO_ROOT, library_path
-from tests.ci.helpers import copy_tree, env_for, nox, seeded_cache
+from tests.ci.helpers import copy_tree, env_for, nox, stable_empty_cache
 
 # sessions on this checkout: never beside another such test (tests/conftest.py)
 pytestmark = pytest.mark.checkout
@@ -64,19 +64,20 @@ def test_an_empty_conan_home_installs_llama_from_the_remote(tmp_path: Path) -> N
         assert any(server.storage.rglob("conan_package.tgz")), "the server stored a binary"
 
         # 2. A fresh clone elsewhere with an empty cache (so an empty Conan home).
-        clone, cache = copy_tree(tmp_path / "clone"), seeded_cache(tmp_path / "cache2")
+        clone = copy_tree(tmp_path / "clone")
         # Its own Conan home, but the caller's compiler cache and llama.cpp sources: what is
         # tested is where llama.cpp's binary comes from, not how long the library takes to
-        # compile or the sources to download.
-        if (current().cache / "ccache").is_dir():
-            (cache / "ccache").symlink_to(current().cache / "ccache", target_is_directory=True)
-        started = time.monotonic()
-        second = nox(clone, "-s", f"build-{CELL}", env=env_for(clone, cache, **remote))
-        second_s = time.monotonic() - started
-        assert second.returncode == 0, second.stderr[-4000:]
-        assert f"downloaded from {server.url}" in second.stderr, second.stderr[-3000:]
-        assert "llama.cpp built 0 time(s), reused 1 time(s)" in second.stderr
-        assert not any((cache / "conan2").rglob("CMakeCache.txt")), "nothing of llama.cpp was configured"
+        # compile or the sources to download. At the same path every run, like a CI cache.
+        with stable_empty_cache("conan-remote") as cache:
+            if (current().cache / "ccache").is_dir():
+                (cache / "ccache").symlink_to(current().cache / "ccache", target_is_directory=True)
+            started = time.monotonic()
+            second = nox(clone, "-s", f"build-{CELL}", env=env_for(clone, cache, **remote))
+            second_s = time.monotonic() - started
+            assert second.returncode == 0, second.stderr[-4000:]
+            assert f"downloaded from {server.url}" in second.stderr, second.stderr[-3000:]
+            assert "llama.cpp built 0 time(s), reused 1 time(s)" in second.stderr
+            assert not any((cache / "conan2").rglob("CMakeCache.txt")), "nothing of llama.cpp was configured"
 
     # Same sources, options and toolchain: the same bytes, whatever the checkout and Conan home.
     assert sha256(library_path(CELL, clone)) == sha256(library_path(CELL, REPO_ROOT))

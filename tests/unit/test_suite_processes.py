@@ -24,7 +24,13 @@ def test_the_tiers_named_or_the_default_ones(argv: list[str], tiers: set[str]) -
 def test_the_default_tiers_run_in_a_process_per_cpu_up_to_the_cap() -> None:
     assert processes([], cpus=2, xdist_installed=True) == 2
     assert processes(["-k", "abi"], cpus=64, xdist_installed=True) == MAX_PROCESSES
-    assert pytest_argv([], cpus=2, xdist_installed=True)[:4] == ["-n", "2", "--dist", "loadgroup"]
+    assert pytest_argv([], cpus=2, xdist_installed=True)[:5] == [
+        "-n",
+        "2",
+        "--dist",
+        "loadgroup",
+        "--no-loadscope-reorder",
+    ]
 
 
 @pytest.mark.parametrize(

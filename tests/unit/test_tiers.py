@@ -93,3 +93,22 @@ def test_parallel_processes_take_whole_groups_and_the_checkout_tests_share_one(t
     }, done.stdout
     assert ran["unit/test_b.py::test_b@checkout"] == ran["integration/test_c.py::test_c@checkout"]
     assert ran["unit/test_a.py::test_a@unit/test_a.py"] == ran["unit/test_a.py::test_a2@unit/test_a.py"]
+
+
+def test_the_groups_go_out_heaviest_tier_first_and_larger_groups_first(tmp_path: Path) -> None:
+    root = suite(
+        tmp_path,
+        {
+            "unit/test_a.py": TEST.format(name="a"),
+            "native/test_n.py": TEST.format(name="n") + "\n\n" + TEST.format(name="n2"),
+            "integration/test_one.py": TEST.format(name="one"),
+            "integration/test_two.py": TEST.format(name="two") + "\n\n" + TEST.format(name="two2"),
+            "unit/test_z.py": TEST.format(name="z") + "\n\n" + TEST.format(name="z2"),
+        },
+    )
+    done = pytest(root, "--collect-only")
+    assert done.returncode == 0, done.stdout + done.stderr
+    order = [line.split("::")[-1] for line in done.stdout.splitlines() if "::" in line]
+    # e2e (larger group first), then the cell tier, then unit (larger group first); a
+    # group's tests in their own order.
+    assert order == ["test_two", "test_two2", "test_one", "test_n", "test_n2", "test_z", "test_z2", "test_a"]

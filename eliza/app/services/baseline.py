@@ -64,7 +64,7 @@ def baseline_library(sha: str, cell: Cell, env: dict[str, str]) -> tuple[Path, b
         conan.prepare_conan_home(project.cache, project.repo, conan_profiles_for((cell.platform,)))
         source = conan.resolve_llama_source(project.cache, project.env)
         done = proc.run(
-            conan_build_argv(src, out, cell.platform, source.version),
+            conan.conan_argv(conan_build_argv(src, out, cell.platform, source.version)),
             env=conan.conan_env(project.cache, {**source.env, **env}),
         )
     out.mkdir(parents=True, exist_ok=True)
