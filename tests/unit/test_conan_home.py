@@ -84,3 +84,20 @@ def test_any_other_remotes_are_set_through_conan(
     conan.prepare_conan_home(home_with(tmp_path, remotes_json), REPO, {})
     assert calls[0] == ("remote", "list", "--format", "json")
     assert calls[-1][:4] == ("remote", "add", conan.INDEX_REMOTE, str(REPO / "conan" / "index"))
+
+
+def test_conan_is_this_interpreters_and_the_probe_says_its_version_without_starting_it() -> None:
+    import subprocess
+    import sys
+
+    from eliza.adapters.host_probe import probe_host
+
+    assert conan.conan_argv(["conan", "build", "."]) == [sys.executable, "-m", "conans.conan", "build", "."]
+    with pytest.raises(conan.BuildError, match="not a Conan command: cmake --build"):
+        conan.conan_argv(["cmake", "--build"])
+    probed = probe_host({"PATH": ""}).conan  # no conan on PATH at all: still this one
+    assert probed is not None and probed.path == f"{sys.executable} -m conans.conan"
+    said = subprocess.run(
+        [*conan.conan_program(), "--version"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert probed.version and said.split()[-1] == probed.version
