@@ -64,7 +64,7 @@ def conan_argv(argv: Sequence[str]) -> list[str]:
 def _conan(
     cache: Path, *args: str, env: Mapping[str, str] | None = None, check: bool = True
 ) -> proc.Completed:
-    done = proc.run(conan_argv(["conan", *args]), env=conan_env(cache, env))
+    done = proc.run([*conan_program(), *args], env=conan_env(cache, env))
     if check and not done.ok:
         raise BuildError(f"conan {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
     return done

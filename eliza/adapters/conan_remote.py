@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eliza.adapters import proc
-from eliza.adapters.conan import BuildError, LlamaSource, conan_argv, conan_env
+from eliza.adapters.conan import BuildError, LlamaSource, conan_argv, conan_env, conan_program
 from eliza.core.binary_remote import REMOTE_NAME, BinaryRemote
 from eliza.core.build_plan import LLAMA_PACKAGE, CellBuildPlan
 
@@ -34,7 +34,7 @@ class LlamaBinary:
 def _conan(
     cache: Path, remote: BinaryRemote, *args: str, env: dict[str, str] | None = None
 ) -> proc.Completed:
-    return proc.run(conan_argv(["conan", *args]), env=conan_env(cache, {**remote.login_env(), **(env or {})}))
+    return proc.run([*conan_program(), *args], env=conan_env(cache, {**remote.login_env(), **(env or {})}))
 
 
 @contextmanager

@@ -16,13 +16,13 @@ import re
 import shlex
 import shutil
 import socket
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from eliza.adapters import proc
 from eliza.adapters.conan import conan_program
-from eliza.adapters.tool_versions import ToolVersions
+from eliza.adapters.tool_versions import Ask, ToolVersions
 from eliza.core.host import HostFacts, Tool
 
 __all__ = ["probe_host"]
@@ -104,8 +104,6 @@ def probe_host(
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-Ask = Callable[[list[str]], tuple[int, str]]  # a version question: argv -> (status, output)
 
 
 def _run(argv: list[str], env: Mapping[str, str]) -> tuple[int, str]:

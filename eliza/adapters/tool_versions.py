@@ -26,7 +26,7 @@ from eliza.formats.files import atomic_write_text
 FORMAT = "eliza-tool-versions/1"
 _ELF = b"\x7fELF"
 
-Ask = Callable[[list[str]], tuple[int, str]]
+Ask = Callable[[list[str]], tuple[int, str]]  # a version question: argv -> (status, output)
 
 
 def program_identity(called: str) -> list[object] | None:
@@ -55,12 +55,10 @@ def _identity(argv: Sequence[str]) -> str | None:
 def _still_there(key: str) -> bool:
     """Whether the file an answer was heard from is still that file (else the answer goes)."""
     try:
-        called, real, dev, ino, size, mtime, ctime = json.loads(key)[:7]
-        st = os.stat(real)
-    except (OSError, ValueError, TypeError):
+        heard = json.loads(key)[:7]
+    except ValueError:
         return False
-    now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    return now == (dev, ino, size, mtime, ctime) and os.path.realpath(called) == real
+    return bool(heard) and program_identity(str(heard[0])) == heard
 
 
 class ToolVersions:
@@ -69,10 +67,10 @@ class ToolVersions:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._answers = self._read()
-        self._new: dict[str, tuple[int, str]] = {}
+        self._answers = self._read()  # key -> output; only exit status 0 is remembered
+        self._new: dict[str, str] = {}
 
-    def _read(self) -> dict[str, tuple[int, str]]:
+    def _read(self) -> dict[str, str]:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -80,7 +78,7 @@ class ToolVersions:
         answers = data.get("answers") if isinstance(data, dict) and data.get("format") == FORMAT else None
         if not isinstance(answers, dict):
             return {}
-        return {key: (0, output) for key, output in answers.items() if isinstance(output, str)}
+        return {key: output for key, output in answers.items() if isinstance(output, str)}
 
     def ask(self, argv: list[str], run: Ask) -> tuple[int, str]:
         """`run(argv)`'s (exit status, output), from the memo when argv's program is the same
@@ -90,11 +88,11 @@ class ToolVersions:
             with self._lock:
                 known = self._answers.get(key)
             if known is not None:
-                return known
+                return 0, known
         rc, output = run(argv)
         if key is not None and rc == 0:
             with self._lock:
-                self._answers[key] = self._new[key] = (rc, output)
+                self._answers[key] = self._new[key] = output
         return rc, output
 
     def save(self) -> None:
@@ -105,7 +103,7 @@ class ToolVersions:
             merged = {k: v for k, v in {**self._read(), **self._new}.items() if _still_there(k)}
             self._new = {}
         text = json.dumps(
-            {"format": FORMAT, "answers": {key: output for key, (_, output) in sorted(merged.items())}},
+            {"format": FORMAT, "answers": dict(sorted(merged.items()))},
             indent=1,
         )
         try:

@@ -123,8 +123,8 @@ def render_report(report: Report, out_dir: Path, templates_dir: Path | None = No
     """
     env = make_environment(templates_dir)
     out = Path(out_dir)
-    key = chart_key(report.perf)
-    drawn = drawn_before(out / PERF_CHART_MEMO, out / PERF_CHART, key) if report.perf else None
+    key = chart_key(report.perf) if report.perf else ""
+    drawn = drawn_before(out / PERF_CHART_MEMO, out / PERF_CHART, key) if key else None
     svg, png = (drawn, b"") if drawn is not None else render_chart(report.perf)
     html = render_html(report, env, perf_svg=svg)
     markdown = render_markdown(report, env, perf_png=PERF_CHART if svg else "")
