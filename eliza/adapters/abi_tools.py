@@ -93,11 +93,10 @@ def abidw(library: Path, *, memo: Path | None = None) -> str:
     kept = None
     if memo is not None and program is not None:
         key = json.dumps([*program, *_ABIDW_FLAGS, sha256_file(library)])
-        kept = memo / f"{hashlib.sha256(key.encode()).hexdigest()}.xml"
-        try:
-            return kept.read_text(encoding="utf-8")
-        except OSError:
-            pass
+        kept = memo / f"{hashlib.sha256(key.encode()).hexdigest()}.json"
+        dump = _kept_dump(kept)
+        if dump is not None:
+            return dump
     done = proc.run([tool, *_ABIDW_FLAGS, library])
     if not done.ok:
         raise SymbolListError(f"abidw {library} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
@@ -106,13 +105,26 @@ def abidw(library: Path, *, memo: Path | None = None) -> str:
     return done.stdout
 
 
-def _keep(dump: Path, text: str) -> None:
-    """Saves a dump into its memo directory and drops the oldest beyond _DUMPS_KEPT; a memo
-    that cannot be written only costs the next dump."""
+def _kept_dump(kept: Path) -> str | None:
+    """A remembered dump whose text still has the digest it was saved with; None when there
+    is none, or it is damaged (then abidw dumps again and the memo is rewritten)."""
     try:
-        dump.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(dump, text)
-        dumps = sorted(dump.parent.glob("*.xml"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        data = json.loads(kept.read_text(encoding="utf-8"))
+        dump = data["dump"]
+        whole = isinstance(dump, str) and hashlib.sha256(dump.encode()).hexdigest() == data["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return dump if whole else None
+
+
+def _keep(kept: Path, text: str) -> None:
+    """Saves a dump with its digest into its memo directory and drops the oldest beyond
+    _DUMPS_KEPT; a memo that cannot be written only costs the next dump."""
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        atomic_write_text(kept, json.dumps({"sha256": digest, "dump": text}))
+        dumps = sorted(kept.parent.glob("*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
         for old in dumps[_DUMPS_KEPT:]:
             old.unlink(missing_ok=True)
     except OSError:

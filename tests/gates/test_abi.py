@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -46,16 +48,22 @@ def test_an_abidw_dump_is_read_back_for_the_same_bytes_only(
     memo = tmp_path / "memo"
     dumped = abidw(library, memo=memo)
     assert "eliza_inference_" in dumped and abidw(library) == dumped  # the same as without a memo
-    (kept,) = memo.glob("*.xml")
-    assert kept.read_text() == dumped
-    kept.write_text("<abi-corpus>read back</abi-corpus>")
+    (kept,) = memo.glob("*.json")
+    assert json.loads(kept.read_text())["dump"] == dumped
+    marker = "<abi-corpus>read back</abi-corpus>"
+    kept.write_text(json.dumps({"sha256": hashlib.sha256(marker.encode()).hexdigest(), "dump": marker}))
     copy = tmp_path / "b" / "libelizainference.so"  # the same bytes elsewhere: read back
     copy.parent.mkdir()
     shutil.copy2(library, copy)
-    assert abidw(copy, memo=memo) == "<abi-corpus>read back</abi-corpus>"
+    assert abidw(copy, memo=memo) == marker
+    # A damaged memo (its text no longer has its digest, or cut short) is dumped again.
+    for damaged in (json.dumps({"sha256": "0" * 64, "dump": marker}), kept.read_text()[:40]):
+        kept.write_text(damaged)
+        assert abidw(copy, memo=memo) == dumped
+        assert json.loads(kept.read_text())["dump"] == dumped
     # Other bytes (another build): dumped, not read back.
     other = gate_libraries[
         next(c for c in GATED_CELLS if gate_libraries[c].read_bytes() != library.read_bytes())
     ]
     assert abidw(other, memo=memo) == abidw(other)
-    assert len(list(memo.glob("*.xml"))) == 2
+    assert len(list(memo.glob("*.json"))) == 2
