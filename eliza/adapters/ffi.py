@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import platform
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,12 +145,55 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
 }
 
 
+class LibraryLoadError(ToolError):
+    """The library could not be loaded into this process: a missing file, another
+    architecture, a missing dependency, not a shared library, or not ours."""
+
+
+# ELF e_machine values of the architectures the matrix builds for, by platform.machine()'s
+# names of the host.
+_ELF_MACHINES = {3: "x86", 40: "arm", 62: "x86_64", 183: "aarch64", 243: "riscv64"}
+
+
+def _elf_machine(path: Path) -> str | None:
+    """The architecture an ELF file was built for, or None (not ELF, unreadable, unknown)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(20)
+    except OSError:
+        return None
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return None
+    number = int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
+    return _ELF_MACHINES.get(number, f"ELF machine {number}")
+
+
+def _load(path: Path) -> ctypes.CDLL:
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as exc:
+        # dlerror() names the file first ("<path>: invalid ELF header"); for a library of
+        # another architecture glibc says only "cannot open shared object file", so the
+        # file's own ELF header tells what it is.
+        reason = str(exc).removeprefix(f"{path}: ")
+        machine, here = _elf_machine(path), platform.machine()
+        if path.is_file() and machine is not None and machine != here:
+            reason = f"it is {machine} code and this process is {here}"
+        raise LibraryLoadError(f"{path}: cannot be loaded into this process: {reason}") from None
+
+
 class Library:
     """The loaded shared library with typed signatures."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.lib = ctypes.CDLL(str(path))
+        self.lib = _load(path)
+        missing = [name for name in _SIGNATURES if not hasattr(self.lib, name)]
+        if missing:
+            raise LibraryLoadError(
+                f"{path}: not a libelizainference of this binding: it lacks {', '.join(missing[:3])}"
+                + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            )
         for name, (restype, argtypes) in _SIGNATURES.items():
             fn = getattr(self.lib, name)
             fn.restype = restype

@@ -6,10 +6,12 @@ touches nothing."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from eliza.adapters import conan
+from eliza.adapters.errors import ToolError
 from eliza.app.context import Context
 from eliza.app.errors import ChecksFailed, ElizaError, NotHere, UsageError
 from eliza.app.executor import Builder, Execution, execute
@@ -282,20 +284,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
             devices=lab.device_targets(ctx),
         )
         ctx.log(f"verify: {done.summary()}")
-        sample = next(
-            (
-                path
-                for cell_id, path in done.libraries.items()
-                if cell_id.is_reference and not ctx.capabilities()[cell_id.platform].as_target
-            ),
-            None,
-        ) or _kept_reference_library(ctx, builder)
-        if sample is not None:
-            _, text = generate_text(sample, bundle, SAMPLE_PROMPT)
-            ctx.log(
-                f"generated through the C ABI: {SAMPLE_PROMPT + text.decode('utf-8', errors='replace')!r}"
-            )
-            ctx.log(f"library: {sample}")
+        _generate_sample(ctx, builder, done.libraries, bundle)
         paths, report = render(
             ctx.matrix,
             [evidence_run.evidence_dir, *ctx.project.default_evidence_dirs()[1:]],
@@ -320,13 +309,42 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         return VerifyResult(plan=planned.plan, report=paths.html, execution=done)
 
 
+def _generate_sample(ctx: Context, builder: Builder, built: Mapping[CellId, Path], bundle: Path) -> None:
+    """A line of greedy text through the C ABI, from a reference library that this process
+    may load (the planner's loads_in_process: never a library of another architecture or
+    one meant for a device), or one line saying why there is none. A library that fails to
+    load is that one line too: the report is still written."""
+    capabilities = ctx.capabilities()
+    sample = next(
+        (
+            path
+            for cell_id, path in built.items()
+            if cell_id.is_reference and capabilities[cell_id.platform].loads_in_process
+        ),
+        None,
+    ) or _kept_reference_library(ctx, builder)
+    if sample is None:
+        ctx.log(
+            "generated through the C ABI: nothing: no reference cell this host runs natively was "
+            "built or kept (build one, e.g. `nox -s build-linux-cpu.none`)"
+        )
+        return
+    try:
+        _, text = generate_text(sample, bundle, SAMPLE_PROMPT)
+    except ToolError as exc:
+        ctx.log(f"generated through the C ABI: nothing: {exc}")
+        return
+    ctx.log(f"generated through the C ABI: {SAMPLE_PROMPT + text.decode('utf-8', errors='replace')!r}")
+    ctx.log(f"library: {sample}")
+
+
 def _kept_reference_library(ctx: Context, builder: Builder) -> Path | None:
     """The first natively runnable platform's reference library, when nothing was built:
     the sample still goes through a library this process can load."""
     for platform in ctx.matrix.platforms:
         can = ctx.capability(platform)
         cell = ctx.matrix.reference_cell(platform.id)
-        if cell is None or not can.can_run or can.as_target:
+        if cell is None or not can.loads_in_process:
             continue
         try:
             library = builder.locate(cell)

@@ -12,6 +12,12 @@ from typing import Any
 
 FORMAT = "eliza-bench/1"
 
+# What the records' measured figures mean. It is a part of the fingerprint of every check
+# that records them, so evidence measured under an older definition is never fresh: until
+# the tools read VmHWM, peak_rss_kb was getrusage's ru_maxrss, which Linux carries over
+# from the process that started the tool (the orchestrator's own size).
+METRIC_DEFINITIONS = "peak_rss_kb=own-process-high-water-mark/2"
+
 
 class BenchFormatError(ValueError):
     pass
@@ -51,6 +57,12 @@ class BenchRun:
     def settings(self) -> dict[str, Any]:
         """What of the header decides the generated tokens: token budget and sampling."""
         return {"max_tokens": self.header.get("max_tokens"), "sampling": self.header.get("sampling")}
+
+    @property
+    def peak_rss_source(self) -> str:
+        """Where the tool read its peak RSS ("proc-status-vmhwm" on Linux); "unrecorded"
+        for a record of a tool older than the field."""
+        return str(self.header.get("peak_rss_source", "unrecorded"))
 
     @property
     def generated_tokens(self) -> int:

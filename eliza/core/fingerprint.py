@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
+from eliza.core.bench_records import METRIC_DEFINITIONS
 from eliza.core.evidence import EvidenceRecord, InputFingerprint, Status
 from eliza.core.matrix import Cell, Check, CheckKind
 
@@ -86,6 +87,7 @@ def fingerprint_for(
         parts["bundle"] = hashes.bundle
         parts["prompts"] = hashes.prompts
         parts["bench"] = hashes.bench
+        parts["metric_definitions"] = METRIC_DEFINITIONS
     if kind is CheckKind.BYTE_IDENTITY_BASELINE:
         parts["baseline"] = baseline_commit or "none"
     if kind is CheckKind.PERF:
@@ -95,6 +97,7 @@ def fingerprint_for(
         parts["bench"] = hashes.bench
         parts["reference"] = baseline_commit or "none"
         parts["check_code"] = hashes.perf_check
+        parts["metric_definitions"] = METRIC_DEFINITIONS
     if kind is CheckKind.ABI and baseline_commit:  # compared with the pre-M3 library's surface too
         parts["baseline"] = baseline_commit
     if kind is CheckKind.NATIVE_SUITE:

@@ -166,6 +166,23 @@ class Capability:
         device), never loaded into a program of this host."""
         return bool(self.runner) or bool(self.device)
 
+    @property
+    def loads_in_process(self) -> bool:
+        """Whether a program of this host may load the platform's library into its own
+        process (the sample text, the Python suite, the consumers): the platform's binaries
+        run here natively, neither under an emulator nor only on a lab device."""
+        return self.can_run and not self.as_target
+
+    def in_process_reason(self) -> str:
+        """Why loads_in_process does not hold, in words ("" when it does)."""
+        if self.loads_in_process:
+            return ""
+        if self.device:
+            return f"its binaries run on {self.device}, not in this host's processes"
+        if self.emulated:
+            return f"its binaries run only {self.runner_words.replace('emulated: ', 'under ', 1)}"
+        return self.device_error or self.run_reason
+
     def can_run_check(self, device_free: bool) -> bool:
         """Whether a check that runs the library can run here."""
         return self.can_run or (device_free and self.can_run_fallback)

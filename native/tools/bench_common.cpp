@@ -2,6 +2,10 @@
 
 #include <sys/resource.h>
 
+#if defined(__APPLE__)
+#include <mach/mach.h>
+#endif
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -149,11 +153,40 @@ std::string sha256_file(const std::string & path) {
     return std::string(out, 64);
 }
 
-long peak_rss_kb() {
+// Not getrusage(RUSAGE_SELF).ru_maxrss on Linux: the kernel carries that figure over
+// through fork and exec, so a tool started by a 190 MB orchestrator reports at least
+// 190 MB. VmHWM is the high-water mark of this program image's own address space, which
+// exec starts afresh.
+PeakRss peak_rss() {
+#if defined(__linux__)  // Android included
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line)) {
+        if (line.rfind("VmHWM:", 0) == 0) {
+            try {
+                return {std::stol(line.substr(6)), "proc-status-vmhwm"};  // "VmHWM:   36748 kB"
+            } catch (const std::exception &) {
+                break;
+            }
+        }
+    }
+    return {0, "unavailable"};
+#elif defined(__APPLE__)
+    mach_task_basic_info_data_t info{};
+    mach_msg_type_number_t count = MACH_TASK_BASIC_INFO_COUNT;
+    if (task_info(mach_task_self(), MACH_TASK_BASIC_INFO, reinterpret_cast<task_info_t>(&info), &count) !=
+        KERN_SUCCESS) {
+        return {0, "unavailable"};
+    }
+    return {static_cast<long>(info.resident_size_max / 1024), "mach-task-resident-size-max"};
+#else
     struct rusage usage {};
     getrusage(RUSAGE_SELF, &usage);
-    return usage.ru_maxrss;  // kilobytes on Linux
+    return {usage.ru_maxrss, "getrusage-maxrss"};
+#endif
 }
+
+long peak_rss_kb() { return peak_rss().kb; }
 
 double now_ms() {
     using clock = std::chrono::steady_clock;
@@ -246,12 +279,13 @@ void write_header(FILE * f, const char * tool, const Options & opt, const std::s
                  "{\"type\": \"header\", \"format\": \"eliza-bench/1\", \"tool\": %s, \"cell\": %s, "
                  "\"bundle\": %s, \"prompts_file\": %s, \"max_tokens\": %d, \"repeats\": %d, "
                  "\"sampling\": {\"temperature\": %g, \"top_k\": %d, \"top_p\": %g, \"repeat_penalty\": %g, "
-                 "\"seed\": %d}, \"drafter\": %s, \"draft_min\": %d, \"draft_max\": %d, \"build\": %s}\n",
+                 "\"seed\": %d}, \"drafter\": %s, \"draft_min\": %d, \"draft_max\": %d, \"peak_rss_source\": %s, "
+                 "\"build\": %s}\n",
                  json_string(tool).c_str(), json_string(opt.cell).c_str(), json_string(opt.bundle).c_str(),
                  json_string(opt.prompts).c_str(), opt.max_tokens, opt.repeats, opt.temperature, opt.top_k,
                  opt.top_p, opt.repeat_penalty, opt.seed,
                  opt.drafter.empty() ? "null" : json_string(opt.drafter).c_str(), opt.draft_min, opt.draft_max,
-                 identity_json.c_str());
+                 json_string(peak_rss().source).c_str(), identity_json.c_str());
 }
 
 namespace {

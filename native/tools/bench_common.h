@@ -18,6 +18,13 @@ std::string hex(const std::string & bytes);
 std::string sha256_file(const std::string & path);  // "" when unreadable
 std::string read_file(const std::string & path);    // "" when unreadable
 std::string one_line(std::string json);             // newlines -> spaces: records are JSON lines
+// The peak resident memory of this process's own program image, and where it was read
+// ("proc-status-vmhwm" on Linux and Android): never a figure inherited from the parent.
+struct PeakRss {
+    long kb;
+    const char * source;
+};
+PeakRss peak_rss();
 long peak_rss_kb();
 double now_ms();
 

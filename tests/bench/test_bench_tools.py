@@ -20,6 +20,7 @@ from eliza.adapters.bench_tools import (
 )
 from eliza.adapters.ffi import expected_abi_version
 from eliza.core.bench_diff import compare_identity, drafter_problems, drafter_totals
+from eliza.core.bench_records import parse_run
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +135,42 @@ def test_help_shows_usage_and_defaults(library_path: Path, tool: str) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"usage: {tool} --bundle DIR --prompts FILE")
     assert "--max-tokens 64" in result.stdout and result.stderr == ""
+
+
+# A parent that holds this much resident memory when it starts the tool. Linux carries a
+# getrusage() peak over through fork and exec, so a tool that read ru_maxrss reported at
+# least this; the tool's own peak on the tiny bundle is tens of MB.
+BALLAST_MB = 300
+
+# Starts argv from a Python process that first touches BALLAST_MB of its own memory.
+LARGE_PARENT = f"""
+import subprocess, sys
+ballast = bytearray({BALLAST_MB} << 20)
+for i in range(0, len(ballast), 4096):
+    ballast[i] = 1
+sys.exit(subprocess.run(sys.argv[1:]).returncode)
+"""
+
+
+def test_peak_rss_is_the_tools_own_whoever_starts_it(
+    library_path: Path, tiny_bundle: Path, prompts: Path, tmp_path: Path
+) -> None:
+    s = settings(tiny_bundle, prompts)
+    figures = {}
+    for parent in ("small", "large"):
+        out = tmp_path / f"{parent}.jsonl"
+        argv = bench_argv(library_path.parent, library_path, s, "t", out)
+        # small: a shell that forks the tool (so not even this pytest process's size is
+        # the tool's starting point); large: a Python process holding BALLAST_MB.
+        wrapper = (
+            ["/bin/sh", "-c", '"$@"; exit $?', "sh"]
+            if parent == "small"
+            else [sys.executable, "-c", LARGE_PARENT]
+        )
+        subprocess.run([*wrapper, *argv], check=True, capture_output=True)
+        record = parse_run(out.read_text(), str(out))
+        assert record.peak_rss_source == "proc-status-vmhwm"
+        figures[parent] = max(p.peak_rss_kb for p in record.prompts)
+    small, large = figures["small"], figures["large"]
+    assert 0 < small < BALLAST_MB * 1024 / 2, figures  # the tool's own size, not a parent's
+    assert abs(large - small) < 8 * 1024, figures  # within a few MB, whoever started it

@@ -8,7 +8,8 @@ cache; only libelizainference is rebuilt), against the copy's own unchanged libr
   decode tok/s, and `nox -s report -- --compare OLD/report.json --fail-on-regression`
   lists it and exits 1;
 - a perf_waivers entry turns the failure into VERIFIED (waived), and its expiry back;
-- 64 MB more resident memory at `_create` FAILS peak RSS.
+- 64 MB more resident memory at `_create` FAILS peak RSS (the default tiers' e2e test
+  tests/integration/test_perf_rss.py shows it under a plain verify's conditions too).
 
 Slow tier: four library builds and five verifies of one cell (several minutes)."""
 
@@ -23,28 +24,19 @@ import pytest
 
 from tests.ci.helpers import copy_tree, env_for
 from tests.integration.test_synthetic_gate import run
+from tests.plants import (
+    BIGGER_CREATE,
+    CREATED,
+    FFI,
+    INCLUDES,
+    MORE_INCLUDES,
+    NEXT,
+    SLOWER_NEXT,
+    edit,
+)
 from tests.signing import predicate
 
 CELL = "linux-cpu.none"
-FFI = "native/src/ffi.cpp"
-NEXT = "        return report(fn, out_error, stream->llama->next(out, message), message);"
-SLOWER_NEXT = """        const auto planted_t0 = std::chrono::steady_clock::now();
-        const int planted_rc = stream->llama->next(out, message);
-        const auto planted_until = std::chrono::steady_clock::now() +
-                                   (std::chrono::steady_clock::now() - planted_t0) * 18 / 100;
-        while (std::chrono::steady_clock::now() < planted_until) {
-        }
-        return report(fn, out_error, planted_rc, message);"""
-CREATED = "        result = ctx.release();"
-BIGGER_CREATE = """        result = ctx.release();
-        {
-            constexpr std::size_t planted_bytes = std::size_t{64} << 20;
-            char * planted = static_cast<char *>(std::malloc(planted_bytes));
-            if (planted != nullptr) std::memset(planted, 1, planted_bytes);
-            planted_rss = planted;
-        }"""
-INCLUDES = "#include <cstddef>\n"
-MORE_INCLUDES = "#include <chrono>\n#include <cstddef>\nstatic char * volatile planted_rss = nullptr;\n"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -54,13 +46,6 @@ def _can_build_linux_cpu() -> None:
     can = capability(load_project_matrix().platform("linux-cpu"))
     if not can.can_build:
         pytest.skip(f"linux-cpu cannot be built on this host: {can.build_reason}")
-
-
-def edit(repo: Path, rel: str, old: str, new: str) -> None:
-    path = repo / rel
-    text = path.read_text()
-    assert text.count(old) == 1, f"{rel} no longer contains {old!r} once: update this test"
-    path.write_text(text.replace(old, new))
 
 
 def perf_record(repo: Path) -> dict[str, Any]:

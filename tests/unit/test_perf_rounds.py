@@ -55,7 +55,7 @@ def fake_measure(calls: list[int], noisy_first: bool) -> Any:
         log: object,
         *,
         first: int = 0,
-    ) -> tuple[dict[str, list[float]], dict[str, list[float]], list[Path]]:
+    ) -> perf.Samples:
         calls.append(rounds)
         noisy = noisy_first and len(calls) == 1
         candidate = {
@@ -63,7 +63,7 @@ def fake_measure(calls: list[int], noisy_first: bool) -> Any:
             for name, value in STEADY.items()
         }
         reference = {name: [value * (1 + 0.001 * i) for i in range(rounds)] for name, value in STEADY.items()}
-        return candidate, reference, []
+        return perf.Samples(candidate, reference, {"proc-status-vmhwm"})
 
     return measure
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from eliza.adapters.bench_tools import BenchSettings, bench_argv, run_tool
@@ -36,7 +36,8 @@ def run_metrics(run: BenchRun) -> dict[str, float]:
     """What one bench run contributes to each metric: one sample per round and side. Per
     prompt the best of its repeats (the fastest decode, the shortest prefill and first
     token: other processes of a busy machine only ever slow a repeat down), then the median
-    over prompts; the process's peak RSS."""
+    over prompts; the bench process's own peak RSS (its high-water mark, never the
+    parent's: see docs/perf.md)."""
     decode = [max(p.decode_tok_s) for p in run.prompts if len(p.tokens) > 1 and p.decode_tok_s]
     prefill = [
         len(p.prompt_tokens) / (min(p.prefill_ms) / 1000.0)
@@ -56,9 +57,24 @@ def perf_settings(opts: BenchOptions) -> BenchSettings:
     return replace(opts.settings, max_tokens=opts.perf_max_tokens, repeats=opts.perf_repeats)
 
 
+@dataclass
+class Samples:
+    """Rounds' samples of each side, per metric, and where the tools read peak RSS."""
+
+    candidate: dict[str, list[float]] = field(default_factory=dict)
+    reference: dict[str, list[float]] = field(default_factory=dict)
+    peak_rss_sources: set[str] = field(default_factory=set)
+
+    def extend(self, more: Samples) -> None:
+        for mine, theirs in ((self.candidate, more.candidate), (self.reference, more.reference)):
+            for name, values in theirs.items():
+                mine.setdefault(name, []).extend(values)
+        self.peak_rss_sources |= more.peak_rss_sources
+
+
 def measure(
     cell: Cell, library: Path, reference: Path, opts: BenchOptions, rounds: int, log: Log, *, first: int = 0
-) -> tuple[dict[str, list[float]], dict[str, list[float]], list[Path]]:
+) -> Samples:
     """Rounds of candidate and reference, AB then BA alternately, so warm-up and drift
     favour neither; the cell's bench tool drives both libraries, where the platform's
     binaries run (here, or on its lab device: a device's timings are its own)."""
@@ -66,8 +82,7 @@ def measure(
     env = {"ELIZA_N_THREADS": str(opts.overhead_threads)}
     out = opts.out_dir / cell.platform.id / cell.key / "perf"
     tool_dir = library.parent
-    samples: dict[str, dict[str, list[float]]] = {"candidate": {}, "reference": {}}
-    paths: list[Path] = []
+    samples = Samples()
     for i in range(first, first + rounds):
         order = ("candidate", "reference") if i % 2 == 0 else ("reference", "candidate")
         for side in order:
@@ -75,11 +90,12 @@ def measure(
             lib = library if side == "candidate" else reference
             argv = bench_argv(tool_dir, lib, settings, f"{cell.id} {side}", path)
             done = run_tool(argv, path, env, runner=opts.runner)
+            samples.peak_rss_sources.add(done.peak_rss_source)
+            into = samples.candidate if side == "candidate" else samples.reference
             for name, value in run_metrics(done).items():
-                samples[side].setdefault(name, []).append(value)
-            paths.append(path)
+                into.setdefault(name, []).append(value)
     log(f"{cell.id}: perf: {rounds} rounds of candidate and reference")
-    return samples["candidate"], samples["reference"], paths
+    return samples
 
 
 def perf_outcome(
@@ -181,7 +197,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             )
             continue
         library = job.library(cell)
-        candidate, ref, _ = measure(cell, library, reference, opts, rounds, evidence.log)
+        samples = measure(cell, library, reference, opts, rounds, evidence.log)
         settings = perf_settings(opts)
         about: dict[str, object] = {
             "reference": words,
@@ -192,27 +208,41 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             "max_tokens": settings.max_tokens,
             "repeats": settings.repeats,
             "ran_on": step.how,
+            "peak_rss_source": ",".join(sorted(samples.peak_rss_sources)),
         }
         milestone = job.matrix.exit_checklist.milestone if job.matrix.exit_checklist else ""
         policy = PerfPolicy(waivers=job.matrix.perf_waivers, today=now().date(), milestone=milestone)
         done = perf_outcome(
-            cell, check, candidate, ref, policy, watch=watch, about=about, artifacts=(library, reference)
+            cell,
+            check,
+            samples.candidate,
+            samples.reference,
+            policy,
+            watch=watch,
+            about=about,
+            artifacts=(library, reference),
         )
         if done.status is Status.INCONCLUSIVE and opts.perf_rounds is None:
             # The declared rounds could not decide (a noisy host): as many again, once, still
             # interleaved, then the verdict of all of them. --rounds N runs exactly N.
-            more_c, more_r, _ = measure(cell, library, reference, opts, rounds, evidence.log, first=rounds)
-            for name, values in more_c.items():
-                candidate.setdefault(name, []).extend(values)
-            for name, values in more_r.items():
-                ref.setdefault(name, []).extend(values)
+            samples.extend(measure(cell, library, reference, opts, rounds, evidence.log, first=rounds))
             about["rounds_run"] = 2 * rounds
+            about["peak_rss_source"] = ",".join(sorted(samples.peak_rss_sources))
             done = perf_outcome(
-                cell, check, candidate, ref, policy, watch=watch, about=about, artifacts=(library, reference)
+                cell,
+                check,
+                samples.candidate,
+                samples.reference,
+                policy,
+                watch=watch,
+                about=about,
+                artifacts=(library, reference),
             )
         out = opts.out_dir / cell.platform.id / cell.key / "perf" / "perf.json"
         atomic_write_text(
-            out, json.dumps({"candidate": candidate, "reference": ref, **about}, indent=2) + "\n"
+            out,
+            json.dumps({"candidate": samples.candidate, "reference": samples.reference, **about}, indent=2)
+            + "\n",
         )
         evidence.log(f"{cell.id}: perf {done.status.value}: {done.reason or done.details['summary']}")
         outcomes.append(done)

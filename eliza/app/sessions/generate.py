@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from eliza.adapters.ffi import ElizaError
+from eliza.adapters.ffi import ElizaError, LibraryLoadError
 from eliza.app.context import Context
-from eliza.app.errors import NotHere, UsageError
+from eliza.app.errors import Failed, NotHere, UsageError
 from eliza.app.options import Parser, positive
 from eliza.app.project import capability
 from eliza.app.services.bench_options import check_bundle
@@ -66,6 +66,11 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
 def run(options: GenerateOptions, ctx: Context) -> str:
     matrix, log = ctx.matrix, ctx.log
     cell = matrix.cell(options.cell or default_cell(matrix))
+    can = capability(cell.platform)
+    if not can.loads_in_process:
+        # Generation loads the library into this process: a cross-built or device-only
+        # library cannot be (its run-time checks go through `nox -s verify`).
+        raise NotHere(f"generate: {cell.id}'s library cannot be loaded here: {can.in_process_reason()}")
     built = build_cells((cell,), matrix, echo=options.verbose, on_progress=None if options.verbose else log)[
         0
     ]
@@ -74,6 +79,8 @@ def run(options: GenerateOptions, ctx: Context) -> str:
         tokens, text = generate_text(built.library, bundle, options.prompt, options.max_tokens)
     except ElizaError as exc:  # the library refused this input (prompt, bundle, ELIZA_* variables)
         raise UsageError(f"generate: {exc.message}") from None
+    except LibraryLoadError as exc:
+        raise Failed(f"generate: {exc}") from None
     log(f"library: {built.library}")
     log(f"bundle: {bundle}")
     log(f"{len(tokens)} tokens generated (greedy)")

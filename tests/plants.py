@@ -1,0 +1,42 @@
+"""Faults planted in a copy's library source by the perf tests: each is an exact edit of
+`native/src/ffi.cpp` that fails loudly when the source no longer holds what it replaces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+FFI = "native/src/ffi.cpp"
+INCLUDES = "#include <cstddef>\n"
+MORE_INCLUDES = "#include <chrono>\n#include <cstddef>\nstatic char * volatile planted_rss = nullptr;\n"
+
+# The decode step spins 18 % of its own time longer.
+NEXT = "        return report(fn, out_error, stream->llama->next(out, message), message);"
+SLOWER_NEXT = """        const auto planted_t0 = std::chrono::steady_clock::now();
+        const int planted_rc = stream->llama->next(out, message);
+        const auto planted_until = std::chrono::steady_clock::now() +
+                                   (std::chrono::steady_clock::now() - planted_t0) * 18 / 100;
+        while (std::chrono::steady_clock::now() < planted_until) {
+        }
+        return report(fn, out_error, planted_rc, message);"""
+
+# 64 MB more resident memory at _create (malloc + memset, kept alive).
+CREATED = "        result = ctx.release();"
+BIGGER_CREATE = """        result = ctx.release();
+        {
+            constexpr std::size_t planted_bytes = std::size_t{64} << 20;
+            char * planted = static_cast<char *>(std::malloc(planted_bytes));
+            if (planted != nullptr) std::memset(planted, 1, planted_bytes);
+            planted_rss = planted;
+        }"""
+
+
+def edit(repo: Path, rel: str, old: str, new: str) -> None:
+    path = repo / rel
+    text = path.read_text()
+    assert text.count(old) == 1, f"{rel} no longer contains {old!r} once: update this test"
+    path.write_text(text.replace(old, new))
+
+
+def plant_memory_growth(repo: Path) -> None:
+    edit(repo, FFI, INCLUDES, MORE_INCLUDES)
+    edit(repo, FFI, CREATED, BIGGER_CREATE)
