@@ -90,8 +90,19 @@ class ElizaInferenceConan(ConanFile):
     def _llama_version(self):
         return str(self.conf.get("user.eliza:llama_cpp_version", default="0.3.36"))
 
+    def _runtimes(self):
+        """The gates' runtime packages this cell's build provides, {gate id: reference}:
+        eliza passes them (user.eliza:runtimes, "mlx=mlx/0.32.4,...") from matrix.yaml's
+        runtime_package and runtime_platforms for the cell's platform and gates."""
+        value = str(self.conf.get("user.eliza:runtimes", default="") or "")
+        pairs = [item.split("=", 1) for item in value.split(",") if item.strip()]
+        return {gate.strip(): ref.strip() for gate, ref in pairs}
+
     def requirements(self):
         self.requires(f"llama-cpp/{self._llama_version()}")
+        for ref in self._runtimes().values():
+            # Shipped beside the library by its gate module, never linked into it.
+            self.requires(ref, run=True, headers=True, libs=False)
 
     def layout(self):
         self.folders.source = "native"
@@ -117,6 +128,9 @@ class ElizaInferenceConan(ConanFile):
             llama.package_folder, "res", "eliza-llama-build.json"
         ).replace("\\", "/")
         tc.cache_variables["ELIZA_WITH_CUDA"] = bool(llama.options.with_cuda)
+        for gate, ref in self._runtimes().items():
+            root = self.dependencies[ref.split("/", 1)[0]].package_folder
+            tc.cache_variables[f"ELIZA_RUNTIME_ROOT_{gate}"] = root.replace("\\", "/")
         # Reproducible whatever the Conan home: llama.cpp's headers are named by a fixed
         # prefix in the debug info (native/CMakeLists.txt maps the checkout's own folders).
         tc.cache_variables["ELIZA_PREFIX_MAPS"] = f"{llama.package_folder}=/llama-cpp".replace("\\", "/")

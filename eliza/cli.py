@@ -4,6 +4,9 @@ eliza check-matrix [PATH]      validate a matrix file (default: ELIZA_MATRIX, el
                                repository's matrix.yaml); print its cells (exit 2 on errors)
 eliza ci-files [--check]       regenerate the CI workflow from matrix.yaml (or fail on drift)
 eliza bench-diff A B           byte-identity diff of two bench record files
+eliza mlx-weights GGUF [--out DIR]
+                               convert a llama GGUF to an MLX-LM weights directory (default
+                               DIR: the GGUF's folder/mlx); exit 2 on a file it cannot convert
 """
 
 from __future__ import annotations
@@ -26,6 +29,22 @@ def _check_matrix(path: Path) -> int:
     print(f"{path}: {len(matrix.platforms)} platforms, {len(matrix.gates)} gates, {len(matrix.cells)} cells")
     for cell in matrix.cells:
         print(f"  {cell.id}: {', '.join(c.id for c in cell.checks)}")
+    return 0
+
+
+def _mlx_weights(gguf: Path, out: Path | None) -> int:
+    import time
+
+    from eliza.app.errors import UsageError
+    from eliza.formats.mlx_weights import MlxWeightsError, convert, default_out_dir
+
+    started = time.monotonic()
+    try:
+        record = convert(gguf, out or default_out_dir(gguf))
+    except MlxWeightsError as exc:
+        raise UsageError(str(exc)) from exc
+    seconds = time.monotonic() - started
+    print(f"{record.out_dir}: {record.tensor_count} tensors from {gguf.name} in {seconds:.1f} s")
     return 0
 
 
@@ -73,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     diff = sub.add_parser("bench-diff", help="byte-identity diff of two bench runs")
     diff.add_argument("left")
     diff.add_argument("right")
+    mlx = sub.add_parser("mlx-weights", help="convert a llama GGUF to an MLX-LM weights directory")
+    mlx.add_argument("gguf", type=Path, metavar="GGUF", help="a llama-architecture GGUF model file")
+    mlx.add_argument(
+        "--out", type=Path, metavar="DIR", help="the directory to (re)write (default: the GGUF's folder/mlx)"
+    )
     args = parser.parse_args(argv)
 
     from eliza.app.errors import ElizaError
@@ -84,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             from eliza.app.services.ci_files import write_or_check
 
             return write_or_check(check=args.check)
+        if args.command == "mlx-weights":
+            return _mlx_weights(args.gguf, args.out)
         return bench_diff([args.left, args.right])
     except ElizaError as exc:  # the one root: its class says the exit status
         sys.stderr.write(f"eliza: error: {exc}\n")

@@ -37,6 +37,8 @@ class PromptRecord:
     first_token_ms: tuple[float, ...]
     decode_tok_s: tuple[float, ...]
     peak_rss_kb: int
+    # reference_runner: the gap between the two highest logits at each generated position
+    logit_margins: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +86,7 @@ def _prompt(data: Mapping[str, Any], where: str) -> PromptRecord:
             first_token_ms=tuple(float(v) for v in data["first_token_ms"]),
             decode_tok_s=tuple(float(v) for v in data["decode_tok_s"]),
             peak_rss_kb=int(data["peak_rss_kb"]),
+            logit_margins=tuple(float(v) for v in data.get("logit_margins", ())),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise BenchFormatError(f"{where}: malformed prompt record ({exc!r})") from exc

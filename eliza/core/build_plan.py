@@ -78,6 +78,12 @@ def conan_build_argv(
     ]
 
 
+def cell_runtimes(cell: Cell) -> tuple[tuple[str, str], ...]:
+    """(gate id, Conan reference) of each of the cell's gates whose runtime its platform
+    gets (matrix.yaml: runtime_package on runtime_platforms)."""
+    return tuple((g.id, ref) for g in cell.gates if (ref := g.runtime_for(cell.platform.id)))
+
+
 def plan_cell_build(
     cell: Cell,
     *,
@@ -98,6 +104,9 @@ def plan_cell_build(
     if cell.variant is not None:  # its own llama.cpp package and the library's flags
         sanitize = cell.variant.sanitize_option
         argv += ["-o", f"{LLAMA_PACKAGE}/*:sanitize={sanitize}", "-o", f"&:sanitize={sanitize}"]
+    runtimes = cell_runtimes(cell)
+    if runtimes:  # the gates' runtime packages (conanfile.py requires them)
+        argv += ["--conf", "user.eliza:runtimes=" + ",".join(f"{g}={ref}" for g, ref in runtimes)]
     for key, value in sorted((extra_conf or {}).items()):
         argv += ["--conf", f"{key}={value}"]
     return CellBuildPlan(

@@ -34,6 +34,11 @@ class ProfileContext:
     ccache_dir: str | None = None
 
 
+def conan_os_arch(platform: Platform) -> tuple[str, str]:
+    """The platform's target as Conan's settings name it: ("Linux", "armv8")."""
+    return _CONAN_OS[platform.os], _CONAN_ARCH[platform.arch]
+
+
 def host_profile_name(platform: Platform) -> str:
     return f"eliza-{platform.id}"
 

@@ -32,6 +32,7 @@ class InputHashes:
     native_tests: str = ""  # tests/native and the harness: the native-suite check's cases
     consumers: str = ""  # native/consumers and the code that runs and judges them
     perf_check: str = ""  # the perf runner, its statistics and its round settings
+    backend_check: str = ""  # the backend-agreement runner and judge, and the runtimes' converters
 
 
 def _matrix_entries(cell: Cell, check: Check) -> str:
@@ -98,6 +99,13 @@ def fingerprint_for(
         parts["reference"] = baseline_commit or "none"
         parts["check_code"] = hashes.perf_check
         parts["metric_definitions"] = METRIC_DEFINITIONS
+    if kind is CheckKind.BACKEND_AGREEMENT:
+        # the runtimes' artifacts are converted from the bundle's GGUF by the converters,
+        # whose code is part of check_code; the runtime itself is the recipes' pin
+        parts["bundle"] = hashes.bundle
+        parts["prompts"] = hashes.prompts
+        parts["bench"] = hashes.bench
+        parts["check_code"] = hashes.backend_check
     if kind is CheckKind.ABI and baseline_commit:  # compared with the pre-M3 library's surface too
         parts["baseline"] = baseline_commit
     if kind is CheckKind.NATIVE_SUITE:

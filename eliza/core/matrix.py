@@ -53,6 +53,7 @@ class CheckKind(StrEnum):
     NATIVE_SUITE = "native-suite"  # the C ABI suite (races included) and the bench tools on this build
     CONSUMER = "consumer"  # the Node and JNI consumers drive the released C ABI on this build
     PERF = "perf"  # tok/s, first token and peak RSS against a reference library, with statistics
+    BACKEND_AGREEMENT = "backend-agreement"  # a gate's runtime, hard-selected, vs the llama.cpp path
 
 
 class Direction(StrEnum):
@@ -163,6 +164,19 @@ class Platform:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BackendAgreement:
+    """How closely a gate's runtime must agree with the llama.cpp path of the same cell and
+    bundle, greedy (backend-agreement). Across runtimes only greedy output is comparable,
+    and rounding may break a near-tie the other way: a prompt may first diverge only where
+    llama.cpp's two highest logits were within `tie_margin`, and the share of agreeing
+    positions must reach `min_token_agreement`."""
+
+    compare: str = "tokens"  # "tokens", or "text" for a runtime that gives text (bytes) only
+    min_token_agreement: float = 1.0
+    tie_margin: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Gate:
     id: str  # "litert"
     description: str
@@ -172,6 +186,14 @@ class Gate:
     artifacts: tuple[str, ...]  # bundle globs it serves, e.g. ("text/*.litertlm",)
     runtime_platforms: tuple[str, ...] = ()  # platform ids where the runtime can really exist
     preference_rank: int = 50  # the factory's rank in auto-selection (llama.cpp is 0)
+    # The Conan package of the runtime ("mlx/0.32.4", a recipe of conan/index): the cells of
+    # runtime_platforms get it; "" where the application provides the runtime.
+    runtime_package: str = ""
+    agreement: BackendAgreement = field(default_factory=BackendAgreement)  # backend-agreement's tolerance
+
+    def runtime_for(self, platform_id: str) -> str:
+        """The runtime package a cell of this platform builds with ("" when none)."""
+        return self.runtime_package if platform_id in self.runtime_platforms else ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,6 +204,8 @@ class Check:
     pass_rule: str  # in words, shown in the report
     needs_run: bool  # runs the built artefact (so run_requires apply)
     gated_cells_only: bool = False  # only for cells with at least one gate
+    # only for cells with a gate whose runtime exists on the cell's platform (runtime_for)
+    runtime_cells_only: bool = False
     device_free: bool = False  # runs the library without its accelerator (the CPU fallback suffices)
     # Programs the host that runs the check needs besides the platform's run_requires
     # (a consumer's runtime); where one is missing the check is NOT RUNNABLE HERE.

@@ -16,6 +16,7 @@ from typing import Any
 
 from eliza.core.matrix import (
     Agreement,
+    BackendAgreement,
     Baseline,
     Cell,
     Check,
@@ -159,7 +160,7 @@ class MatrixRules:
             specs.items(), key=lambda kv: (order[kv[0][0]], len(kv[0][1]), kv[0][1])
         ):
             wanted = set(spec.checks if spec.checks is not None else default)
-            cell_checks = tuple(c for c in checks if c.id in wanted and (gate_key or not c.gated_cells_only))
+            cell_checks = _applicable(checks, wanted, pid, tuple(gates[g] for g in gate_key))
             cell = Cell(
                 platform=by_platform[pid], gates=tuple(gates[g] for g in gate_key), checks=cell_checks
             )
@@ -167,13 +168,14 @@ class MatrixRules:
                 self.error(
                     spec.origin,
                     f"cell {cell.id!r} has no checks to run",
-                    "checks with gated_cells_only apply only to cells with at least one gate",
+                    "checks with gated_cells_only apply only to cells with at least one gate "
+                    "(runtime_cells_only: with a gate whose runtime exists on the platform)",
                 )
             cells.append(cell)
         variants = {v["id"]: _variant(v) for v in d.get("variants", [])}
         for (pid, gate_key, vid), spec in self.variant_specs.items():
             wanted = set(spec.checks if spec.checks is not None else default)
-            cell_checks = tuple(c for c in checks if c.id in wanted and (gate_key or not c.gated_cells_only))
+            cell_checks = _applicable(checks, wanted, pid, tuple(gates[g] for g in gate_key))
             cells.append(
                 Cell(
                     platform=by_platform[pid],
@@ -650,6 +652,18 @@ def _platform(p: Mapping[str, Any]) -> Platform:
     )
 
 
+def _applicable(
+    checks: tuple[Check, ...], wanted: set[str], platform_id: str, gates: tuple[Gate, ...]
+) -> tuple[Check, ...]:
+    """The wanted checks that apply to a cell of these gates on this platform."""
+    with_runtime = any(g.runtime_for(platform_id) for g in gates)
+    return tuple(
+        c
+        for c in checks
+        if c.id in wanted and (gates or not c.gated_cells_only) and (with_runtime or not c.runtime_cells_only)
+    )
+
+
 def _gate(g: Mapping[str, Any]) -> Gate:
     return Gate(
         id=g["id"],
@@ -660,6 +674,8 @@ def _gate(g: Mapping[str, Any]) -> Gate:
         artifacts=tuple(g["artifacts"]),
         runtime_platforms=tuple(g.get("runtime_platforms", [])),
         preference_rank=g.get("preference_rank", 50),
+        runtime_package=g.get("runtime_package", ""),
+        agreement=BackendAgreement(**g["agreement"]) if "agreement" in g else BackendAgreement(),
     )
 
 
@@ -671,6 +687,7 @@ def _check(c: Mapping[str, Any]) -> Check:
         pass_rule=c["pass_rule"],
         needs_run=c["needs_run"],
         gated_cells_only=c.get("gated_cells_only", False),
+        runtime_cells_only=c.get("runtime_cells_only", False),
         device_free=c.get("device_free", False),
         run_requires=tuple(Requirement(r) for r in c.get("run_requires", [])),
         metrics=tuple(

@@ -114,6 +114,81 @@ def atomic_write_with(path: Path, write: Callable[[Path], None]) -> Path:
     return path
 
 
+def atomic_write_directory(path: Path, fill: Callable[[Path], None]) -> Path:
+    """For outputs read as one whole of several files (a weights directory and the record of
+    what it was made from): `fill` writes them into a private temporary directory beside
+    `path`, which then takes its place. A reader sees the old directory or the new one (or,
+    for the instant between two renames, none), never a mix; a failed `fill` leaves nothing
+    behind, and the temporaries of a writer that was killed are removed by the next write of
+    the same target. `path` itself must be a directory or absent."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in _stale_directory_temporaries(path):
+        with contextlib.suppress(FileNotFoundError):
+            _remove_tree(stale)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=_temporary_prefix(path), suffix=TEMP_SUFFIX))
+    old: Path | None = None
+    try:
+        fill(tmp)
+        os.chmod(tmp, 0o755)  # mkdtemp makes 0700; the directory is shared like any output
+        _fsync_directory(tmp)
+        if path.is_dir() and not path.is_symlink():
+            # POSIX rename replaces an empty directory only: the old one steps aside first.
+            old = Path(tempfile.mkdtemp(dir=path.parent, prefix=_temporary_prefix(path), suffix=TEMP_SUFFIX))
+            os.replace(path, old)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                os.replace(old, path)
+                old = None
+                raise
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        for leftover in (tmp, old):
+            if leftover is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    _remove_tree(leftover)
+        raise
+    _fsync_directory(path.parent)
+    if old is not None:
+        _remove_tree(old)
+    return path
+
+
+def _stale_directory_temporaries(path: Path) -> list[Path]:
+    found: list[Path] = []
+    try:
+        entries = sorted(path.parent.iterdir())
+    except FileNotFoundError:
+        return found
+    for entry in entries:
+        match = _TEMPORARY.match(entry.name)
+        if (
+            match
+            and match["target"] == path.name
+            and entry.is_dir()
+            and not entry.is_symlink()
+            and not _process_alive(int(match["pid"]))
+        ):
+            found.append(entry)
+    return found
+
+
+def _remove_tree(root: Path) -> None:
+    # The formats layer may not import shutil (it runs nothing); a tree of plain files and
+    # folders is all an atomic directory write ever leaves. Links are removed, not followed.
+    for current, dirs, files in os.walk(root, topdown=False, followlinks=False):
+        for name in files:
+            os.unlink(os.path.join(current, name))
+        for name in dirs:
+            child = os.path.join(current, name)
+            if os.path.islink(child):
+                os.unlink(child)
+            else:
+                os.rmdir(child)
+    os.rmdir(root)
+
+
 def _fsync_directory(directory: Path) -> None:
     # Makes the rename itself durable on POSIX; not supported everywhere, and not needed
     # for correctness of readers, so failures are ignored.

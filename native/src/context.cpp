@@ -287,6 +287,53 @@ bool ensure_model(EliInferenceContext & ctx, int & code, std::string & message) 
     return load_model(ctx, code, message);
 }
 
+bool ensure_vocab(EliInferenceContext & ctx, VocabView & out, int & code, std::string & message) {
+    if (ctx.loaded.load(std::memory_order_acquire)) {
+        out = VocabView{ctx.vocab, ctx.n_vocab, ctx.max_piece_bytes};
+        return true;
+    }
+    if (!ctx.vocab_loaded.load(std::memory_order_acquire)) {
+        std::lock_guard<std::mutex> lock(ctx.load_mutex);
+        if (ctx.loaded.load(std::memory_order_acquire)) {
+            out = VocabView{ctx.vocab, ctx.n_vocab, ctx.max_piece_bytes};
+            return true;
+        }
+        if (!ctx.vocab_loaded.load(std::memory_order_acquire)) {
+            code = ELIZA_ERR_BUNDLE_INVALID;
+            if (ctx.model_path.empty()) {
+                message = "bundle '" + ctx.bundle_dir + "' has no text/*.gguf: its vocabulary is what every backend "
+                          "tokenizes with";
+                return false;
+            }
+            ensure_backend_initialised();
+            llama_model_params mparams = llama_model_default_params();
+            mparams.vocab_only = true;
+            LlamaModelPtr model(llama_model_load_from_file(ctx.model_path.c_str(), mparams));
+            if (!model) {
+                const std::string why = llama_error_chain();
+                message = "cannot load the vocabulary of '" + ctx.model_path + "'" +
+                          (why.empty() ? std::string(": not a valid GGUF model") : ": " + why);
+                return false;
+            }
+            VocabView v;
+            v.vocab = llama_model_get_vocab(model.get());
+            v.n_vocab = llama_vocab_n_tokens(v.vocab);
+            for (llama_token t = 0; t < v.n_vocab; ++t) {
+                v.max_piece_bytes = std::max(v.max_piece_bytes, token_piece(v.vocab, t).size());
+            }
+            ctx.vocab_only = v;
+            ctx.vocab_model = std::move(model);
+            ctx.vocab_loaded.store(true, std::memory_order_release);
+        }
+    }
+    out = ctx.vocab_only;
+    return true;
+}
+
+bool file_identity(const std::string & path, uint64_t & out, std::string & message) {
+    return model_identity(fs::path(path), out, message);
+}
+
 std::unique_ptr<EliInferenceContext> load_context(const char * bundle_dir, int & code, std::string & message) {
     code = ELIZA_ERR_INVALID_ARG;
     auto ctx = std::make_unique<EliInferenceContext>();

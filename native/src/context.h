@@ -78,6 +78,15 @@ private:
 
 }  // namespace eliza
 
+namespace eliza {
+// A vocabulary and what the text path needs to know about it.
+struct VocabView {
+    const llama_vocab * vocab = nullptr;
+    int32_t n_vocab = 0;
+    size_t max_piece_bytes = 0;  // longest text one token renders to
+};
+}  // namespace eliza
+
 // How big a stream's context is and how many threads one stream's decode may use.
 struct RuntimeLimits {
     uint32_t n_ctx = 0;
@@ -97,6 +106,11 @@ struct EliInferenceContext {
     RuntimeLimits limits;
     size_t max_piece_bytes = 0;  // longest text one token renders to
     uint64_t model_id = 0;       // XXH64 of the whole model file (slot files carry it)
+    // The GGUF's vocabulary alone, for a bundle an alternate runtime serves (ensure_vocab):
+    // tokenization stays the GGUF's without loading its weights.
+    std::atomic<bool> vocab_loaded{false};
+    LlamaModelPtr vocab_model;
+    eliza::VocabView vocab_only;
     // The owner's handle plus one per open stream: eliza_inference_destroy drops the
     // owner's, _close a stream's, and the last one frees the context. A context destroyed
     // while streams are open thus stays alive (and its streams keep working) until the
@@ -114,6 +128,14 @@ std::unique_ptr<EliInferenceContext> load_context(const char * bundle_dir, int &
 // The text model for the llama.cpp path, loaded on first call (thread-safe). False +
 // code/message when the bundle has none or it cannot be loaded (a later call tries again).
 bool ensure_model(EliInferenceContext & ctx, int & code, std::string & message);
+
+// The bundle GGUF's vocabulary: the text model's when it is loaded, else the GGUF loaded
+// vocabulary-only, once (thread-safe). False + code/message when the bundle has no GGUF or
+// it cannot be read.
+bool ensure_vocab(EliInferenceContext & ctx, VocabView & out, int & code, std::string & message);
+
+// XXH64 of a whole file (slot files carry the model's).
+bool file_identity(const std::string & path, uint64_t & out, std::string & message);
 
 // n_ctx = min(model's training context, 4096), or ELIZA_N_CTX.
 // Thread budget = available CPUs, or ELIZA_N_THREADS; a stream's pool = min(budget, 8).

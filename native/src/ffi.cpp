@@ -153,7 +153,8 @@ int eliza_inference_tokenize(EliInferenceContext * ctx, const char * text, size_
         *out_n = 0;
         int code = ELIZA_OK;
         std::string message;
-        if (!eliza::ensure_model(*ctx, code, message)) {
+        eliza::VocabView vocab;  // the GGUF's vocabulary, without its weights when another runtime serves them
+        if (!eliza::ensure_vocab(*ctx, vocab, code, message)) {
             return report(fn, out_error, code, message);
         }
         if (len > static_cast<size_t>(INT32_MAX)) {
@@ -161,11 +162,11 @@ int eliza_inference_tokenize(EliInferenceContext * ctx, const char * text, size_
         }
         const int32_t text_len = static_cast<int32_t>(len);
         std::vector<llama_token> tokens(len + 2);
-        int32_t n = llama_tokenize(ctx->vocab, text ? text : "", text_len, tokens.data(),
+        int32_t n = llama_tokenize(vocab.vocab, text ? text : "", text_len, tokens.data(),
                                    static_cast<int32_t>(tokens.size()), add_special != 0, parse_special != 0);
         if (n < 0) {
             tokens.resize(static_cast<size_t>(-n));
-            n = llama_tokenize(ctx->vocab, text, text_len, tokens.data(), static_cast<int32_t>(tokens.size()),
+            n = llama_tokenize(vocab.vocab, text, text_len, tokens.data(), static_cast<int32_t>(tokens.size()),
                                add_special != 0, parse_special != 0);
         }
         if (n < 0) {
@@ -200,22 +201,23 @@ int eliza_inference_detokenize(EliInferenceContext * ctx, const int32_t * tokens
         *out_len = 0;
         int code = ELIZA_OK;
         std::string message;
-        if (!eliza::ensure_model(*ctx, code, message)) {
+        eliza::VocabView vocab;
+        if (!eliza::ensure_vocab(*ctx, vocab, code, message)) {
             return report(fn, out_error, code, message);
         }
         for (size_t i = 0; i < n; ++i) {
-            if (tokens[i] < 0 || tokens[i] >= ctx->n_vocab) {
+            if (tokens[i] < 0 || tokens[i] >= vocab.n_vocab) {
                 return fail(out_error, ELIZA_ERR_INVALID_ARG,
                             std::string(fn) + ": tokens[" + std::to_string(i) + "] = " + std::to_string(tokens[i]) +
-                                " is outside the vocabulary [0, " + std::to_string(ctx->n_vocab) + ")");
+                                " is outside the vocabulary [0, " + std::to_string(vocab.n_vocab) + ")");
             }
         }
         std::string text(n * 8 + 16, '\0');
-        int32_t got = llama_detokenize(ctx->vocab, tokens, static_cast<int32_t>(n), text.data(),
+        int32_t got = llama_detokenize(vocab.vocab, tokens, static_cast<int32_t>(n), text.data(),
                                        static_cast<int32_t>(text.size()), remove_special != 0, unparse_special != 0);
         if (got < 0) {
             text.resize(static_cast<size_t>(-got));
-            got = llama_detokenize(ctx->vocab, tokens, static_cast<int32_t>(n), text.data(),
+            got = llama_detokenize(vocab.vocab, tokens, static_cast<int32_t>(n), text.data(),
                                    static_cast<int32_t>(text.size()), remove_special != 0, unparse_special != 0);
         }
         if (got < 0) {

@@ -16,18 +16,10 @@
 
 namespace {
 
-constexpr int32_t kPenaltyLastN = 64;  // the repeat-penalty window, and the accepted tokens a slot keeps
+using eliza::kPenaltyLastN;
+using eliza::valid_pending;
 
 bool abort_requested(void * data) { return static_cast<std::atomic<bool> *>(data)->load(); }
-
-// Length of the UTF-8 sequence a lead byte starts; 0 for a continuation or invalid byte.
-size_t utf8_sequence_length(unsigned char lead) {
-    if (lead < 0x80) return 1;
-    if ((lead & 0xE0) == 0xC0) return 2;
-    if ((lead & 0xF0) == 0xE0) return 3;
-    if ((lead & 0xF8) == 0xF0) return 4;
-    return 0;
-}
 
 // --- threads ---------------------------------------------------------------------------
 
@@ -183,17 +175,6 @@ private:
     int fd_;
 };
 
-// The pending bytes a saved stream can hold: the start of one UTF-8 character that is
-// still incomplete (a lead byte announcing more bytes than are there, then continuations).
-bool valid_pending(const std::string & pending) {
-    if (pending.empty()) return true;
-    const size_t want = utf8_sequence_length(static_cast<unsigned char>(pending[0]));
-    if (want <= pending.size()) return false;
-    for (size_t i = 1; i < pending.size(); ++i) {
-        if ((static_cast<unsigned char>(pending[i]) & 0xC0) != 0x80) return false;
-    }
-    return true;
-}
 
 }  // namespace
 
@@ -350,32 +331,7 @@ std::unique_ptr<LlamaStream> LlamaStream::open(const EliInferenceContext & ctx, 
 }
 
 SamplerPtr LlamaStream::make_sampler(std::string & message) const {
-    llama_sampler_chain_params sparams = llama_sampler_chain_default_params();
-    sparams.no_perf = true;
-    SamplerPtr chain(llama_sampler_chain_init(sparams));
-    if (!chain) {
-        message = "cannot create the sampler chain";
-        return nullptr;
-    }
-    llama_sampler * c = chain.get();
-    if (cfg_.repeat_penalty > 0.0f && cfg_.repeat_penalty != 1.0f) {
-        llama_sampler_chain_add(c, llama_sampler_init_penalties(ctx_.n_vocab, kPenaltyLastN, cfg_.repeat_penalty, 0.0f, 0.0f));
-    }
-    if (cfg_.temperature <= 0.0f) {
-        llama_sampler_chain_add(c, llama_sampler_init_greedy());
-        return chain;
-    }
-    if (cfg_.top_k > 0) {
-        llama_sampler_chain_add(c, llama_sampler_init_top_k(cfg_.top_k));
-    }
-    if (cfg_.top_p > 0.0f && cfg_.top_p < 1.0f) {
-        llama_sampler_chain_add(c, llama_sampler_init_top_p(cfg_.top_p, 1));
-    }
-    llama_sampler_chain_add(c, llama_sampler_init_temp(cfg_.temperature));
-    // Seeded from slot_id so sampled streams are reproducible too.
-    const uint32_t seed = cfg_.slot_id >= 0 ? static_cast<uint32_t>(cfg_.slot_id) : 0u;
-    llama_sampler_chain_add(c, llama_sampler_init_dist(seed));
-    return chain;
+    return eliza::make_sampler_chain(cfg_, ctx_.n_vocab, message);
 }
 
 size_t LlamaStream::text_bytes_needed() const { return ctx_.max_piece_bytes + 3 + 1; }
@@ -527,26 +483,7 @@ void LlamaStream::accept(llama_token token) {
 }
 
 std::string LlamaStream::take_complete_utf8(const std::string & piece, bool flush) {
-    std::string text = pending_ + piece;
-    pending_.clear();
-    if (flush) {
-        return text;
-    }
-    // Hold back a tail that starts a multi-byte character and is still incomplete.
-    const size_t look = std::min<size_t>(3, text.size());
-    for (size_t back = 1; back <= look; ++back) {
-        const unsigned char c = static_cast<unsigned char>(text[text.size() - back]);
-        if ((c & 0xC0) == 0x80) {
-            continue;  // continuation byte: keep looking for the lead
-        }
-        const size_t want = utf8_sequence_length(c);
-        if (want > back) {
-            pending_ = text.substr(text.size() - back);
-            text.resize(text.size() - back);
-        }
-        break;
-    }
-    return text;
+    return eliza::take_complete_utf8(pending_, piece, flush);
 }
 
 int LlamaStream::finish_step(const StepBuffers & out, const std::string & text, size_t n_tokens, int result) {

@@ -13,19 +13,17 @@
 #include "context.h"
 #include "eliza-inference-ffi.h"
 #include "llama_drafter.h"
+#include "sampling.h"
 #include "ggml-cpu.h"
 #include "llama.h"
 
 struct LlamaContextDeleter {
     void operator()(llama_context * c) const { llama_free(c); }
 };
-struct LlamaSamplerDeleter {
-    void operator()(llama_sampler * s) const { llama_sampler_free(s); }
-};
 struct ThreadpoolDeleter {
     void operator()(ggml_threadpool * p) const { ggml_threadpool_free(p); }
 };
-using SamplerPtr = std::unique_ptr<llama_sampler, LlamaSamplerDeleter>;
+using SamplerPtr = eliza::Sampler;
 
 // Where one _next step writes its results (the caller's buffers).
 struct StepBuffers {

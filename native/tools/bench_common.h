@@ -66,6 +66,9 @@ struct PromptRun {
     int final_status = 0;
     bool repeats_identical = true;
     std::vector<double> prefill_ms, first_token_ms, decode_tok_s;
+    // reference_runner: per generated position of the first repeat, the gap between the two
+    // highest logits the token was chosen from (how close a tie it was).
+    std::vector<double> logit_margins;
 };
 
 // One repeat of one prompt, as a tool measured it.
@@ -74,6 +77,7 @@ struct Repeat {
     std::string text;
     std::vector<std::pair<int32_t, int32_t>> drafter;
     int status = 0;
+    std::vector<double> logit_margins;  // reference_runner only (see PromptRun)
     size_t first_step_tokens = 1;  // a step may return several tokens (speculative decoding)
     double t0 = 0, t_prefill = 0, t_first = 0, t_end = 0;  // ms: start, prefill done, first step, last step
 };

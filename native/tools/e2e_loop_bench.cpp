@@ -240,8 +240,12 @@ int main(int argc, char ** argv) {
 
     const std::string dir = opt.library.substr(0, opt.library.find_last_of('/') + 1);
     const std::string info = bench::read_file(dir + "build-info.json");
+    // The backend every stream was asked for: a hard selection either serves every stream
+    // with that backend or fails the open, so a record that names one was served by it.
+    const char * backend = std::getenv("ELIZA_LLM_BACKEND");
     const std::string identity = "{\"library\": " + bench::json_string(opt.library) + ", \"library_sha256\": " +
                                  bench::json_string(bench::sha256_file(opt.library)) +
+                                 ", \"llm_backend\": " + (backend ? bench::json_string(backend) : std::string("null")) +
                                  ", \"info\": " + (info.empty() ? std::string("null") : bench::one_line(info)) + "}";
 
     FILE * out = opt.out == "-" ? stdout : std::fopen(opt.out.c_str(), "w");

@@ -7,6 +7,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -72,6 +73,22 @@ bool decode_all(llama_context * lctx, const std::vector<llama_token> & tokens) {
         done += chunk;
     }
     return true;
+}
+
+// logits[top] - logits[second]: 0 is a tie, which another runtime's rounding may break the
+// other way (backend-agreement allows a first divergence only at such a position).
+double top_two_gap(const float * logits, const llama_vocab * vocab) {
+    if (logits == nullptr) return 0.0;
+    float first = -INFINITY, second = -INFINITY;
+    for (int32_t t = 0, n = llama_vocab_n_tokens(vocab); t < n; ++t) {
+        if (logits[t] > first) {
+            second = first;
+            first = logits[t];
+        } else if (logits[t] > second) {
+            second = logits[t];
+        }
+    }
+    return static_cast<double>(first) - static_cast<double>(second);
 }
 
 std::string model_path(const std::string & bundle) {
@@ -143,6 +160,7 @@ int main(int argc, char ** argv) {
             rep.t_prefill = bench::now_ms();
             size_t held = prompt.size();
             while (rep.status == 0) {
+                if (r == 0) rep.logit_margins.push_back(top_two_gap(llama_get_logits_ith(lctx, -1), vocab));
                 const llama_token tok = llama_sampler_sample(smpl, lctx, -1);
                 rep.drafter.emplace_back(0, 0);  // one entry per step, as the library reports
                 if (llama_vocab_is_eog(vocab, tok)) {

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from eliza.app.checks import (
     abi,
+    backend_agreement,
     build,
     byte_identity,
     consumer,
@@ -28,5 +29,6 @@ RUNNERS: Mapping[CheckKind, CheckRunner] = {
     CheckKind.NATIVE_SUITE: native_suite.run,
     CheckKind.CONSUMER: consumer.run,
     CheckKind.PERF: perf.run,
+    CheckKind.BACKEND_AGREEMENT: backend_agreement.run,
     **dict.fromkeys(IDENTITY_KINDS, byte_identity.run),
 }

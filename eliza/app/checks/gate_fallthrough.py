@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from eliza.adapters.pytest_runner import run_pytest
 from eliza.app.checks.job import Job
+from eliza.app.checks.runtimes import runtime_hidden
 from eliza.app.checks.target_cases import gate_fallthrough_on_target
 from eliza.app.services.clock import Stopwatch
 from eliza.app.services.run import Run
@@ -24,7 +25,12 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
     # The suite tests the cells of this job and the reference cell they are compared with:
     # the libraries the executor built for it.
     cells = [str(c) for c in job.libraries if c.platform == platform.id]
-    env = {"ELIZA_TEST_PLATFORM": platform.id, "ELIZA_TEST_CELLS": ",".join(cells), **evidence.child_env}
+    env = {
+        "ELIZA_TEST_PLATFORM": platform.id,
+        "ELIZA_TEST_CELLS": ",".join(cells),
+        **evidence.child_env,
+        **runtime_hidden(evidence),
+    }
     result = run_pytest(evidence.project.repo, SUITE, junit, env)
     ids = [c.id for c in job.matrix.cells_of(platform.id)]
     span = watch.span()

@@ -241,7 +241,10 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         out = opts.out_dir / cell.platform.id / cell.key / "perf" / "perf.json"
         atomic_write_text(
             out,
-            json.dumps({"candidate": samples.candidate, "reference": samples.reference, **about}, indent=2)
+            json.dumps(
+                {**about, "samples": {"candidate": samples.candidate, "reference": samples.reference}},
+                indent=2,
+            )
             + "\n",
         )
         evidence.log(f"{cell.id}: perf {done.status.value}: {done.reason or done.details['summary']}")

@@ -7,11 +7,12 @@ which read the same tables."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from eliza.adapters.targets import Target
 from eliza.app.checks.job import Job
+from eliza.app.checks.runtimes import runtime_hidden
 from eliza.app.services.clock import Stopwatch
 from eliza.app.services.run import Run
 from eliza.core.matrix import Gate
@@ -33,10 +34,12 @@ RUNNER = "case_runner"
 MAX_TOKENS = 16
 
 
-def _run_cases(runner: Target, argv: list[str], prefix: str) -> tuple[RunnerReport, str, str]:
+def _run_cases(
+    runner: Target, argv: list[str], prefix: str, env: Mapping[str, str] | None = None
+) -> tuple[RunnerReport, str, str]:
     """(report, log, error): error says why the runner's own result cannot be trusted
     (it crashed, hung, or stopped before its summary)."""
-    done = runner.run(argv)
+    done = runner.run(argv, env=env)
     log = f"$ {' '.join(argv)}  [{runner.words}]\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
     report = parse_runner_output(done.stdout, prefix)
     if done.returncode not in (0, 1) or report.summary is None:
@@ -114,6 +117,7 @@ def gate_fallthrough_on_target(job: Job, evidence: Run, runner: Target) -> list[
     if reference is not None and reference.ref in job.libraries and reference not in cells:
         cells.append(reference)
     reports: dict[str, tuple[RunnerReport, str, str, Stopwatch]] = {}
+    hidden = runtime_hidden(evidence)
     for cell in cells:
         watch = Stopwatch()
         plan = work / f"{cell.gate_key}.plan"
@@ -123,7 +127,9 @@ def gate_fallthrough_on_target(job: Job, evidence: Run, runner: Target) -> list[
         library = job.library(cell)
         argv = [str(library.parent / RUNNER), "fallthrough", "--library", str(library), "--plan", str(plan)]
         argv += ["--prompts", str(prompts), "--max-tokens", str(MAX_TOKENS)]
-        reports[cell.id] = (*_run_cases(runner, argv, ""), watch)
+        # The runtime absent, as on a host without it (runtimes.runtime_hidden; a
+        # folder that does not exist on a device has the same effect).
+        reports[cell.id] = (*_run_cases(runner, argv, "", hidden), watch)
     none = reference.id if reference is not None and reference.id in reports else None
     outcomes: list[CheckOutcome] = []
     for cell, check in job.pairs():

@@ -15,12 +15,13 @@ from eliza.adapters.llama_source import SourceError
 from eliza.app.errors import NotHere, UsageError
 
 __all__ = ["BUILD_ERRORS", "BuiltCell", "build_cells", "describe_build", "preflight"]
+from eliza.adapters.runtime_wheels import WHEELS_VARIABLE, RuntimeWheelError, ensure_wheel, wheel_pin
 from eliza.app.project import capability, current, load_project_matrix
 from eliza.app.services.built import BuiltCell
 from eliza.app.services.prebuilt import load_prebuilt
 from eliza.app.services.profiles import conan_profiles_for
 from eliza.core.binary_remote import BinaryRemote, RemoteSettingError, remote_from_env
-from eliza.core.build_plan import CellBuildPlan, plan_cell_build
+from eliza.core.build_plan import CellBuildPlan, cell_runtimes, plan_cell_build
 from eliza.core.conan_profiles import ProfileError
 from eliza.core.layout import library_path
 from eliza.core.matrix import Cell, Matrix, Platform
@@ -31,10 +32,21 @@ NotBuildableHere = NotHere  # this host lacks what a platform needs to build
 Log = Callable[[str], None]
 
 # What a build can fail with, each carrying a message that names the cell and the log.
-BUILD_ERRORS: tuple[type[BaseException], ...] = (BuildError, CudaError, SourceError, ProfileError)
+BUILD_ERRORS: tuple[type[BaseException], ...] = (
+    BuildError,
+    CudaError,
+    SourceError,
+    ProfileError,
+    RuntimeWheelError,
+)
 
 
 def plan_for(cell: Cell, matrix: Matrix, llama_version: str, env: dict[str, str]) -> CellBuildPlan:
+    runtimes = cell_runtimes(cell)
+    if runtimes:  # the runtimes' recipes take their wheels from this folder
+        cache = current().cache
+        folders = {ensure_wheel(cache, wheel_pin(ref, cell.platform)) for _, ref in runtimes}
+        env = {**env, WHEELS_VARIABLE: str(folders.pop())}
     plan = plan_cell_build(
         cell,
         repo=current().repo,

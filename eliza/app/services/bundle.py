@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from eliza.app.errors import UsageError
 from eliza.app.project import current
 from eliza.core.layout import tiny_bundle_dir
+from eliza.core.matrix import Gate
+from eliza.formats.files import sha256_file
 
 
 def tiny_bundle_default() -> Path:
@@ -27,6 +32,58 @@ def ensure_tiny_bundle(bundle_dir: Path | None = None) -> Path:
     if not bundle_is_current(bundle):
         write_tiny_bundle(bundle, tiny_vocab())
     return bundle
+
+
+def ensure_mlx_weights(bundle: Path) -> Path:
+    """`<bundle>/text/mlx/`, the MLX-LM directory of the bundle's one text GGUF, (re)written
+    when it is missing or is not the current conversion of that GGUF: the MLX runtime must
+    compute from exactly the weights llama.cpp loads."""
+    from eliza.formats.mlx_weights import MlxWeightsError, convert, default_out_dir, stale_reason
+
+    models = sorted((bundle / "text").glob("*.gguf"))
+    if len(models) != 1:
+        found = ", ".join(m.name for m in models) or "none"
+        raise UsageError(
+            f"{bundle / 'text'}: needs exactly one .gguf to derive the MLX weights from, found {found}"
+        )
+    out = default_out_dir(models[0])
+    try:
+        if stale_reason(models[0], out) is not None:
+            convert(models[0], out)
+    except MlxWeightsError as exc:
+        raise UsageError(str(exc)) from exc
+    return out
+
+
+# Gate id -> what stages its runtime's artifact into a bundle from the bundle's GGUF.
+RUNTIME_STAGERS: dict[str, Callable[[Path], Path]] = {"mlx": ensure_mlx_weights}
+
+
+def ensure_runtime_bundle(bundle: Path, gates: Iterable[Gate]) -> Path:
+    """`<bundle>-runtimes`: the bundle's text GGUF and, for every gate that has a stager, its
+    runtime's artifact converted from that GGUF (text/mlx/ for MLX). The checks that judge a
+    second runtime run on it; every other check keeps the bundle itself, whose GGUF alone
+    makes each compiled-in gate fall through to llama.cpp."""
+    models = sorted((bundle / "text").glob("*.gguf"))
+    if len(models) != 1:
+        found = ", ".join(m.name for m in models) or "none"
+        raise UsageError(f"{bundle / 'text'}: needs exactly one .gguf, found {found}")
+    out = bundle.with_name(bundle.name + "-runtimes")
+    text = out / "text"
+    text.mkdir(parents=True, exist_ok=True)
+    for stale in text.glob("*.gguf"):
+        if stale.name != models[0].name:
+            stale.unlink()
+    target = text / models[0].name
+    if not target.is_file() or sha256_file(target) != sha256_file(models[0]):
+        partial = target.with_name(target.name + ".part")
+        shutil.copyfile(models[0], partial)
+        partial.replace(target)
+    for gate in gates:
+        stage = RUNTIME_STAGERS.get(gate.id)
+        if stage is not None:
+            stage(out)
+    return out
 
 
 def generate_text(library: Path, bundle: Path, prompt: str, max_tokens: int = 32) -> tuple[list[int], bytes]:

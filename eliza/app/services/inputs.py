@@ -40,6 +40,16 @@ PERF_CHECK_INPUTS = (
     "eliza/app/services/bench_options.py",
 )
 
+# backend-agreement: its runner and judge, how a runtime is present or hidden, and the
+# converters that stage the runtimes' artifacts from the bundle's GGUF.
+BACKEND_CHECK_INPUTS = (
+    "eliza/app/checks/backend_agreement.py",
+    "eliza/core/backend_agreement.py",
+    "eliza/app/checks/runtimes.py",
+    "eliza/app/services/bundle.py",
+    "eliza/formats/mlx_weights.py",
+)
+
 # The code that judges a build (exports, the CPU-fallback run) and an ABI (the public
 # surface cut, the released baseline, abidiff): a fix to it must re-run those checks.
 BUILD_CHECK_INPUTS = ("eliza/app/checks/build.py", "eliza/adapters/abi_tools.py", "eliza/core/c_abi.py")
@@ -94,7 +104,7 @@ def input_hashes(
         bundle=tree_hash(bundle, ["text"]) if (bundle / "text").is_dir() else "absent",
         prompts=sha256_file(prompts) if prompts.is_file() else "absent",
         selector_tests=tree_hash(repo, ["tests/selector", *TEST_HARNESS]),
-        gate_tests=tree_hash(repo, ["tests/gates", *TEST_HARNESS]),
+        gate_tests=tree_hash(repo, ["tests/gates", "eliza/app/checks/runtimes.py", *TEST_HARNESS]),
         native_tests=tree_hash(
             repo,
             [
@@ -111,6 +121,7 @@ def input_hashes(
         abi_check=tree_hash(repo, ABI_CHECK_INPUTS),
         consumers=tree_hash(repo, CONSUMER_INPUTS),
         perf_check=tree_hash(repo, PERF_CHECK_INPUTS),
+        backend_check=tree_hash(repo, BACKEND_CHECK_INPUTS),
     )
 
 

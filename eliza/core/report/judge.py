@@ -46,6 +46,8 @@ def applies(cell: Cell, check: Check) -> str | None:
     """None when the check applies to the cell, else why not."""
     if check.gated_cells_only and not cell.gates:
         return "applies to cells with at least one gate only"
+    if check.runtime_cells_only and not any(g.runtime_for(cell.platform.id) for g in cell.gates):
+        return f"applies to cells with a gate whose runtime exists on {cell.platform.id} only"
     if check.id not in {c.id for c in cell.checks}:
         return "not declared for this cell in the matrix"
     return None

@@ -1,33 +1,538 @@
-// MLX / CoreML backend (milestone M5, Apple only): the gate `mlx` of matrix.yaml, compiled
-// only when it is ON. Its factory name, artifacts (.mlpackage, .mlmodelc, an MLX weights
-// directory) and rank come from the matrix (GateSpec).
+// MLX backend (milestone M5): the gate `mlx` of matrix.yaml, compiled only when it is ON.
+// Its factory name, artifacts and rank come from the matrix (GateSpec).
 //
-// This build links neither MLX nor CoreML, so available() is false and open() refuses;
-// selection falls through to llama.cpp. The M5 body (Metal device probe, .mlpackage /
-// .mlmodelc / MLX weights loaders, real prefill/next) replaces the marked places.
-#include <string>
+// The runtime is never a load-time dependency of the library. Its forward pass lives in
+// the module libelizainference-mlx (backends/mlx/, C++20, linked against libmlx), which
+// available() dlopen()s once, from the folder this library was loaded from (or
+// ELIZA_BACKEND_MODULE_DIR), the way ggml loads its backends. A host without MLX has no loadable module there: available() is
+// false and selection falls through to llama.cpp.
+//
+// This file holds what the seam's contract says about a stream, on the same code paths
+// as the llama.cpp path (sampling.h): the bundle GGUF's vocabulary (loaded vocabulary-only),
+// the sampler chain over MLX's logits, UTF-8-safe text, cancel, reset, reset_keep and slot
+// files sealed to the weights. The weights directory is the bundle's text/mlx/, an MLX-LM
+// checkpoint written by the project's converter, which records the GGUF it came from: a
+// directory converted from another GGUF is refused.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/mlx/mlx_module.h"
+#include "context.h"
 #include "llm-backend.h"
+#include "sampling.h"
+#include "sha256.h"
 #include "status.h"
+#include "xxh64.h"
+
+namespace fs = std::filesystem;
 
 namespace eliza::backends {
 namespace {
+
+constexpr const char * kModuleFile = "libelizainference-mlx.so";
+constexpr const char * kWeightsDir = "text/mlx";
+constexpr size_t kPrefillChunk = 64;  // tokens per forward call: the granularity of cancel during a prefill
+constexpr uint32_t kMaxDefaultCtx = 4096;
+
+// --- the module -------------------------------------------------------------------------
+
+struct Module {
+    const EliMlxModuleApi * api = nullptr;
+    std::string why_not;  // why there is no module (for messages), "" when there is one
+};
+
+// Where this library was loaded from: the module is looked for beside it.
+std::string own_directory() {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<const void *>(&own_directory), &info) == 0 || info.dli_fname == nullptr) return "";
+    return fs::path(info.dli_fname).parent_path().string();
+}
+
+const Module & module() {
+    static const Module loaded = [] {
+        Module m;
+        // ELIZA_BACKEND_MODULE_DIR: another folder to look in (empty or missing: no module,
+        // as on a host without the runtime, which is how verify judges the fall-through).
+        const char * override_dir = std::getenv("ELIZA_BACKEND_MODULE_DIR");
+        const std::string dir = override_dir != nullptr ? std::string(override_dir) : own_directory();
+        const std::string path = (dir.empty() ? fs::path(kModuleFile) : fs::path(dir) / kModuleFile).string();
+        // RTLD_LOCAL: MLX's symbols stay out of the application's namespace.
+        void * handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (handle == nullptr) {
+            const char * why = dlerror();
+            m.why_not = "the MLX runtime is not on this host (" + path + ": " + (why ? why : "cannot be loaded") + ")";
+            return m;
+        }
+        auto entry = reinterpret_cast<EliMlxModuleEntry>(dlsym(handle, ELIZA_MLX_MODULE_ENTRY));
+        const EliMlxModuleApi * api = entry ? entry() : nullptr;
+        if (api == nullptr || api->abi != ELIZA_MLX_MODULE_ABI) {
+            m.why_not = path + " is not an MLX module of this library (module ABI " +
+                        (api ? std::to_string(api->abi) : std::string("unknown")) + ", expected " +
+                        std::to_string(ELIZA_MLX_MODULE_ABI) + ")";
+            dlclose(handle);
+            return m;
+        }
+        m.api = api;  // never unloaded: MLX's threads live as long as the process
+        return m;
+    }();
+    return loaded;
+}
+
+// --- weights, shared by every stream of a directory ------------------------------------
+
+struct Weights {
+    const EliMlxModuleApi * api = nullptr;
+    EliMlxModel * model = nullptr;
+    uint64_t id = 0;  // XXH64 of model.safetensors: what slot files are sealed to
+    int32_t n_vocab = 0;
+    int32_t n_ctx_train = 0;
+    ~Weights() {
+        if (model != nullptr) api->free_model(model);
+    }
+};
+
+std::string read_text(const fs::path & path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return "";
+    std::stringstream buf;
+    buf << in.rdbuf();
+    return buf.str();
+}
+
+// The "source_sha256" string of the converter's record (a flat JSON object it writes).
+std::string recorded_source(const std::string & record) {
+    const std::string key = "\"source_sha256\"";
+    const size_t at = record.find(key);
+    if (at == std::string::npos) return "";
+    const size_t open = record.find('"', record.find(':', at + key.size()));
+    const size_t close = open == std::string::npos ? open : record.find('"', open + 1);
+    return close == std::string::npos ? "" : record.substr(open + 1, close - open - 1);
+}
+
+// Refuses a weights directory that was not converted from this GGUF.
+bool weights_match_gguf(const fs::path & dir, const std::string & gguf, std::string & message) {
+    const fs::path record_path = dir / "eliza-conversion.json";
+    const std::string record = read_text(record_path);
+    const std::string recorded = recorded_source(record);
+    const std::string repair = "; convert it again: eliza mlx-weights " + gguf;
+    if (recorded.empty()) {
+        message = "'" + dir.string() + "' has no conversion record (" + record_path.filename().string() +
+                  " with source_sha256)" + repair;
+        return false;
+    }
+    const std::string actual = eliza::sha256_file(gguf);
+    if (actual != recorded) {
+        message = "'" + dir.string() + "' was converted from a GGUF with sha256 " + recorded.substr(0, 12) +
+                  ", not from " + fs::path(gguf).filename().string() + " (" + actual.substr(0, 12) + ")" + repair;
+        return false;
+    }
+    return true;
+}
+
+std::shared_ptr<Weights> open_weights(const Module & m, const std::string & dir, const std::string & gguf,
+                                      std::string & message) {
+    static std::mutex mutex;
+    static std::map<std::string, std::weak_ptr<Weights>> open;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto existing = open[dir].lock()) return existing;
+    if (!weights_match_gguf(dir, gguf, message)) return nullptr;
+    auto w = std::make_shared<Weights>();
+    w->api = m.api;
+    if (!eliza::file_identity((fs::path(dir) / "model.safetensors").string(), w->id, message)) return nullptr;
+    char err[1024] = {0};
+    w->model = m.api->load(dir.c_str(), err, sizeof err);
+    if (w->model == nullptr) {
+        message = err;
+        return nullptr;
+    }
+    w->n_vocab = m.api->n_vocab(w->model);
+    w->n_ctx_train = m.api->n_ctx_train(w->model);
+    open[dir] = w;
+    return w;
+}
+
+// --- slot files ---------------------------------------------------------------------------
+// "ELZMLXS1", then little-endian u64 weights id, u32 n_vocab, u32 n_history, u32 n_accepted,
+// i32 generated, u32 n_pending, u32 flags; the history and accepted token ids (i32), the
+// pending bytes; then the XXH64 of everything before it. The cache itself is not stored:
+// restoring evaluates the history again, which gives the same cache and logits.
+constexpr char kSlotMagic[8] = {'E', 'L', 'Z', 'M', 'L', 'X', 'S', '1'};
+constexpr size_t kSlotHeaderBytes = 8 + 8 + 4 * 6;
+constexpr uint32_t kFlagHaveLogits = 1u;
+constexpr uint32_t kFlagFinished = 2u;
+
+template <typename T> void put(std::string & out, T v) { out.append(reinterpret_cast<const char *>(&v), sizeof v); }
+template <typename T> T get(const std::string & in, size_t & at) {
+    T v;
+    std::memcpy(&v, in.data() + at, sizeof v);
+    at += sizeof v;
+    return v;
+}
+
+class MlxSession final : public LlmBackendSession {
+public:
+    MlxSession(std::shared_ptr<Weights> weights, EliMlxSeq * seq, Sampler sampler, const VocabView & vocab,
+               const eliza_llm_stream_config_t & cfg, uint32_t n_ctx)
+        : weights_(std::move(weights)), seq_(seq), sampler_(std::move(sampler)), vocab_(vocab), cfg_(cfg),
+          n_ctx_(n_ctx), logits_(static_cast<size_t>(weights_->n_vocab)) {}
+    ~MlxSession() override { weights_->api->free_seq(seq_); }
+    MlxSession(const MlxSession &) = delete;
+    MlxSession & operator=(const MlxSession &) = delete;
+
+    int prefill(const int32_t * ids, size_t n, char ** out_error) override {
+        if (cancelled_.load()) {
+            return fail(out_error, ELIZA_ERR_CANCELLED, "stream was cancelled; call _reset or _reset_keep before reusing it");
+        }
+        if (n == 0) return fail(out_error, ELIZA_ERR_INVALID_ARG, "empty prefill: pass at least one token");
+        if (ids == nullptr) return fail(out_error, ELIZA_ERR_INVALID_ARG, "token_ids is NULL");
+        for (size_t i = 0; i < n; ++i) {
+            if (ids[i] < 0 || ids[i] >= vocab_.n_vocab) {
+                return fail(out_error, ELIZA_ERR_INVALID_ARG,
+                            "token_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
+                                " is outside the vocabulary [0, " + std::to_string(vocab_.n_vocab) + ")");
+            }
+        }
+        if (n > n_ctx_ || history_.size() > n_ctx_ - n) {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG,
+                        "prefill of " + std::to_string(n) + " tokens after " + std::to_string(history_.size()) +
+                            " exceeds the context size " + std::to_string(n_ctx_) + " (override with ELIZA_N_CTX)");
+        }
+        const size_t before = history_.size();
+        std::string message;
+        for (size_t done = 0; done < n;) {
+            if (cancelled_.load()) {
+                roll_back(before);
+                return fail(out_error, ELIZA_ERR_CANCELLED, "prefill was cancelled");
+            }
+            const size_t take = std::min(kPrefillChunk, n - done);
+            if (!evaluate(ids + done, take, message)) {
+                roll_back(before);
+                return fail(out_error, ELIZA_ERR_FFI_FAULT, message);
+            }
+            history_.insert(history_.end(), ids + done, ids + done + take);
+            done += take;
+        }
+        have_logits_ = true;
+        finished_ = false;
+        generated_ = 0;
+        return ELIZA_OK;
+    }
+
+    int next(int32_t * tokens_out, size_t tokens_cap, size_t * n_out, char * text_out, size_t text_cap,
+             int32_t * drafted_out, int32_t * accepted_out, char ** out_error) override {
+        if (drafted_out) *drafted_out = 0;  // no drafter on this runtime
+        if (accepted_out) *accepted_out = 0;
+        if (cancelled_.load()) return fail(out_error, ELIZA_ERR_CANCELLED, "generation was cancelled");
+        if (tokens_out == nullptr || n_out == nullptr || text_out == nullptr) {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, "tokens_out, num_tokens_out and text_out must be non-NULL");
+        }
+        if (tokens_cap == 0) return fail(out_error, ELIZA_ERR_INVALID_ARG, "tokens_cap is 0: pass room for at least one token");
+        const size_t needed = vocab_.max_piece_bytes + 3 + 1;
+        if (text_cap < needed) {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG,
+                        "text_cap " + std::to_string(text_cap) + " is too small: one step needs up to " +
+                            std::to_string(needed) + " bytes");
+        }
+        auto finish = [&](const std::string & text, size_t n_tokens, int result) {
+            std::memcpy(text_out, text.data(), text.size());
+            text_out[text.size()] = '\0';
+            *n_out = n_tokens;
+            return result;
+        };
+        if (finished_) return finish(take_complete_utf8(pending_, "", true), 0, 1);
+        if (!have_logits_) return fail(out_error, ELIZA_ERR_INVALID_ARG, "nothing to continue from: call _prefill first");
+        const llama_token token = choose();
+        if (token < 0) return fail(out_error, ELIZA_ERR_FFI_FAULT, "the sampler selected no token");
+        if (llama_vocab_is_eog(vocab_.vocab, token)) {
+            accept(token);
+            finished_ = true;
+            return finish(take_complete_utf8(pending_, "", true), 0, 1);
+        }
+        const std::string piece = token_piece(vocab_.vocab, token);
+        const bool context_full = history_.size() + 1 > n_ctx_;
+        if (!context_full) {
+            std::string message;
+            if (!evaluate(&token, 1, message)) return fail(out_error, ELIZA_ERR_FFI_FAULT, message);
+            history_.push_back(token);
+        }
+        accept(token);
+        ++generated_;
+        finished_ = context_full || (cfg_.max_tokens > 0 && generated_ >= cfg_.max_tokens);
+        if (context_full) have_logits_ = false;  // the last token is not in the cache
+        tokens_out[0] = token;
+        return finish(take_complete_utf8(pending_, piece, finished_), 1, finished_ ? 1 : 0);
+    }
+
+    int cancel() override {
+        cancelled_.store(true);
+        return ELIZA_OK;
+    }
+
+    int reset() override {
+        if (weights_->api->truncate(seq_, 0) != 0) return ELIZA_ERR_FFI_FAULT;
+        clear_state();
+        cancelled_.store(false);
+        return ELIZA_OK;
+    }
+
+    // The exact prefix: the cache keeps its first n_keep positions; the next prefill
+    // continues after them (its logits are those of the tokens it evaluates).
+    int reset_keep(int32_t n_keep) override {
+        const size_t keep = n_keep > 0 ? static_cast<size_t>(n_keep) : 0;
+        if (keep == 0 || keep > history_.size()) {
+            const int rc = reset();
+            return rc == ELIZA_OK ? 0 : rc;
+        }
+        if (weights_->api->truncate(seq_, static_cast<int32_t>(keep)) != 0) return ELIZA_ERR_FFI_FAULT;
+        std::vector<llama_token> kept(history_.begin(), history_.begin() + static_cast<std::ptrdiff_t>(keep));
+        clear_state();
+        history_ = std::move(kept);
+        cancelled_.store(false);
+        return static_cast<int>(keep);
+    }
+
+    int save_slot(const char * filename, char ** out_error) override {
+        if (filename == nullptr || filename[0] == '\0') {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, "slot filename is NULL or empty");
+        }
+        if (cancelled_.load()) {
+            return fail(out_error, ELIZA_ERR_CANCELLED,
+                        "stream was cancelled; its state is not worth saving (reset it first)");
+        }
+        std::string out(kSlotMagic, sizeof kSlotMagic);
+        put<uint64_t>(out, weights_->id);
+        put<uint32_t>(out, static_cast<uint32_t>(vocab_.n_vocab));
+        put<uint32_t>(out, static_cast<uint32_t>(history_.size()));
+        put<uint32_t>(out, static_cast<uint32_t>(accepted_.size()));
+        put<int32_t>(out, generated_);
+        put<uint32_t>(out, static_cast<uint32_t>(pending_.size()));
+        put<uint32_t>(out, (have_logits_ ? kFlagHaveLogits : 0u) | (finished_ ? kFlagFinished : 0u));
+        for (llama_token t : history_) put<int32_t>(out, t);
+        for (llama_token t : accepted_) put<int32_t>(out, t);
+        out += pending_;
+        put<uint64_t>(out, Xxh64::of(out.data(), out.size()));
+        // Written beside the target and renamed: a crash never leaves half a slot file.
+        const std::string tmp = std::string(filename) + ".tmp-" + std::to_string(::getpid());
+        {
+            std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+            f.write(out.data(), static_cast<std::streamsize>(out.size()));
+            f.flush();
+            if (!f) {
+                std::remove(tmp.c_str());
+                return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string("cannot write slot file '") + filename + "'");
+            }
+        }
+        if (std::rename(tmp.c_str(), filename) != 0) {
+            const std::string why = std::strerror(errno);
+            std::remove(tmp.c_str());
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string("cannot write slot file '") + filename + "': " + why);
+        }
+        return ELIZA_OK;
+    }
+
+    int restore_slot(const char * filename, char ** out_error) override {
+        if (filename == nullptr || filename[0] == '\0') {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, "slot filename is NULL or empty");
+        }
+        const std::string name = std::string("slot file '") + filename + "'";
+        std::error_code ec;
+        if (!fs::is_regular_file(filename, ec)) {  // never block on a FIFO, never read a directory
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " is missing or not a regular file");
+        }
+        const std::string data = read_text(filename);
+        if (data.size() < kSlotHeaderBytes + 8 || std::memcmp(data.data(), kSlotMagic, sizeof kSlotMagic) != 0) {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " is missing, truncated or not an MLX slot file");
+        }
+        size_t at = data.size() - 8;
+        if (get<uint64_t>(data, at) != Xxh64::of(data.data(), data.size() - 8)) {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " is corrupt (checksum mismatch)");
+        }
+        at = sizeof kSlotMagic;
+        const uint64_t id = get<uint64_t>(data, at);
+        const uint32_t n_vocab = get<uint32_t>(data, at), n_history = get<uint32_t>(data, at),
+                       n_accepted = get<uint32_t>(data, at);
+        const int32_t generated = get<int32_t>(data, at);
+        const uint32_t n_pending = get<uint32_t>(data, at), flags = get<uint32_t>(data, at);
+        if (id != weights_->id || n_vocab != static_cast<uint32_t>(vocab_.n_vocab)) {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " was saved with other weights than this stream's");
+        }
+        const uint64_t body = (uint64_t{n_history} + n_accepted) * 4 + n_pending;
+        if (kSlotHeaderBytes + body + 8 != data.size() || n_history > n_ctx_ ||
+            n_accepted > static_cast<uint32_t>(kPenaltyLastN) || (flags & ~(kFlagHaveLogits | kFlagFinished)) != 0) {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " has inconsistent sizes or flags");
+        }
+        std::vector<llama_token> history(n_history), accepted(n_accepted);
+        for (auto & t : history) t = get<int32_t>(data, at);
+        for (auto & t : accepted) t = get<int32_t>(data, at);
+        const std::string pending = data.substr(at, n_pending);
+        for (llama_token t : history) {
+            if (t < 0 || t >= vocab_.n_vocab) return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " holds a token outside the vocabulary");
+        }
+        if (!valid_pending(pending)) {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " holds pending bytes that are not a partial UTF-8 character");
+        }
+        std::string message;
+        Sampler sampler = make_sampler_chain(cfg_, vocab_.n_vocab, message);
+        if (!sampler) return fail(out_error, ELIZA_ERR_OOM, message);
+        // Everything checked: now the stream's state is replaced.
+        if (weights_->api->truncate(seq_, 0) != 0) return fail(out_error, ELIZA_ERR_FFI_FAULT, "cannot clear the cache");
+        clear_state();
+        for (size_t done = 0; done < history.size();) {
+            const size_t take = std::min(kPrefillChunk, history.size() - done);
+            if (!evaluate(history.data() + done, take, message)) {
+                weights_->api->truncate(seq_, 0);
+                clear_state();
+                return fail(out_error, ELIZA_ERR_FFI_FAULT, message);
+            }
+            done += take;
+        }
+        history_ = std::move(history);
+        sampler_ = std::move(sampler);
+        for (llama_token t : accepted) accept(t);
+        generated_ = generated;
+        pending_ = pending;
+        have_logits_ = (flags & kFlagHaveLogits) != 0 && !history_.empty();
+        finished_ = (flags & kFlagFinished) != 0;
+        cancelled_.store(false);
+        return ELIZA_OK;
+    }
+
+private:
+    bool evaluate(const llama_token * ids, size_t n, std::string & message) {
+        char err[1024] = {0};
+        if (weights_->api->forward(seq_, ids, n, logits_.data(), err, sizeof err) != 0) {
+            message = err;
+            return false;
+        }
+        return true;
+    }
+
+    void roll_back(size_t keep) {
+        weights_->api->truncate(seq_, static_cast<int32_t>(keep));
+    }
+
+    llama_token choose() {
+        candidates_.resize(logits_.size());
+        for (size_t t = 0; t < logits_.size(); ++t) {
+            candidates_[t] = llama_token_data{static_cast<llama_token>(t), logits_[t], 0.0f};
+        }
+        llama_token_data_array arr{candidates_.data(), candidates_.size(), -1, false};
+        llama_sampler_apply(sampler_.get(), &arr);
+        if (arr.selected < 0 || static_cast<size_t>(arr.selected) >= arr.size) return -1;
+        return arr.data[arr.selected].id;
+    }
+
+    void accept(llama_token token) {
+        if (accepted_.size() == static_cast<size_t>(kPenaltyLastN)) accepted_.erase(accepted_.begin());
+        accepted_.push_back(token);
+        llama_sampler_accept(sampler_.get(), token);
+    }
+
+    void clear_state() {
+        history_.clear();
+        accepted_.clear();
+        pending_.clear();
+        llama_sampler_reset(sampler_.get());
+        generated_ = 0;
+        have_logits_ = false;
+        finished_ = false;
+    }
+
+    std::shared_ptr<Weights> weights_;
+    EliMlxSeq * seq_;
+    Sampler sampler_;
+    VocabView vocab_;
+    eliza_llm_stream_config_t cfg_;
+    uint32_t n_ctx_;
+    std::vector<float> logits_;  // of the last evaluated token
+    std::vector<llama_token_data> candidates_;
+    std::vector<llama_token> history_;   // every token in the cache, in order
+    std::vector<llama_token> accepted_;  // the sampler's last accepted tokens (<= its penalty window)
+    std::string pending_;                // bytes of an incomplete UTF-8 character
+    std::atomic<bool> cancelled_{false};
+    int32_t generated_ = 0;
+    bool have_logits_ = false;
+    bool finished_ = false;
+};
 
 class MlxFactory final : public GateFactory {
 public:
     using GateFactory::GateFactory;
 
-    bool available() const override {
-        // M5: probe for a Metal device and the linked MLX/CoreML frameworks here.
-        return false;
-    }
+    bool available() const override { return module().api != nullptr; }
 
-    LlmBackendSession * open(EliInferenceContext * ctx, const eliza_llm_stream_config_t * /*cfg*/,
+    LlmBackendSession * open(EliInferenceContext * ctx, const eliza_llm_stream_config_t * cfg,
                              char ** out_error) override {
-        fail(out_error, ELIZA_ERR_NOT_IMPLEMENTED,
-             std::string(name()) + ": neither MLX nor CoreML is linked into this build; cannot serve bundle '" +
-                 (ctx ? llm_backend_context_bundle_dir(ctx) : "") + "'");
-        return nullptr;
+        const Module & m = module();
+        if (m.api == nullptr) {
+            fail(out_error, ELIZA_ERR_NOT_IMPLEMENTED, std::string(name()) + ": " + m.why_not);
+            return nullptr;
+        }
+        if (ctx == nullptr || cfg == nullptr) {
+            fail(out_error, ELIZA_ERR_INVALID_ARG, std::string(name()) + ": ctx and cfg must be non-NULL");
+            return nullptr;
+        }
+        if (cfg->mtp_drafter_path != nullptr && cfg->mtp_drafter_path[0] != '\0') {
+            fail(out_error, ELIZA_ERR_INVALID_ARG,
+                 std::string(name()) + ": speculative decoding (mtp_drafter_path) is served by the llama.cpp path only");
+            return nullptr;
+        }
+        if (cfg->gbnf_grammar != nullptr && cfg->gbnf_grammar[0] != '\0') {
+            fail(out_error, ELIZA_ERR_NOT_IMPLEMENTED, std::string(name()) + ": grammars are not supported");
+            return nullptr;
+        }
+        int code = ELIZA_OK;
+        std::string message;
+        VocabView vocab;
+        if (!ensure_vocab(*ctx, vocab, code, message)) {
+            fail(out_error, code, std::string(name()) + ": " + message);
+            return nullptr;
+        }
+        const std::string dir = (fs::path(llm_backend_context_bundle_dir(ctx)) / kWeightsDir).string();
+        std::shared_ptr<Weights> weights = open_weights(m, dir, ctx->model_path, message);
+        if (!weights) {
+            fail(out_error, ELIZA_ERR_BUNDLE_INVALID, std::string(name()) + ": " + message);
+            return nullptr;
+        }
+        if (weights->n_vocab != vocab.n_vocab) {
+            fail(out_error, ELIZA_ERR_BUNDLE_INVALID,
+                 std::string(name()) + ": '" + dir + "' has " + std::to_string(weights->n_vocab) +
+                     " vocabulary rows, the bundle GGUF's vocabulary " + std::to_string(vocab.n_vocab));
+            return nullptr;
+        }
+        Sampler sampler = make_sampler_chain(*cfg, vocab.n_vocab, message);
+        if (!sampler) {
+            fail(out_error, ELIZA_ERR_OOM, std::string(name()) + ": " + message);
+            return nullptr;
+        }
+        char err[1024] = {0};
+        EliMlxSeq * seq = m.api->new_seq(weights->model, err, sizeof err);
+        if (seq == nullptr) {
+            fail(out_error, ELIZA_ERR_OOM, std::string(name()) + ": " + err);
+            return nullptr;
+        }
+        const long n_ctx_setting = ctx->settings.n_ctx;
+        const uint32_t trained = weights->n_ctx_train > 0 ? static_cast<uint32_t>(weights->n_ctx_train) : kMaxDefaultCtx;
+        const uint32_t n_ctx = n_ctx_setting > 0 ? static_cast<uint32_t>(n_ctx_setting) : std::min(trained, kMaxDefaultCtx);
+        auto * session = new (std::nothrow) MlxSession(std::move(weights), seq, std::move(sampler), vocab, *cfg, n_ctx);
+        if (session == nullptr) {
+            m.api->free_seq(seq);
+            fail(out_error, ELIZA_ERR_OOM, std::string(name()) + ": out of memory");
+        }
+        return session;
     }
 };
 

@@ -1,0 +1,146 @@
+"""The backend-agreement check: each gate of the cell whose runtime exists on its platform,
+hard-selected through ELIZA_LLM_BACKEND, against the llama.cpp path of the same library and
+bundle, greedy, on the default prompts (eliza.core.backend_agreement judges).
+
+Three runs of the cell's own tools per gate, where the platform's binaries run (here, under
+its emulator or on its lab device): e2e_loop_bench with ELIZA_LLM_BACKEND=llama.cpp (the
+reference), the reference runner (plain llama.h, byte-identical to it, which records
+llama.cpp's top-two logit gap at every position), and e2e_loop_bench with the gate's factory
+hard-selected. A hard selection either serves every stream with that backend or fails the
+open, so a backend run that completes was served by it throughout: llama.cpp can never
+answer in its place, and the record says which backend served and its runtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eliza.adapters.bench_tools import BenchSettings, BenchToolError, bench_argv, reference_argv, run_tool
+from eliza.app.checks.job import Job
+from eliza.app.services.bundle import ensure_runtime_bundle
+from eliza.app.services.clock import Stopwatch
+from eliza.app.services.run import Run
+from eliza.core.backend_agreement import AgreementInputError, AgreementVerdict, judge
+from eliza.core.bench_records import BenchRun
+from eliza.core.matrix import Cell, Gate
+from eliza.core.outcome import CheckOutcome, outcome
+from eliza.formats.files import sha256_file
+
+MAX_TOKENS = 64  # per prompt: the default prompts then hold a few hundred positions
+
+
+def backends_of(cell: Cell) -> tuple[Gate, ...]:
+    """The cell's gates whose runtime its platform has."""
+    return tuple(g for g in cell.gates if g.runtime_for(cell.platform.id))
+
+
+def runtime_identity(library: Path, gate: Gate) -> dict[str, str]:
+    """What served: the runtime's package and, where the gate ships a module beside the
+    library, that module's sha256."""
+    module = library.parent / f"libelizainference-{gate.id}.so"
+    return {
+        "factory": gate.factory,
+        "runtime_package": gate.runtime_package,
+        "module": module.name if module.is_file() else "",
+        "module_sha256": sha256_file(module) if module.is_file() else "",
+    }
+
+
+def _served_by(run: BenchRun) -> str:
+    build = run.header.get("build") or {}
+    return str(build.get("llm_backend") or "")
+
+
+def run(job: Job, evidence: Run) -> list[CheckOutcome]:
+    outcomes: list[CheckOutcome] = []
+    bundle = ensure_runtime_bundle(evidence.bundle, job.matrix.gates)
+    settings = BenchSettings(bundle=bundle, max_tokens=MAX_TOKENS, repeats=1)
+    for cell, check in job.pairs():
+        watch = Stopwatch()
+        library = job.library(cell)
+        out = evidence.project.build_root / "bench" / cell.platform.id / cell.key / "backends"
+        tools = library.parent
+        env_of = {"ELIZA_N_THREADS": "1"}
+        try:
+            reference = run_tool(
+                bench_argv(tools, library, settings, f"{cell.id} llama.cpp", out / "llama.cpp.jsonl"),
+                out / "llama.cpp.jsonl",
+                {**env_of, "ELIZA_LLM_BACKEND": "llama.cpp"},
+                runner=job.target,
+            )
+            margins = run_tool(
+                reference_argv(tools, settings, f"{cell.id} reference", out / "reference.jsonl"),
+                out / "reference.jsonl",
+                env_of,
+                runner=job.target,
+            )
+        except BenchToolError as exc:
+            outcomes.append(
+                outcome(cell.id, check.id, ran=0, passed=0, span=watch.span(), reason=str(exc), error=True)
+            )
+            continue
+        verdicts: list[AgreementVerdict] = []
+        problems: list[str] = []
+        served: dict[str, object] = {}
+        for gate in backends_of(cell):
+            path = out / f"{gate.factory}.jsonl"
+            try:
+                got = run_tool(
+                    bench_argv(tools, library, settings, f"{cell.id} {gate.factory}", path),
+                    path,
+                    {**env_of, "ELIZA_LLM_BACKEND": gate.factory},
+                    runner=job.target,
+                )
+            except BenchToolError as exc:  # the backend could not serve: never llama.cpp instead
+                problems.append(f"{gate.factory}: {exc}")
+                continue
+            if _served_by(got) != gate.factory:
+                problems.append(f"{gate.factory}: the run names {_served_by(got)!r} as its backend")
+                continue
+            try:
+                verdict = judge(gate.factory, reference, margins, got, gate.agreement)
+            except AgreementInputError as exc:
+                problems.append(f"{gate.factory}: {exc}")
+                continue
+            verdicts.append(verdict)
+            served[gate.id] = {
+                **runtime_identity(library, gate),
+                "summary": verdict.summary(),
+                "prompts": [
+                    {
+                        "index": p.index,
+                        "positions": p.positions,
+                        "agreed": p.agreed,
+                        "divergence": p.divergence,
+                        "margin": p.margin,
+                        "allowed": p.allowed,
+                    }
+                    for p in verdict.prompts
+                ],
+            }
+            evidence.log(f"{cell.id}: backend-agreement: {verdict.summary()}")
+        ran = len(verdicts) + len(problems)
+        passed = sum(1 for v in verdicts if v.passed)
+        reasons = problems + [v.reason() for v in verdicts if not v.passed]
+        metrics: dict[str, float | int | str] = {}
+        for v in verdicts:
+            metrics[f"agreement_{v.backend}"] = round(v.agreement, 6)
+            metrics[f"positions_{v.backend}"] = v.positions
+        outcomes.append(
+            outcome(
+                cell.id,
+                check.id,
+                ran=ran,
+                passed=passed,
+                span=watch.span(),
+                reason="; ".join(reasons)[:2000],
+                metrics=metrics,
+                details={
+                    "summary": "; ".join(v.summary() for v in verdicts) or "no backend ran",
+                    "backends": served,
+                    "tolerance": {g.factory: vars(g.agreement) for g in backends_of(cell)},
+                    "ran_on": job.target.words if job.target is not None else "native",
+                },
+                artifacts=(library, out / "llama.cpp.jsonl", out / "reference.jsonl"),
+            )
+        )
+    return outcomes
