@@ -138,9 +138,21 @@ def test_shipped_matrix_checks_per_cell(shipped: Matrix) -> None:
     raw = yaml.safe_load(MATRIX_FILE.read_text())
     default = raw.get("default_checks", [c["id"] for c in raw["checks"]])
     own = {pid: e["checks"] for e in raw["cells"]["product"] if "checks" in e for pid in e["platforms"]}
+    raw_runtimes: dict[str, set[str]] = {}  # platform -> the gates whose runtime package it gets
+    for g in raw["gates"]:
+        if g.get("runtime_package"):
+            for pid in g.get("runtime_platforms", []):
+                raw_runtimes.setdefault(pid, set()).add(g["id"])
     for cell in (c for c in shipped.cells if c.variant is None):
         listed = own.get(cell.platform.id, default)
-        wanted = [c.id for c in shipped.checks if c.id in listed and (cell.gates or not c.gated_cells_only)]
+        with_runtime = any(g.id in raw_runtimes.get(cell.platform.id, ()) for g in cell.gates)
+        wanted = [
+            c.id
+            for c in shipped.checks
+            if c.id in listed
+            and (cell.gates or not c.gated_cells_only)
+            and (with_runtime or not c.runtime_cells_only)
+        ]
         assert [c.id for c in cell.checks] == wanted, cell.id
     assert {c.kind for c in shipped.checks} == set(CheckKind)
 
