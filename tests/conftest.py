@@ -62,6 +62,7 @@ FOLDER_TIERS = {
     "selector": "cell",
     "gates": "cell",
     "bench": "cell",
+    "backends": "cell",
     "benchmarks": "cell",
     "consumers": "cell",
     "report": "cell",

@@ -301,8 +301,9 @@ bool ensure_vocab(EliInferenceContext & ctx, VocabView & out, int & code, std::s
         if (!ctx.vocab_loaded.load(std::memory_order_acquire)) {
             code = ELIZA_ERR_BUNDLE_INVALID;
             if (ctx.model_path.empty()) {
-                message = "bundle '" + ctx.bundle_dir + "' has no text/*.gguf: its vocabulary is what every backend "
-                          "tokenizes with";
+                message = "bundle '" + ctx.bundle_dir + "' has no text/*.gguf for the llama.cpp path (it holds an "
+                          "artifact of " + ctx.served_by + ", which did not serve this call); its vocabulary is the "
+                          "one every backend tokenizes with";
                 return false;
             }
             ensure_backend_initialised();

@@ -31,8 +31,10 @@ LlmBackendFactory * select_with_override(const char * bundle_dir, const char * o
     if (requested.empty()) {
         LlmBackendFactory * best = nullptr;
         int best_rank = 0;  // the in-tree llama.cpp path's rank: an alternate must beat it
+        // can_serve first: available() may load a runtime (a gate module), which a bundle
+        // without the backend's artifact must not cost.
         for (LlmBackendFactory * f : candidates) {
-            if (f->preference_rank() > best_rank && f->available() && f->can_serve(bundle_dir)) {
+            if (f->preference_rank() > best_rank && f->can_serve(bundle_dir) && f->available()) {
                 best = f;
                 best_rank = f->preference_rank();
             }

@@ -41,7 +41,7 @@ class LlmBackendFactory {
 public:
     virtual ~LlmBackendFactory() = default;
     virtual const char * name() const = 0;                // what ELIZA_LLM_BACKEND matches
-    virtual bool available() const = 0;                   // compiled in AND its runtime present on this host; cheap
+    virtual bool available() const = 0;                   // compiled in AND its runtime present on this host; cheap after its first call (which may load the runtime)
     virtual bool can_serve(const char * bundle_dir) const = 0;  // its artifact exists under <bundle>/text; cheap
     virtual int preference_rank() const = 0;              // higher wins; the in-tree llama.cpp path is 0
     // The FFI owns the returned session. nullptr + *out_error on failure.

@@ -1,0 +1,62 @@
+"""The MLX backend through the real C ABI: the linux-cpu.mlx cell's library, its MLX module
+beside it, and the tiny bundle with the MLX weights converted from its GGUF. Streams are
+hard-selected with ELIZA_LLM_BACKEND (read by the selector at every open)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eliza.adapters.ffi import Context, Library
+from tests.silence import pytest_runtest_makereport  # noqa: F401  (the silence check, for every test here)
+
+CELL = "linux-cpu.mlx"
+MLX = "mlx-coreml"  # the gate's factory name (matrix.yaml)
+
+
+@pytest.fixture(scope="session")
+def mlx_library() -> Path:
+    from eliza.app.project import capability, load_project_matrix
+    from eliza.app.services.build import ensure_cell_built
+
+    matrix = load_project_matrix()
+    can = capability(matrix.cell(CELL).platform)
+    if not (can.can_build and can.loads_in_process):
+        pytest.skip(f"{CELL} cannot be built and loaded here: {can.build_reason or can.in_process_reason()}")
+    library = ensure_cell_built(CELL).library
+    assert (library.parent / "libelizainference-mlx.so").is_file(), (
+        "the mlx cell was built without its module"
+    )
+    return library
+
+
+@pytest.fixture(scope="session")
+def runtime_bundle() -> Path:
+    from eliza.app.project import load_project_matrix
+    from eliza.app.services.bundle import ensure_runtime_bundle, ensure_tiny_bundle
+
+    return ensure_runtime_bundle(ensure_tiny_bundle(), load_project_matrix().gates)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_decode_thread() -> Iterator[None]:
+    saved = os.environ.get("ELIZA_N_THREADS")
+    os.environ["ELIZA_N_THREADS"] = saved or "1"
+    yield
+    if saved is None:
+        os.environ.pop("ELIZA_N_THREADS", None)
+
+
+@pytest.fixture()
+def mlx_ctx(mlx_library: Path, runtime_bundle: Path) -> Iterator[Context]:
+    with Library(mlx_library).open_context(runtime_bundle) as context:
+        yield context
+
+
+@pytest.fixture()
+def use_backend(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("ELIZA_LLM_BACKEND", MLX)
+    yield

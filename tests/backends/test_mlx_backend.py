@@ -1,0 +1,248 @@
+"""The MLX backend behind the unchanged C ABI, on the CPU: what it generates agrees with the
+llama.cpp path of the same library and bundle, and it keeps the stream contract (cancel from
+another thread, reset, reset_keep, slots, UTF-8, errors, threads, concurrent streams)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from eliza.adapters.ffi import ERR_CANCELLED, Context, ElizaError, Library, greedy_config
+from tests.backends.conftest import MLX
+
+PROMPTS = (
+    "Once upon a time",
+    "The price",  # the tiny model's planted chain: " price€." then EOS (multi-byte, split over tokens)
+    "naïve café — 東京 and",
+    "A prompt that is somewhat longer than the others, so that the prefill spans more positions",
+)
+
+
+def greedy(ctx: Context, prompt: str, max_tokens: int = 48) -> tuple[list[int], bytes]:
+    with ctx.open_stream(greedy_config(max_tokens)) as stream:
+        stream.prefill(ctx.tokenize(prompt))
+        return stream.generate()
+
+
+def threads() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads: line in /proc/self/status")
+
+
+def test_greedy_output_equals_the_llama_path(mlx_ctx: Context, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ELIZA_LLM_BACKEND", "llama.cpp")
+    reference = [greedy(mlx_ctx, p) for p in PROMPTS]
+    monkeypatch.setenv("ELIZA_LLM_BACKEND", MLX)
+    served = [greedy(mlx_ctx, p) for p in PROMPTS]
+    assert served == reference
+    assert served[1][1] == "€.".encode() and len(served[1][0]) < 48  # the chain (multi-byte), then EOS
+
+
+@pytest.mark.usefixtures("use_backend")
+def test_cancel_from_another_thread_ends_the_stream(mlx_ctx: Context) -> None:
+    with mlx_ctx.open_stream(greedy_config(0)) as stream:  # no token budget: only cancel ends it
+        stream.prefill(mlx_ctx.tokenize(PROMPTS[0]))
+        outcome: list[object] = []
+
+        def generate() -> None:
+            try:
+                while stream.next().status == 0:
+                    pass
+                outcome.append("final")
+            except ElizaError as exc:
+                outcome.append(exc.code)
+
+        worker = threading.Thread(target=generate)
+        worker.start()
+        time.sleep(0.2)
+        assert stream.cancel() == 0
+        worker.join(timeout=30)
+        assert not worker.is_alive() and outcome in (["final"], [ERR_CANCELLED]), outcome
+        with pytest.raises(ElizaError) as cancelled:
+            stream.next()
+        assert cancelled.value.code == ERR_CANCELLED
+        # reset makes the stream usable again, from a clean state
+        assert stream.reset() == 0
+        stream.prefill(mlx_ctx.tokenize(PROMPTS[2]))
+        assert stream.next().status in (0, 1)
+
+
+@pytest.mark.usefixtures("use_backend")
+def test_reset_and_reset_keep_continue_exactly(mlx_ctx: Context) -> None:
+    head, tail = mlx_ctx.tokenize(PROMPTS[3]), mlx_ctx.tokenize(" and then", add_special=False)
+    with mlx_ctx.open_stream(greedy_config(16)) as fresh:
+        fresh.prefill(head + tail)
+        expected = fresh.generate()
+    with mlx_ctx.open_stream(greedy_config(16)) as stream:
+        stream.prefill(head)
+        stream.generate()
+        assert stream.reset_keep(len(head)) == len(head)  # the exact prefix is kept
+        stream.prefill(tail)
+        assert stream.generate() == expected
+        assert stream.reset_keep(10**6) == 0  # more than it holds: the full-reset fallback
+        assert stream.reset() == 0
+        stream.prefill(head + tail)
+        assert stream.generate() == expected
+
+
+@pytest.mark.usefixtures("use_backend")
+def test_a_slot_restores_the_stream_where_it_was(mlx_ctx: Context, tmp_path: Path) -> None:
+    slot = tmp_path / "slot.bin"
+    with mlx_ctx.open_stream(greedy_config(24)) as stream:
+        stream.prefill(mlx_ctx.tokenize(PROMPTS[0]))
+        for _ in range(5):
+            stream.next()
+        stream.save_slot(slot)
+        rest = stream.generate()
+    with mlx_ctx.open_stream(greedy_config(24)) as other:
+        other.restore_slot(slot)
+        assert other.generate() == rest
+        corrupt = tmp_path / "corrupt.bin"
+        data = bytearray(slot.read_bytes())
+        data[20] ^= 0xFF
+        corrupt.write_bytes(bytes(data))
+        with pytest.raises(ElizaError, match="corrupt"):
+            other.restore_slot(corrupt)
+
+
+def test_streams_of_one_context_concurrently_give_their_single_stream_tokens(
+    mlx_ctx: Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ELIZA_LLM_BACKEND", MLX)
+    alone = [greedy(mlx_ctx, p, 32) for p in PROMPTS]
+    results: dict[int, tuple[list[int], bytes]] = {}
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = greedy(mlx_ctx, PROMPTS[i], 32)
+        except BaseException as exc:  # reported below, with the others
+            errors.append(exc)
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(len(PROMPTS))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=120)
+    assert not errors and [results[i] for i in range(len(PROMPTS))] == alone
+
+
+@pytest.mark.usefixtures("use_backend")
+def test_open_close_cycles_leave_the_thread_count_bounded(mlx_ctx: Context) -> None:
+    prompt = mlx_ctx.tokenize(PROMPTS[0])
+    for _ in range(10):  # MLX's own threads start with the first streams
+        with mlx_ctx.open_stream(greedy_config(2)) as stream:
+            stream.prefill(prompt)
+            stream.generate()
+    before = threads()
+    for _ in range(200):
+        with mlx_ctx.open_stream(greedy_config(2)) as stream:
+            stream.prefill(prompt)
+            stream.generate()
+    assert threads() <= before, (before, threads())
+
+
+@pytest.mark.usefixtures("use_backend")
+def test_bad_input_gets_the_llama_paths_status_codes(mlx_ctx: Context) -> None:
+    with mlx_ctx.open_stream(greedy_config(4)) as stream:
+        with pytest.raises(ElizaError, match="call _prefill first"):
+            stream.next()
+        with pytest.raises(ElizaError, match="outside the vocabulary"):
+            stream.prefill([10**7])
+        with pytest.raises(ElizaError, match="empty prefill"):
+            stream.prefill([])
+
+
+def test_weights_converted_from_another_gguf_are_refused_in_one_line(
+    mlx_library: Path, runtime_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eliza.app.services.bundle import tiny_vocab
+    from eliza.formats.mlx_weights import convert
+    from eliza.formats.tiny_gguf import TinyModelSpec, write_tiny_gguf
+
+    bundle = tmp_path / "bundle"
+    (bundle / "text").mkdir(parents=True)
+    gguf = next((runtime_bundle / "text").glob("*.gguf"))
+    (bundle / "text" / gguf.name).write_bytes(gguf.read_bytes())
+    other = tmp_path / "other.gguf"
+    write_tiny_gguf(other, tiny_vocab(), TinyModelSpec(seed=9))
+    convert(other, bundle / "text" / "mlx")
+    monkeypatch.setenv("ELIZA_LLM_BACKEND", MLX)
+    with Library(mlx_library).open_context(bundle) as ctx, pytest.raises(ElizaError) as refused:
+        ctx.open_stream(greedy_config(4))
+    message = str(refused.value)
+    assert "was converted from a GGUF with sha256" in message and "eliza mlx-weights" in message
+    assert "\n" not in message
+
+
+def test_another_llama_gguf_converted_by_the_documented_command_is_served_and_agrees(
+    mlx_library: Path, tmp_path: Path
+) -> None:
+    """Other widths, layers, heads and vocabulary size than the fixture's; converted with
+    `eliza mlx-weights`, in processes of their own (each selects its backend once)."""
+    from eliza.app.services.bundle import tiny_vocab
+    from eliza.formats.tiny_gguf import TinyModelSpec, write_tiny_gguf
+
+    spec = TinyModelSpec(seed=5, n_embd=96, n_layer=3, n_head=6, n_head_kv=2, n_ff=160, vocab_size=30000)
+    bundle = tmp_path / "bundle"
+    gguf = bundle / "text" / "other.gguf"
+    write_tiny_gguf(gguf, tiny_vocab(), spec)
+    converted = subprocess.run(
+        [sys.executable, "-m", "eliza.cli", "mlx-weights", str(gguf)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert converted.returncode == 0 and (bundle / "text" / "mlx" / "model.safetensors").is_file(), (
+        converted.stderr
+    )
+    tools = mlx_library.parent
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS) + "\n")
+    runs = {}
+    for backend in ("llama.cpp", MLX):
+        out = tmp_path / f"{backend}.jsonl"
+        done = subprocess.run(
+            [str(tools / "e2e_loop_bench"), "--library", str(mlx_library), "--bundle", str(bundle),
+             "--prompts", str(prompts), "--max-tokens", "32", "--out", str(out)],
+            env={**os.environ, "ELIZA_LLM_BACKEND": backend}, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        from eliza.formats.bench_jsonl import load_run
+
+        runs[backend] = load_run(out)
+    assert runs[MLX].header["build"]["llm_backend"] == MLX
+    assert [p.tokens for p in runs[MLX].prompts] == [p.tokens for p in runs["llama.cpp"].prompts]
+    assert sum(len(p.tokens) for p in runs[MLX].prompts) > 0
+
+
+def test_without_the_runtime_a_hard_selection_fails_and_auto_selection_falls_through(
+    mlx_library: Path, runtime_bundle: Path, tmp_path: Path
+) -> None:
+    """The same gate-ON build on a host without MLX: its module is not where the library
+    looks (ELIZA_BACKEND_MODULE_DIR, an empty folder), as on a machine that lacks it."""
+    empty = tmp_path / "no-modules"
+    empty.mkdir()
+    tools = mlx_library.parent
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(PROMPTS[0] + "\n")
+    argv = [str(tools / "e2e_loop_bench"), "--library", str(mlx_library), "--bundle", str(runtime_bundle),
+            "--prompts", str(prompts), "--max-tokens", "8", "--out", str(tmp_path / "out.jsonl")]  # fmt: skip
+    hidden = {**os.environ, "ELIZA_BACKEND_MODULE_DIR": str(empty)}
+    forced = subprocess.run(argv, env={**hidden, "ELIZA_LLM_BACKEND": MLX}, capture_output=True, text=True)
+    assert forced.returncode != 0 and "unavailable on this host" in forced.stderr, forced.stderr
+    auto = subprocess.run(
+        argv,
+        env={k: v for k, v in hidden.items() if k != "ELIZA_LLM_BACKEND"},
+        capture_output=True,
+        text=True,
+    )
+    assert auto.returncode == 0, auto.stderr
