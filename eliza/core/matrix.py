@@ -106,6 +106,7 @@ class PerfWaiver:
     reason: str
     expires: date | None = None
     milestone: str | None = None
+    check: str | None = None  # the perf check it applies to (None: every perf check)
 
     def expiry(self) -> str:
         return f"until {self.expires.isoformat()}" if self.expires is not None else f"during {self.milestone}"
@@ -212,6 +213,10 @@ class Check:
     run_requires: tuple[Requirement, ...] = ()
     metrics: tuple[MetricRule, ...] = ()  # perf: the pass rule of each metric
     rounds: int = 0  # perf: interleaved candidate/reference rounds by default
+    # perf: what is timed. "library": the cell's library against a reference library (the
+    # declared baseline); "backend": each gate's runtime, hard-selected, against the llama.cpp
+    # path of the same library and bundle (the seam's faster-or-justified).
+    subject: str = "library"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -326,6 +326,14 @@ class MatrixRules:
                     valid_words(sorted(judged), "judged metrics"),
                 )
                 continue
+            perf_checks = [c["id"] for c in self.data["checks"] if c["kind"] == CheckKind.PERF.value]
+            if "check" in w and w["check"] not in perf_checks:
+                self.error(
+                    (*path, "check"),
+                    f"{w['check']!r} is not a perf check",
+                    valid_words(perf_checks, "perf checks"),
+                )
+                continue
             if not fnmatch.filter(ids, w["cells"]):
                 self.warnings.append(
                     self.problem((*path, "cells"), f"{w['cells']!r} matches no cell, so it waives nothing")
@@ -338,6 +346,7 @@ class MatrixRules:
                     reason=" ".join(str(w["reason"]).split()),
                     expires=expires,
                     milestone=w.get("milestone"),
+                    check=w.get("check"),
                 )
             )
         return tuple(out)
@@ -702,6 +711,7 @@ def _check(c: Mapping[str, Any]) -> Check:
             for name, rule in c.get("metrics", {}).items()
         ),
         rounds=c.get("rounds", 0),
+        subject=c.get("subject", "library"),
     )
 
 

@@ -60,14 +60,16 @@ def _wholly_within(metric: Mapping[str, Any], bound: float) -> bool:
     return float(metric["ci_low"]) >= 1.0 - bound
 
 
-def judge_with_waivers(cell: str, metrics: Sequence[Mapping[str, Any]], policy: PerfPolicy) -> PerfState:
+def judge_with_waivers(
+    cell: str, metrics: Sequence[Mapping[str, Any]], policy: PerfPolicy, check: str | None = None
+) -> PerfState:
     """The verdict of a perf record's per-metric judgements (as the runner recorded them:
     metric, verdict, ratio, ci_low, ci_high, direction, words) under today's waivers: a
     failure is waived when a waiver of its cell and metric holds and the interval does not
     lie wholly beyond the waiver's bound; an undecided metric is settled by such a waiver
     when its interval lies wholly inside the waiver's bound (the regression it may hide is
     one the waiver accepts). Any other failure fails; any other undecided metric leaves the
-    whole inconclusive."""
+    whole inconclusive. A waiver that names a check covers that perf check only."""
     failed: list[str] = []
     undecided: list[str] = []
     waived: list[str] = []
@@ -77,7 +79,11 @@ def judge_with_waivers(cell: str, metrics: Sequence[Mapping[str, Any]], policy: 
         verdict = str(m.get("verdict", ""))
         if verdict not in (FAILED, INCONCLUSIVE):
             continue
-        matching = [w for w in policy.waivers if w.metric == name and fnmatch.fnmatchcase(cell, w.cells)]
+        matching = [
+            w
+            for w in policy.waivers
+            if w.metric == name and fnmatch.fnmatchcase(cell, w.cells) and w.check in (None, check)
+        ]
         live = [w for w in matching if holds(w, policy.today, policy.milestone)]
         warnings += [
             f"perf waiver of {name} on {w.cells} ({w.reason}) expired {w.expiry()} and no longer counts"

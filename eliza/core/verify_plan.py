@@ -265,8 +265,12 @@ def cpu_fallback_reference(matrix: Matrix, platform: Platform, facts: PlanFacts)
 
 def perf_identity(reference: str, rounds: int) -> str:
     """What a perf record was measured against, as its fingerprint's `reference` part:
-    the reference (a commit, or "library:<sha256>") and the rounds."""
+    the reference (a commit, "library:<sha256>", or BACKEND_PERF_REFERENCE) and the rounds."""
     return f"{reference};rounds={rounds}"
+
+
+# A backend perf check's reference: the llama.cpp path of the cell's own library.
+BACKEND_PERF_REFERENCE = "llama.cpp-path"
 
 
 def compares_with_baseline(cell: Cell, check: Check) -> bool:
@@ -522,7 +526,7 @@ class _Planner:
                 )
                 continue
             if check.kind is CheckKind.PERF:
-                blocker = self.perf_blocker(can)
+                blocker = self.perf_blocker(can, check)
                 if blocker is not None:
                     state, reason, records = blocker
                     self.steps.append(
@@ -556,9 +560,11 @@ class _Planner:
 
     def perf_identity_of(self, check: Check) -> str:
         rounds = self.selection.perf_rounds or check.rounds
+        if check.subject == "backend":
+            return perf_identity(BACKEND_PERF_REFERENCE, rounds)
         return perf_identity(self.perf_reference(), rounds)
 
-    def perf_blocker(self, can: Capability) -> tuple[GridState, str, bool] | None:
+    def perf_blocker(self, can: Capability, check: Check) -> tuple[GridState, str, bool] | None:
         """Why the perf check does not run here: timed under an emulator, --no-bench, or no
         reference to compare with (recorded, so the report says which)."""
         if can.emulated:
@@ -572,6 +578,8 @@ class _Planner:
             )
         if not self.selection.bench:
             return GridState.NOT_RUN, "--no-bench", False
+        if check.subject == "backend":  # its reference is the same library's llama.cpp path
+            return None
         if not self.perf_reference():
             why = (
                 self.selection.no_baseline_reason
@@ -644,7 +652,8 @@ class _Planner:
         def builds_commit(cell: Cell, check: Check) -> str:
             if check.kind is CheckKind.PERF:
                 reference = self.perf_reference()
-                return "" if reference.startswith("library:") else reference
+                no_build = check.subject == "backend" or reference.startswith("library:")
+                return "" if no_build else reference
             return commit if compares_with_baseline(cell, check) else ""
 
         verdicts = [self.verdict(c, k, self.baseline_for(c, k), artifacts=artifacts) for c, k in members]

@@ -13,6 +13,8 @@ import functools
 import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -665,3 +667,44 @@ def test_the_command_converts_and_reports_one_line(small: Path, capsys: pytest.C
         assert main(["mlx-weights", str(bad)]) == 2
         out, err = capsys.readouterr()
         assert out == "" and len(err.splitlines()) == 1 and str(bad) in err, err
+
+
+# MLX-LM's own llama model loading a converted directory (strict: every tensor it expects,
+# no other) and computing the logits: an independent reader of the layout. In a process of
+# its own, so the mlx Python package's libmlx never shares one with a library under test.
+MLX_LM_FORWARD = """
+import json, sys
+import numpy as np
+import mlx.core as mx
+from mlx_lm.models import llama
+directory, tokens = sys.argv[1], json.loads(sys.argv[2])
+config = json.load(open(directory + "/config.json"))
+model = llama.Model(llama.ModelArgs.from_dict(config))
+weights = model.sanitize(mx.load(directory + "/model.safetensors"))
+model.load_weights(list(weights.items()), strict=True)
+logits = model(mx.array([tokens]))[0].astype(mx.float32)
+np.save(sys.argv[3], np.array(logits))
+"""
+
+
+def test_mlx_lm_loads_the_directory_and_computes_what_llama_cpp_computes(
+    ggufs: dict[str, Path], converted: dict[str, Path], tmp_path: Path
+) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("mlx_lm") is None or importlib.util.find_spec("mlx") is None:
+        pytest.fail("mlx and mlx-lm are test dependencies (pyproject's test extras); install them: "
+                    'pip install -e ".[test]"')  # fmt: skip
+    tokens = [1, 450, 4996, 17354, 1701, 29916]
+    for key, directory in converted.items():
+        out = tmp_path / f"{key}.npy"
+        done = subprocess.run(
+            [sys.executable, "-c", MLX_LM_FORWARD, str(directory), json.dumps(tokens), str(out)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        theirs = np.load(out)
+        ours = forward_gguf(ggufs[key], tokens)
+        assert theirs.shape == ours.shape
+        assert (theirs.argmax(-1) == ours.argmax(-1)).all(), key
+        assert float(np.abs(theirs - ours).max()) < 1e-3, key

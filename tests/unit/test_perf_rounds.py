@@ -48,13 +48,14 @@ def fake_measure(calls: list[int], noisy_first: bool) -> Any:
 
     def measure(
         cell: object,
-        library: Path,
-        reference: Path,
+        candidate: object,
+        reference: object,
         opts: object,
         rounds: int,
         log: object,
         *,
         first: int = 0,
+        out: object = None,
     ) -> perf.Samples:
         calls.append(rounds)
         noisy = noisy_first and len(calls) == 1

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from eliza.adapters.bench_tools import BenchSettings, bench_argv, run_tool
+from eliza.app.checks.backend_agreement import backends_of
 from eliza.app.checks.job import Job
 from eliza.app.services.bench_options import BenchOptions
+from eliza.app.services.bundle import ensure_runtime_bundle
 from eliza.app.services.clock import Stopwatch, now
 from eliza.app.services.run import Run
 from eliza.core.bench_records import BenchRun
@@ -22,7 +24,7 @@ from eliza.core.matrix import Cell, Check
 from eliza.core.outcome import CheckOutcome, outcome
 from eliza.core.perf_stats import Judgement, Verdict, compare, judge
 from eliza.core.perf_waivers import PerfPolicy, judge_with_waivers
-from eliza.core.verify_plan import perf_identity
+from eliza.core.verify_plan import BACKEND_PERF_REFERENCE, perf_identity
 from eliza.formats.files import atomic_write_text, sha256_file
 
 Log = Callable[[str], None]
@@ -72,65 +74,128 @@ class Samples:
         self.peak_rss_sources |= more.peak_rss_sources
 
 
+@dataclass(frozen=True)
+class Side:
+    """One side of a round: a library, and what the bench tool's environment adds (the
+    backend a stream is hard-selected to)."""
+
+    library: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
 def measure(
-    cell: Cell, library: Path, reference: Path, opts: BenchOptions, rounds: int, log: Log, *, first: int = 0
+    cell: Cell,
+    candidate: Side,
+    reference: Side,
+    opts: BenchOptions,
+    rounds: int,
+    log: Log,
+    *,
+    first: int = 0,
+    out: Path | None = None,
 ) -> Samples:
     """Rounds of candidate and reference, AB then BA alternately, so warm-up and drift
-    favour neither; the cell's bench tool drives both libraries, where the platform's
-    binaries run (here, or on its lab device: a device's timings are its own)."""
+    favour neither; the cell's bench tool drives both sides, where the platform's binaries
+    run (here, or on its lab device: a device's timings are its own)."""
     settings = perf_settings(opts)
-    env = {"ELIZA_N_THREADS": str(opts.overhead_threads)}
-    out = opts.out_dir / cell.platform.id / cell.key / "perf"
-    tool_dir = library.parent
+    out = out or opts.out_dir / cell.platform.id / cell.key / "perf"
+    tool_dir = candidate.library.parent
     samples = Samples()
     for i in range(first, first + rounds):
         order = ("candidate", "reference") if i % 2 == 0 else ("reference", "candidate")
-        for side in order:
-            path = out / f"{side}-{i}.jsonl"
-            lib = library if side == "candidate" else reference
-            argv = bench_argv(tool_dir, lib, settings, f"{cell.id} {side}", path)
+        for name in order:
+            side = candidate if name == "candidate" else reference
+            path = out / f"{name}-{i}.jsonl"
+            argv = bench_argv(tool_dir, side.library, settings, f"{cell.id} {name}", path)
+            env = {"ELIZA_N_THREADS": str(opts.overhead_threads), **side.env}
             done = run_tool(argv, path, env, runner=opts.runner)
             samples.peak_rss_sources.add(done.peak_rss_source)
-            into = samples.candidate if side == "candidate" else samples.reference
-            for name, value in run_metrics(done).items():
-                into.setdefault(name, []).append(value)
+            into = samples.candidate if name == "candidate" else samples.reference
+            for metric, value in run_metrics(done).items():
+                into.setdefault(metric, []).append(value)
     log(f"{cell.id}: perf: {rounds} rounds of candidate and reference")
     return samples
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What one perf series compares: a label ("" for the library check, the factory for a
+    backend), the two sides, the bench settings and where its files go."""
+
+    label: str
+    candidate: Side
+    reference: Side
+    opts: BenchOptions
+    out: Path
+
+
+def comparisons(
+    job: Job, cell: Cell, check: Check, step_commit: str, opts: BenchOptions, evidence: Run
+) -> tuple[list[Comparison], str, str, tuple[Path, ...]]:
+    """(series, reference identity, reference in words, artifacts) of a cell's perf check.
+    Raises ValueError when its reference library did not build."""
+    library = job.library(cell)
+    out = opts.out_dir / cell.platform.id / cell.key / "perf"
+    if check.subject != "backend":
+        reference, identity, words = _reference(job, step_commit, opts)
+        return (
+            [Comparison("", Side(library), Side(reference), opts, out)],
+            identity,
+            words,
+            (library, reference),
+        )
+    bundle = ensure_runtime_bundle(evidence.bundle, job.matrix.gates)
+    backend_opts = replace(opts, settings=replace(opts.settings, bundle=bundle))
+    series = [
+        Comparison(
+            gate.factory,
+            Side(library, {"ELIZA_LLM_BACKEND": gate.factory}),
+            Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"}),
+            backend_opts,
+            out / gate.factory,
+        )
+        for gate in backends_of(cell)
+    ]
+    words = "the llama.cpp path of the same library and bundle (ELIZA_LLM_BACKEND=llama.cpp)"
+    return series, BACKEND_PERF_REFERENCE, words, (library,)
 
 
 def perf_outcome(
     cell: Cell,
     check: Check,
-    candidate: dict[str, list[float]],
-    reference: dict[str, list[float]],
+    series: Sequence[tuple[str, Samples]],
     policy: PerfPolicy,
     *,
     watch: Stopwatch,
     about: dict[str, object],
     artifacts: tuple[Path, ...] = (),
 ) -> CheckOutcome:
-    """Each metric of the check's rules judged; the record's status: failed when any
-    (unwaived) metric regressed, inconclusive when any could not decide, else passed."""
-    judgements: list[Judgement] = []
-    for rule in check.metrics:
-        comparison = compare(rule.metric, candidate[rule.metric], reference[rule.metric])
-        judgements.append(judge(comparison, rule))
-    rows = [j.as_dict() for j in judgements]
-    state = judge_with_waivers(cell.id, rows, policy)
+    """Each metric of the check's rules judged, for each series (one per backend of a
+    backend check, labelled with its factory; one unlabelled series otherwise); the
+    record's status: failed when any (unwaived) metric regressed, inconclusive when any
+    could not decide, else passed."""
+    judgements: list[tuple[str, Judgement]] = []
+    for label, samples in series:
+        for rule in check.metrics:
+            comparison = compare(rule.metric, samples.candidate[rule.metric], samples.reference[rule.metric])
+            judgements.append((label, judge(comparison, rule)))
+    rows = [{**j.as_dict(), **({"backend": label} if label else {})} for label, j in judgements]
+    state = judge_with_waivers(cell.id, rows, policy, check.id)
     metrics: dict[str, float | int | str] = {}
-    for j in judgements:
+    for label, j in judgements:
         c = j.comparison
-        metrics[j.comparison.metric] = round(statistics.median(c.candidate), 3)
-        metrics[f"{c.metric}_ratio"] = round(c.ratio, 4)
-        metrics[f"{c.metric}_ci_low"] = round(c.low, 4)
-        metrics[f"{c.metric}_ci_high"] = round(c.high, 4)
-        metrics[f"{c.metric}_p"] = round(c.p_value, 6)
-    verified = sum(1 for j in judgements if j.verdict is Verdict.VERIFIED)
+        name = f"{label}.{c.metric}" if label else c.metric
+        metrics[name] = round(statistics.median(c.candidate), 3)
+        metrics[f"{name}_ratio"] = round(c.ratio, 4)
+        metrics[f"{name}_ci_low"] = round(c.low, 4)
+        metrics[f"{name}_ci_high"] = round(c.high, 4)
+        metrics[f"{name}_p"] = round(c.p_value, 6)
+    verified = sum(1 for _, j in judgements if j.verdict is Verdict.VERIFIED)
     details = {
         "summary": state.words,
         "perf": {**about, "metrics": rows, "waived": list(state.waived), "warnings": list(state.warnings)},
     }
-    log_tail = "\n".join(j.words for j in judgements)[-4000:]
+    log_tail = "\n".join(f"{label}: {j.words}" if label else j.words for label, j in judgements)[-4000:]
     span = watch.span()
     if state.verdict == Verdict.INCONCLUSIVE.value:
         return CheckOutcome(
@@ -176,6 +241,11 @@ def _reference(job: Job, step_commit: str, opts: BenchOptions) -> tuple[Path, st
     return job.baselines[step_commit], step_commit, f"commit {step_commit[:12]}"
 
 
+def _sources(measured: Sequence[tuple[str, Samples]]) -> str:
+    """Where the tools read peak RSS, over every series."""
+    return ",".join(sorted(set().union(*(s.peak_rss_sources for _, s in measured))))
+
+
 def run(job: Job, evidence: Run) -> list[CheckOutcome]:
     """One cell's perf check (the plan gives each cell its own step)."""
     opts = job.bench
@@ -190,15 +260,20 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         check = job.matrix.check(step.check)
         rounds = opts.perf_rounds or check.rounds
         try:
-            reference, identity, words = _reference(job, step.baseline_commit, opts)
+            series, identity, words, artifacts = comparisons(
+                job, cell, check, step.baseline_commit, opts, evidence
+            )
         except ValueError as exc:
             outcomes.append(
                 outcome(cell.id, check.id, ran=0, passed=0, span=watch.span(), reason=str(exc), error=True)
             )
             continue
-        library = job.library(cell)
-        samples = measure(cell, library, reference, opts, rounds, evidence.log)
+        measured = [
+            (c.label, measure(cell, c.candidate, c.reference, c.opts, rounds, evidence.log, out=c.out))
+            for c in series
+        ]
         settings = perf_settings(opts)
+
         about: dict[str, object] = {
             "reference": words,
             "reference_identity": perf_identity(identity, rounds),
@@ -208,45 +283,35 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             "max_tokens": settings.max_tokens,
             "repeats": settings.repeats,
             "ran_on": step.how,
-            "peak_rss_source": ",".join(sorted(samples.peak_rss_sources)),
+            "peak_rss_source": _sources(measured),
         }
+        if check.subject == "backend":
+            about["backends"] = [c.label for c in series]
+            about["bundle"] = str(series[0].opts.settings.bundle) if series else ""
         milestone = job.matrix.exit_checklist.milestone if job.matrix.exit_checklist else ""
         policy = PerfPolicy(waivers=job.matrix.perf_waivers, today=now().date(), milestone=milestone)
-        done = perf_outcome(
-            cell,
-            check,
-            samples.candidate,
-            samples.reference,
-            policy,
-            watch=watch,
-            about=about,
-            artifacts=(library, reference),
-        )
+        done = perf_outcome(cell, check, measured, policy, watch=watch, about=about, artifacts=artifacts)
         if done.status is Status.INCONCLUSIVE and opts.perf_rounds is None:
             # The declared rounds could not decide (a noisy host): as many again, once, still
             # interleaved, then the verdict of all of them. --rounds N runs exactly N.
-            samples.extend(measure(cell, library, reference, opts, rounds, evidence.log, first=rounds))
+            for c, (_, samples) in zip(series, measured, strict=True):
+                samples.extend(
+                    measure(
+                        cell, c.candidate, c.reference, c.opts, rounds, evidence.log, first=rounds, out=c.out
+                    )
+                )
             about["rounds_run"] = 2 * rounds
-            about["peak_rss_source"] = ",".join(sorted(samples.peak_rss_sources))
-            done = perf_outcome(
-                cell,
-                check,
-                samples.candidate,
-                samples.reference,
-                policy,
-                watch=watch,
-                about=about,
-                artifacts=(library, reference),
+            about["peak_rss_source"] = _sources(measured)
+            done = perf_outcome(cell, check, measured, policy, watch=watch, about=about, artifacts=artifacts)
+        for c, (_, samples) in zip(series, measured, strict=True):
+            atomic_write_text(
+                c.out / "perf.json",
+                json.dumps(
+                    {**about, "samples": {"candidate": samples.candidate, "reference": samples.reference}},
+                    indent=2,
+                )
+                + "\n",
             )
-        out = opts.out_dir / cell.platform.id / cell.key / "perf" / "perf.json"
-        atomic_write_text(
-            out,
-            json.dumps(
-                {**about, "samples": {"candidate": samples.candidate, "reference": samples.reference}},
-                indent=2,
-            )
-            + "\n",
-        )
-        evidence.log(f"{cell.id}: perf {done.status.value}: {done.reason or done.details['summary']}")
+        evidence.log(f"{cell.id}: {check.id} {done.status.value}: {done.reason or done.details['summary']}")
         outcomes.append(done)
     return outcomes

@@ -37,7 +37,9 @@ def perf_entry(entry: Entry, record: EvidenceRecord | None, policy: PerfPolicy) 
     metrics = _perf(record).get("metrics")
     if not isinstance(metrics, Sequence) or not metrics:
         return entry
-    state = judge_with_waivers(entry.cell, [m for m in metrics if isinstance(m, Mapping)], policy)
+    state = judge_with_waivers(
+        entry.cell, [m for m in metrics if isinstance(m, Mapping)], policy, entry.check
+    )
     notes = (*entry.notes, *state.warnings)
     if state.verdict == FAILED:
         return replace(entry, state=GridState.FAILED, reason=f"failed: {state.words}", notes=notes)
@@ -64,7 +66,8 @@ def perf_rows(entry: Entry, record: EvidenceRecord, platform: str) -> list[PerfR
                 cell=entry.cell,
                 platform=platform,
                 check=entry.check,
-                metric=str(m["metric"]),
+                # a backend check's row names the backend it timed: "mlx-coreml decode_tok_s"
+                metric=f"{m['backend']} {m['metric']}" if m.get("backend") else str(m["metric"]),
                 direction=str(m.get("direction", "higher")),
                 ratio=float(m["ratio"]),
                 ci_low=float(m["ci_low"]),
