@@ -326,6 +326,7 @@ class ChecklistScope:
     os: str | None = None  # None: any
     arch: str | None = None  # None: any
     gates: str = "any"  # "none" (no-gate cells) | "some" (gated cells) | "any"
+    gate: str | None = None  # only cells with this gate ON (None: any)
 
     def contains(self, cell: Cell) -> bool:
         if cell.variant is not None:  # milestone boxes judge the default (release) builds
@@ -335,12 +336,17 @@ class ChecklistScope:
             return False
         if self.arch is not None and platform.arch != self.arch:
             return False
+        if self.gate is not None and self.gate not in {g.id for g in cell.gates}:
+            return False
         return self.gates == "any" or (self.gates == "some") == bool(cell.gates)
 
     def describe(self) -> str:
         """ "linux x86_64 no-gate cells", the words the report uses."""
         words = [w for w in (self.os, self.arch) if w]
-        words.append({"none": "no-gate cells", "some": "gated cells", "any": "cells"}[self.gates])
+        if self.gate is not None:
+            words.append(f"cells with the {self.gate} gate")
+        else:
+            words.append({"none": "no-gate cells", "some": "gated cells", "any": "cells"}[self.gates])
         return " ".join(words)
 
 

@@ -743,4 +743,4 @@ def _exit_checklist(x: Mapping[str, Any]) -> ExitChecklist:
 
 
 def _scope(x: Mapping[str, Any]) -> ChecklistScope:
-    return ChecklistScope(os=x.get("os"), arch=x.get("arch"), gates=x["gates"])
+    return ChecklistScope(os=x.get("os"), arch=x.get("arch"), gates=x["gates"], gate=x.get("gate"))

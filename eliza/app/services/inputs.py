@@ -38,6 +38,9 @@ PERF_CHECK_INPUTS = (
     "eliza/core/perf_stats.py",
     "eliza/core/perf_waivers.py",
     "eliza/app/services/bench_options.py",
+    # a backend perf check's bundle: the runtimes' artifacts staged by their converters
+    "eliza/app/services/bundle.py",
+    "eliza/formats/mlx_weights.py",
 )
 
 # backend-agreement: its runner and judge, how a runtime is present or hidden, and the
@@ -67,6 +70,9 @@ CONSUMER_INPUTS = (
     "eliza/app/checks/consumer.py",
     "eliza/adapters/consumers.py",
     "eliza/core/consumers.py",
+    # the passes through a gate's runtime, on the bundle its converter stages
+    "eliza/app/services/bundle.py",
+    "eliza/formats/mlx_weights.py",
 )
 
 
