@@ -141,9 +141,10 @@ def _judge_prompt(
 def judge(
     backend_name: str, reference: BenchRun, margins: BenchRun, backend: BenchRun, rule: BackendAgreement
 ) -> AgreementVerdict:
-    """reference: the llama.cpp path through the cell's library; margins: the reference
-    runner (plain llama.h, byte-identical to it) with each position's top-two gap; backend:
-    the same library with the backend hard-selected."""
+    """reference: the llama.cpp path's output (the reference runner's: plain llama.h, which
+    byte-identity-reference holds byte-identical to the library's llama.cpp path); margins:
+    a run with each position's top-two gap (the same reference runner run); backend: the
+    library with the backend hard-selected."""
     runs = (reference, margins, backend)
     prompts = [tuple(p.prompt for p in run.prompts) for run in runs]
     if len(set(prompts)) != 1:

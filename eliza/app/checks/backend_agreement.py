@@ -2,11 +2,11 @@
 hard-selected through ELIZA_LLM_BACKEND, against the llama.cpp path of the same library and
 bundle, greedy, on the default prompts (eliza.core.backend_agreement judges).
 
-Three runs of the cell's own tools per gate, where the platform's binaries run (here, under
-its emulator or on its lab device): e2e_loop_bench with ELIZA_LLM_BACKEND=llama.cpp (the
-reference), the reference runner (plain llama.h, byte-identical to it, which records
-llama.cpp's top-two logit gap at every position), and e2e_loop_bench with the gate's factory
-hard-selected. A hard selection either serves every stream with that backend or fails the
+The cell's own tools, where the platform's binaries run (here, under its emulator or on
+its lab device): the reference runner once (plain llama.h, which records llama.cpp's
+top-two logit gap at every position; byte-identity-reference proves it generates exactly
+what the llama.cpp path of the same library does), then e2e_loop_bench with each gate's
+factory hard-selected. A hard selection either serves every stream with that backend or fails the
 open, so a backend run that completes was served by it throughout: llama.cpp can never
 answer in its place, and the record says which backend served and its runtime."""
 
@@ -61,12 +61,6 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         tools = library.parent
         env_of = {"ELIZA_N_THREADS": "1"}
         try:
-            reference = run_tool(
-                bench_argv(tools, library, settings, f"{cell.id} llama.cpp", out / "llama.cpp.jsonl"),
-                out / "llama.cpp.jsonl",
-                {**env_of, "ELIZA_LLM_BACKEND": "llama.cpp"},
-                runner=job.target,
-            )
             margins = run_tool(
                 reference_argv(tools, settings, f"{cell.id} reference", out / "reference.jsonl"),
                 out / "reference.jsonl",
@@ -97,7 +91,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 problems.append(f"{gate.factory}: the run names {_served_by(got)!r} as its backend")
                 continue
             try:
-                verdict = judge(gate.factory, reference, margins, got, gate.agreement)
+                verdict = judge(gate.factory, margins, margins, got, gate.agreement)
             except AgreementInputError as exc:
                 problems.append(f"{gate.factory}: {exc}")
                 continue
@@ -140,7 +134,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                     "tolerance": {g.factory: vars(g.agreement) for g in backends_of(cell)},
                     "ran_on": job.target.words if job.target is not None else "native",
                 },
-                artifacts=(library, out / "llama.cpp.jsonl", out / "reference.jsonl"),
+                artifacts=(library, out / "reference.jsonl"),
             )
         )
     return outcomes

@@ -117,6 +117,13 @@ def measure(
     return samples
 
 
+# A backend's rounds are shorter than the library check's: a runtime several times slower
+# than llama.cpp (MLX on Linux's reference BLAS) decides its ratios in fewer tokens, and the
+# rounds stay within a fresh verify's budget.
+BACKEND_MAX_TOKENS = 48
+BACKEND_REPEATS = 2
+
+
 @dataclass(frozen=True)
 class Comparison:
     """What one perf series compares: a label ("" for the library check, the factory for a
@@ -145,7 +152,12 @@ def comparisons(
             (library, reference),
         )
     bundle = ensure_runtime_bundle(evidence.bundle, job.matrix.gates)
-    backend_opts = replace(opts, settings=replace(opts.settings, bundle=bundle))
+    backend_opts = replace(
+        opts,
+        settings=replace(opts.settings, bundle=bundle),
+        perf_max_tokens=BACKEND_MAX_TOKENS,
+        perf_repeats=BACKEND_REPEATS,
+    )
     series = [
         Comparison(
             gate.factory,
