@@ -284,8 +284,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             (c.label, measure(cell, c.candidate, c.reference, c.opts, rounds, evidence.log, out=c.out))
             for c in series
         ]
-        settings = perf_settings(opts)
-
+        settings = perf_settings(series[0].opts if series else opts)
         about: dict[str, object] = {
             "reference": words,
             "reference_identity": perf_identity(identity, rounds),
