@@ -4,18 +4,16 @@ conandata.yml, which is the one source of truth read here)."""
 
 from __future__ import annotations
 
-import sys
 import tarfile
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from eliza.adapters import proc
 from eliza.adapters.errors import ToolError
+from eliza.adapters.pip_fetch import PinnedFileError, fetch_pinned
 from eliza.core.layout import REPO_ROOT
-from eliza.formats.files import atomic_write_bytes, sha256_file
+from eliza.formats.files import atomic_write_bytes
 
 RECIPE_DIR = REPO_ROOT / "conan" / "index" / "recipes" / "llama-cpp" / "all"
 PINNED_VERSION = "0.3.36"
@@ -49,36 +47,17 @@ def pinned_source(version: str = PINNED_VERSION) -> LlamaSourcePin:
 def ensure_sdist(cache: Path, pin: LlamaSourcePin | None = None) -> Path:
     """Returns the verified sdist, downloading it with pip on first use."""
     pin = pin or pinned_source()
-    target_dir = cache / "sources"
-    target = target_dir / pin.archive
-    if target.is_file() and sha256_file(target) == pin.sha256:
-        return target
-    target_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target_dir) as tmp:
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--no-binary",
-            ":all:",
-            "-d",
-            tmp,
+    try:
+        return fetch_pinned(
+            cache / "sources",
+            pin.archive,
+            pin.sha256,
             pin.pip_requirement,
-        ]
-        result = proc.run(cmd)
-        fetched = Path(tmp) / pin.archive
-        if not result.ok and not fetched.is_file():
-            raise SourceError(f"pip could not fetch {pin.pip_requirement}:\n{result.stderr[-2000:]}")
-        actual = sha256_file(fetched)
-        if actual != pin.sha256:
-            raise SourceError(
-                f"{pin.archive}: sha256 {actual} does not match the pin {pin.sha256} "
-                f"in {RECIPE_DIR / 'conandata.yml'}"
-            )
-        fetched.replace(target)
-    return target
+            ["--no-binary", ":all:"],
+            str(RECIPE_DIR / "conandata.yml"),
+        )
+    except PinnedFileError as exc:
+        raise SourceError(str(exc)) from None
 
 
 def extract_member(archive: Path, member: str, dest: Path) -> Path:

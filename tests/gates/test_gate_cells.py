@@ -57,6 +57,7 @@ def test_gate_case_table(
     case: GateCase,
     gate_libraries: dict[str, Path],
     case_bundle_dirs: dict[str, Path],
+    without_runtime: Callable[[Path], Path],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("ELIZA_LLM_BACKEND", raising=False)
@@ -64,7 +65,8 @@ def test_gate_case_table(
     reference = generate_all(gate_libraries[NO_GATE_CELL], case_bundle_dirs["gguf"])
     if case.env is not None:
         monkeypatch.setenv("ELIZA_LLM_BACKEND", case.env)
-    lib = Library(gate_libraries[cell])
+    library = without_runtime(gate_libraries[cell])
+    lib = Library(library)
     if case.kind == "create-error":
         expect_error(lambda: lib.open_context(bundle), case)
         return
@@ -77,7 +79,7 @@ def test_gate_case_table(
             assert case.kind == "generates", case.kind
     if case.kind == "generates":
         assert all(tokens for tokens, _ in reference)
-        assert generate_all(gate_libraries[cell], bundle) == reference
+        assert generate_all(library, bundle) == reference
 
 
 def header_functions() -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from eliza.adapters import llama_source, proc
+from eliza.adapters import pip_fetch, proc
 from eliza.adapters.llama_source import LlamaSourcePin, SourceError, ensure_sdist
 
 GOOD = b"the pinned sdist"
@@ -37,7 +37,7 @@ def fake_pip(monkeypatch: pytest.MonkeyPatch, served: bytes) -> list[list[str]]:
         (dest / pin().archive).write_bytes(served)
         return proc.Completed(argv=tuple(words), returncode=0, stdout="", stderr="")
 
-    monkeypatch.setattr(llama_source.proc, "run", run)
+    monkeypatch.setattr(pip_fetch.proc, "run", run)
     return calls
 
 
@@ -64,3 +64,34 @@ def test_a_cached_sdist_is_used_only_while_it_hashes_as_pinned(
     assert len(calls) == 1
     assert ensure_sdist(tmp_path, pin()) == cached  # now it hashes as pinned: no fetch
     assert len(calls) == 1
+
+
+def test_a_runtime_wheel_is_fetched_for_its_target_and_checked_against_its_recipes_pin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eliza.adapters.runtime_wheels import RuntimeWheelError, ensure_wheel, wheel_pin
+    from eliza.app.project import load_project_matrix
+
+    matrix = load_project_matrix()
+    pins = {
+        p: wheel_pin("mlx/0.32.4", matrix.platform(p)) for p in ("linux-cpu", "linux-arm64", "macos-arm64")
+    }
+    assert pins["linux-cpu"].pip_platform.endswith("x86_64") and pins["linux-arm64"].pip_platform.endswith(
+        "aarch64"
+    )
+    assert pins["macos-arm64"].pip_requirement.startswith("mlx-metal==")
+    with pytest.raises(RuntimeWheelError, match="pins no wheel for android-arm64"):
+        wheel_pin("mlx/0.32.4", matrix.platform("android-arm64"))
+    calls: list[list[str]] = []
+
+    def run(argv: Sequence[str | Path], **_: object) -> proc.Completed:
+        words = [str(a) for a in argv]
+        calls.append(words)
+        (Path(words[words.index("-d") + 1]) / pins["linux-arm64"].wheel).write_bytes(b"not the wheel")
+        return proc.Completed(argv=tuple(words), returncode=0, stdout="", stderr="")
+
+    monkeypatch.setattr(pip_fetch.proc, "run", run)
+    with pytest.raises(RuntimeWheelError, match="does not match the pin"):
+        ensure_wheel(tmp_path, pins["linux-arm64"])
+    assert "--platform" in calls[0] and pins["linux-arm64"].pip_platform in calls[0]
+    assert list((tmp_path / "runtime-wheels").iterdir()) == []  # nothing half-fetched is kept

@@ -16,6 +16,7 @@ from eliza.core.layout import REPO_ROOT
 from eliza.core.matrix import CheckKind, Matrix
 from eliza.core.report.states import GridState
 from eliza.core.verify_plan import (
+    BACKEND_PERF_REFERENCE,
     Build,
     BuildRole,
     Keep,
@@ -102,7 +103,8 @@ def evidence_for(
         for check in cell.checks:
             commit = baseline if compares_with_baseline(cell, check) else ""
             if check.kind is CheckKind.PERF:
-                commit = perf_identity(baseline, check.rounds)
+                reference = BACKEND_PERF_REFERENCE if check.subject == "backend" else baseline
+                commit = perf_identity(reference, check.rounds)
             extra: dict[str, object] = {"compared_with_no_gate": True} if check.kind is CheckKind.ABI else {}
             record = EvidenceRecord(
                 cell=cell.id,

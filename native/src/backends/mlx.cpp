@@ -288,11 +288,12 @@ public:
         return ELIZA_OK;
     }
 
-    // The exact prefix: the cache keeps its first n_keep positions; the next prefill
-    // continues after them (its logits are those of the tokens it evaluates).
+    // The exact prefix, as the llama.cpp path keeps it: the cache keeps its first
+    // min(n_keep, held) positions and says how many; the next prefill continues after them.
+    // Nothing to keep: the full reset, returning 0.
     int reset_keep(int32_t n_keep) override {
-        const size_t keep = n_keep > 0 ? static_cast<size_t>(n_keep) : 0;
-        if (keep == 0 || keep > history_.size()) {
+        const size_t keep = std::min<size_t>(n_keep > 0 ? static_cast<size_t>(n_keep) : 0, history_.size());
+        if (keep == 0) {
             const int rc = reset();
             return rc == ELIZA_OK ? 0 : rc;
         }
