@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -111,6 +112,11 @@ struct EliInferenceContext {
     std::atomic<bool> vocab_loaded{false};
     LlamaModelPtr vocab_model;
     eliza::VocabView vocab_only;
+    // What an alternate runtime keeps for this context (its loaded weights, by backend
+    // name), so the streams of one context share them and a stream opened after the last
+    // one closed finds them loaded; freed with the context.
+    std::mutex backend_state_mutex;
+    std::map<std::string, std::shared_ptr<void>> backend_state;
     // The owner's handle plus one per open stream: eliza_inference_destroy drops the
     // owner's, _close a stream's, and the last one frees the context. A context destroyed
     // while streams are open thus stays alive (and its streams keep working) until the

@@ -22,7 +22,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -142,13 +141,15 @@ bool weights_match_gguf(const fs::path & dir, const std::string & gguf, std::str
     return true;
 }
 
-std::shared_ptr<Weights> open_weights(const Module & m, const std::string & dir, const std::string & gguf,
-                                      std::string & message) {
-    static std::mutex mutex;
-    static std::map<std::string, std::weak_ptr<Weights>> open;
-    std::lock_guard<std::mutex> lock(mutex);
-    if (auto existing = open[dir].lock()) return existing;
-    if (!weights_match_gguf(dir, gguf, message)) return nullptr;
+// The context's weights: loaded on its first MLX stream and kept with the context, so its
+// later streams (and one opened after the last closed) share them. Checked against the
+// bundle's GGUF once, when loaded.
+std::shared_ptr<Weights> context_weights(const Module & m, EliInferenceContext & ctx, const std::string & dir,
+                                         std::string & message) {
+    std::lock_guard<std::mutex> lock(ctx.backend_state_mutex);
+    std::shared_ptr<void> & slot = ctx.backend_state["mlx"];
+    if (slot) return std::static_pointer_cast<Weights>(slot);
+    if (!weights_match_gguf(dir, ctx.model_path, message)) return nullptr;
     auto w = std::make_shared<Weights>();
     w->api = m.api;
     if (!eliza::file_identity((fs::path(dir) / "model.safetensors").string(), w->id, message)) return nullptr;
@@ -160,7 +161,7 @@ std::shared_ptr<Weights> open_weights(const Module & m, const std::string & dir,
     }
     w->n_vocab = m.api->n_vocab(w->model);
     w->n_ctx_train = m.api->n_ctx_train(w->model);
-    open[dir] = w;
+    slot = w;
     return w;
 }
 
@@ -503,7 +504,7 @@ public:
             return nullptr;
         }
         const std::string dir = (fs::path(llm_backend_context_bundle_dir(ctx)) / kWeightsDir).string();
-        std::shared_ptr<Weights> weights = open_weights(m, dir, ctx->model_path, message);
+        std::shared_ptr<Weights> weights = context_weights(m, *ctx, dir, message);
         if (!weights) {
             fail(out_error, ELIZA_ERR_BUNDLE_INVALID, std::string(name()) + ": " + message);
             return nullptr;
