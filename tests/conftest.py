@@ -26,9 +26,14 @@ def tiny_bundle() -> Path:
 @pytest.fixture(scope="session")
 def library_path() -> Path:
     """The library of ELIZA_TEST_CELL (default: the first no-gate cell): verify runs the
-    native and selector suites once per cell this way."""
+    native and selector suites once per cell this way. A cell whose library this process
+    cannot load (another architecture, a device's) is skipped, saying why."""
+    from eliza.app.project import capability, load_project_matrix
     from eliza.app.services.build import ensure_cell_built
 
+    can = capability(load_project_matrix().cell(TEST_CELL).platform)
+    if not can.loads_in_process:
+        pytest.skip(f"{TEST_CELL}'s library cannot be loaded into this process: {can.in_process_reason()}")
     return ensure_cell_built(TEST_CELL).library
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from eliza.adapters import proc, sanitizer
 from eliza.app.context import Context
-from eliza.app.errors import Failed, UsageError
+from eliza.app.errors import Failed, NotHere, UsageError
 from eliza.app.options import Parser
 from eliza.app.project import current
 from eliza.app.services.build import BUILD_ERRORS, build_cells, describe_build
@@ -190,6 +190,9 @@ def run(options: FuzzOptions, ctx: Context) -> Path:
     matrix, log, project = ctx.matrix, ctx.log, ctx.project
     known = targets_of(project.repo)
     cell = matrix.cell(options.cell) if options.cell else default_cell(matrix)
+    can = ctx.capability(cell.platform)
+    if not can.loads_in_process:  # atheris drives the library through ctypes, in this process
+        raise NotHere(f"fuzz: {cell.id}'s library cannot be loaded here: {can.in_process_reason()}")
     wanted = options.targets or known
     if not wanted:
         raise UsageError(f"no fuzz targets: {project.repo / CORPUS} has no seed corpus folders")
