@@ -16,21 +16,17 @@ from pathlib import Path
 
 from eliza.adapters.bench_tools import BenchSettings, BenchToolError, bench_argv, reference_argv, run_tool
 from eliza.app.checks.job import Job
+from eliza.app.checks.runtimes import backends_of
 from eliza.app.services.bundle import ensure_runtime_bundle
 from eliza.app.services.clock import Stopwatch
 from eliza.app.services.run import Run
 from eliza.core.backend_agreement import AgreementInputError, AgreementVerdict, judge
 from eliza.core.bench_records import BenchRun
-from eliza.core.matrix import Cell, Gate
+from eliza.core.matrix import Gate
 from eliza.core.outcome import CheckOutcome, outcome
 from eliza.formats.files import sha256_file
 
 MAX_TOKENS = 64  # per prompt: the default prompts then hold a few hundred positions
-
-
-def backends_of(cell: Cell) -> tuple[Gate, ...]:
-    """The cell's gates whose runtime its platform has."""
-    return tuple(g for g in cell.gates if g.runtime_for(cell.platform.id))
 
 
 def runtime_identity(library: Path, gate: Gate) -> dict[str, str]:

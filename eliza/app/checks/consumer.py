@@ -13,8 +13,8 @@ from pathlib import Path
 
 from eliza.adapters.bench_tools import BenchSettings, bench_argv, reference_argv, run_tool
 from eliza.adapters.consumers import CONSUMERS, build_jni, run_consumer
-from eliza.app.checks.backend_agreement import backends_of
 from eliza.app.checks.job import Job
+from eliza.app.checks.runtimes import backends_of
 from eliza.app.services.bundle import ensure_runtime_bundle
 from eliza.app.services.clock import Stopwatch
 from eliza.app.services.run import Run

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from eliza.adapters.bench_tools import BenchSettings, bench_argv, run_tool
-from eliza.app.checks.backend_agreement import backends_of
 from eliza.app.checks.job import Job
+from eliza.app.checks.runtimes import backends_of
 from eliza.app.services.bench_options import BenchOptions
 from eliza.app.services.bundle import ensure_runtime_bundle
 from eliza.app.services.clock import Stopwatch, now

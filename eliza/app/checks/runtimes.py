@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from eliza.app.services.run import Run
+from eliza.core.matrix import Cell, Gate
+
+
+def backends_of(cell: Cell) -> tuple[Gate, ...]:
+    """The cell's gates whose runtime its platform has: what backend-agreement, backend perf
+    and the consumers' second pass drive, hard-selected."""
+    return tuple(g for g in cell.gates if g.runtime_for(cell.platform.id))
 
 
 def runtime_hidden(evidence: Run) -> dict[str, str]:

@@ -38,7 +38,9 @@ PERF_CHECK_INPUTS = (
     "eliza/core/perf_stats.py",
     "eliza/core/perf_waivers.py",
     "eliza/app/services/bench_options.py",
-    # a backend perf check's bundle: the runtimes' artifacts staged by their converters
+    # a backend perf check's backends, and its bundle: the runtimes' artifacts staged by
+    # their converters
+    "eliza/app/checks/runtimes.py",
     "eliza/app/services/bundle.py",
     "eliza/formats/mlx_weights.py",
 )
@@ -71,6 +73,7 @@ CONSUMER_INPUTS = (
     "eliza/adapters/consumers.py",
     "eliza/core/consumers.py",
     # the passes through a gate's runtime, on the bundle its converter stages
+    "eliza/app/checks/runtimes.py",
     "eliza/app/services/bundle.py",
     "eliza/formats/mlx_weights.py",
 )
