@@ -21,10 +21,12 @@ COLOURS = {"verified": "#1a7f37", "failed": "#cf222e", "inconclusive": "#8250df"
 def _pyplot() -> Any:
     """matplotlib's pyplot on the Agg backend, imported when a chart is drawn (it takes a
     second to import), its font search kept quiet."""
+    # Quiet before the import: importing matplotlib logs its paths and platform at DEBUG,
+    # and its font search does too.
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib
 
     matplotlib.use("Agg")
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its font search logs at DEBUG
     from matplotlib import pyplot
 
     return pyplot
