@@ -104,3 +104,22 @@ def test_inconclusive_perf_evidence_stands_until_more_rounds_or_rerun(matrix: Ma
     known[(cell, "selector")] = undecided[(cell, "selector")]
     p = plan(matrix, facts(matrix, evidence=known), SELECT_ALL)
     assert isinstance(only_step(p, cell, "selector"), Run)
+
+
+def test_backend_perf_runs_on_the_cells_with_a_runtime_and_needs_no_baseline(matrix: Matrix) -> None:
+    """backend-perf times a gate's runtime against the same library's llama.cpp path: it
+    applies to the linux-cpu cells with the mlx gate only, builds no reference, runs without
+    a declared baseline, and its identity is the llama.cpp path and the rounds."""
+    assert {c.id for c in matrix.cells if "backend-perf" in {k.id for k in c.checks}} == {
+        "linux-cpu.mlx",
+        "linux-cpu.litert+mlx",
+        "macos-arm64.mlx",
+    }
+    p = plan(matrix, facts(matrix), Selection(baseline_commit=None, no_baseline_reason="a shallow clone"))
+    for cell in ("linux-cpu.mlx", "linux-cpu.litert+mlx"):
+        step = only_step(p, cell, "backend-perf")
+        assert isinstance(step, Run) and step.kind is CheckKind.PERF and step.baseline_commit == ""
+    assert not [b for b in p.builds if b.role is BuildRole.BASELINE]  # perf itself is skipped there
+    p = plan(matrix, facts(matrix), Selection(baseline_commit=BASELINE, bench=False))
+    step = only_step(p, "linux-cpu.mlx", "backend-perf")
+    assert isinstance(step, Skip) and step.reason == "--no-bench"
