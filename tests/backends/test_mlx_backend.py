@@ -197,6 +197,26 @@ def test_weights_converted_from_another_gguf_are_refused_in_one_line(
     assert "\n" not in message
 
 
+def test_a_damaged_weights_file_is_refused_in_one_line(
+    mlx_library: Path, runtime_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One byte of model.safetensors flipped (same size, still loadable): refused, naming the
+    file, instead of computing something else."""
+    import shutil
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(runtime_bundle, bundle)
+    weights = bundle / "text" / "mlx" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0x40  # inside the last tensor's float data
+    weights.write_bytes(bytes(data))
+    monkeypatch.setenv("ELIZA_LLM_BACKEND", MLX)
+    with Library(mlx_library).open_context(bundle) as ctx, pytest.raises(ElizaError) as refused:
+        ctx.open_stream(greedy_config(4))
+    message = str(refused.value)
+    assert f"'{weights}' is not the file its conversion wrote" in message and "\n" not in message
+
+
 def test_another_llama_gguf_converted_by_the_documented_command_is_served_and_agrees(
     mlx_library: Path, tmp_path: Path
 ) -> None:

@@ -111,32 +111,46 @@ std::string read_text(const fs::path & path) {
     return buf.str();
 }
 
-// The "source_sha256" string of the converter's record (a flat JSON object it writes).
-std::string recorded_source(const std::string & record) {
-    const std::string key = "\"source_sha256\"";
-    const size_t at = record.find(key);
+// The string value of `"key": "..."` in the converter's record (keys are unique in it:
+// "source_sha256", and the file names under "files"); "" when absent.
+std::string recorded(const std::string & record, const std::string & key) {
+    const std::string quoted = "\"" + key + "\"";
+    const size_t at = record.find(quoted);
     if (at == std::string::npos) return "";
-    const size_t open = record.find('"', record.find(':', at + key.size()));
+    const size_t colon = record.find(':', at + quoted.size());
+    const size_t open = colon == std::string::npos ? colon : record.find('"', colon);
     const size_t close = open == std::string::npos ? open : record.find('"', open + 1);
     return close == std::string::npos ? "" : record.substr(open + 1, close - open - 1);
 }
 
-// Refuses a weights directory that was not converted from this GGUF.
+// Refuses a weights directory that was not converted from this GGUF, or whose files are
+// no longer the ones the conversion wrote (a damaged or edited file would load and compute
+// something else without a word).
 bool weights_match_gguf(const fs::path & dir, const std::string & gguf, std::string & message) {
     const fs::path record_path = dir / "eliza-conversion.json";
     const std::string record = read_text(record_path);
-    const std::string recorded = recorded_source(record);
+    const std::string source = recorded(record, "source_sha256");
     const std::string repair = "; convert it again: eliza mlx-weights " + gguf;
-    if (recorded.empty()) {
+    if (source.empty()) {
         message = "'" + dir.string() + "' has no conversion record (" + record_path.filename().string() +
                   " with source_sha256)" + repair;
         return false;
     }
     const std::string actual = eliza::sha256_file(gguf);
-    if (actual != recorded) {
-        message = "'" + dir.string() + "' was converted from a GGUF with sha256 " + recorded.substr(0, 12) +
+    if (actual != source) {
+        message = "'" + dir.string() + "' was converted from a GGUF with sha256 " + source.substr(0, 12) +
                   ", not from " + fs::path(gguf).filename().string() + " (" + actual.substr(0, 12) + ")" + repair;
         return false;
+    }
+    for (const char * name : {"config.json", "model.safetensors"}) {
+        const std::string want = recorded(record, name);
+        const std::string have = eliza::sha256_file((dir / name).string());
+        if (want.empty() || have != want) {
+            message = "'" + (dir / name).string() + "' is not the file its conversion wrote (sha256 " +
+                      (have.empty() ? std::string("unreadable") : have.substr(0, 12)) + ", recorded " +
+                      (want.empty() ? std::string("none") : want.substr(0, 12)) + ")" + repair;
+            return false;
+        }
     }
     return true;
 }
