@@ -20,8 +20,17 @@ from eliza.formats.files import atomic_write_text, sha256_file
 
 Log = Callable[[str], None]
 MANIFEST = "ci-cell.json"  # beside each cell's build folder: what the build job made
-# The files of a cell a check needs: the libraries, build-info.json and the bench tools.
-CELL_FILES = ("libelizainference*", "build-info.json", "e2e_loop_bench", "reference_runner")
+# The files of a cell a check needs: the libraries (a gate's module among them),
+# build-info.json, the bench tools, and the runtime a gate module ships beside the library
+# in its wheel's layout (MLX: mlx/lib/, and its BLAS in mlx_cpu.libs/; docs/backends.md).
+CELL_FILES = (
+    "libelizainference*",
+    "build-info.json",
+    "e2e_loop_bench",
+    "reference_runner",
+    "mlx/lib/*",
+    "mlx_cpu.libs/*",
+)
 
 
 def _cell_files(cell: Cell, repo: Path) -> list[Path]:
