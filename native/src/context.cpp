@@ -237,6 +237,17 @@ std::string token_piece(const llama_vocab * vocab, llama_token token) {
 
 namespace {
 
+// A loaded model's vocabulary and the longest text one of its tokens renders to.
+VocabView vocab_view(const llama_model * model) {
+    VocabView v;
+    v.vocab = llama_model_get_vocab(model);
+    v.n_vocab = llama_vocab_n_tokens(v.vocab);
+    for (llama_token t = 0; t < v.n_vocab; ++t) {
+        v.max_piece_bytes = std::max(v.max_piece_bytes, token_piece(v.vocab, t).size());
+    }
+    return v;
+}
+
 // Loads ctx.model_path and fills what the llama.cpp path reads from the context.
 bool load_model(EliInferenceContext & ctx, int & code, std::string & message) {
     code = ELIZA_ERR_BUNDLE_INVALID;
@@ -256,12 +267,10 @@ bool load_model(EliInferenceContext & ctx, int & code, std::string & message) {
     if (!model_identity(fs::path(ctx.model_path), ctx.model_id, message)) {
         return false;
     }
-    ctx.vocab = llama_model_get_vocab(model.get());
-    ctx.n_vocab = llama_vocab_n_tokens(ctx.vocab);
-    ctx.max_piece_bytes = 0;
-    for (llama_token t = 0; t < ctx.n_vocab; ++t) {
-        ctx.max_piece_bytes = std::max(ctx.max_piece_bytes, token_piece(ctx.vocab, t).size());
-    }
+    const VocabView v = vocab_view(model.get());
+    ctx.vocab = v.vocab;
+    ctx.n_vocab = v.n_vocab;
+    ctx.max_piece_bytes = v.max_piece_bytes;
     ctx.model = std::move(model);
     ctx.loaded.store(true, std::memory_order_release);
     code = ELIZA_OK;
@@ -292,47 +301,39 @@ bool ensure_vocab(EliInferenceContext & ctx, VocabView & out, int & code, std::s
         out = VocabView{ctx.vocab, ctx.n_vocab, ctx.max_piece_bytes};
         return true;
     }
+    if (ctx.vocab_loaded.load(std::memory_order_acquire)) {
+        out = ctx.vocab_only;
+        return true;
+    }
+    std::lock_guard<std::mutex> lock(ctx.load_mutex);
+    if (ctx.loaded.load(std::memory_order_acquire)) {
+        out = VocabView{ctx.vocab, ctx.n_vocab, ctx.max_piece_bytes};
+        return true;
+    }
     if (!ctx.vocab_loaded.load(std::memory_order_acquire)) {
-        std::lock_guard<std::mutex> lock(ctx.load_mutex);
-        if (ctx.loaded.load(std::memory_order_acquire)) {
-            out = VocabView{ctx.vocab, ctx.n_vocab, ctx.max_piece_bytes};
-            return true;
+        code = ELIZA_ERR_BUNDLE_INVALID;
+        if (ctx.model_path.empty()) {
+            message = "bundle '" + ctx.bundle_dir + "' has no text/*.gguf for the llama.cpp path (it holds an "
+                      "artifact of " + ctx.served_by + ", which did not serve this call); its vocabulary is the "
+                      "one every backend tokenizes with";
+            return false;
         }
-        if (!ctx.vocab_loaded.load(std::memory_order_acquire)) {
-            code = ELIZA_ERR_BUNDLE_INVALID;
-            if (ctx.model_path.empty()) {
-                message = "bundle '" + ctx.bundle_dir + "' has no text/*.gguf for the llama.cpp path (it holds an "
-                          "artifact of " + ctx.served_by + ", which did not serve this call); its vocabulary is the "
-                          "one every backend tokenizes with";
-                return false;
-            }
-            ensure_backend_initialised();
-            llama_model_params mparams = llama_model_default_params();
-            mparams.vocab_only = true;
-            LlamaModelPtr model(llama_model_load_from_file(ctx.model_path.c_str(), mparams));
-            if (!model) {
-                const std::string why = llama_error_chain();
-                message = "cannot load the vocabulary of '" + ctx.model_path + "'" +
-                          (why.empty() ? std::string(": not a valid GGUF model") : ": " + why);
-                return false;
-            }
-            VocabView v;
-            v.vocab = llama_model_get_vocab(model.get());
-            v.n_vocab = llama_vocab_n_tokens(v.vocab);
-            for (llama_token t = 0; t < v.n_vocab; ++t) {
-                v.max_piece_bytes = std::max(v.max_piece_bytes, token_piece(v.vocab, t).size());
-            }
-            ctx.vocab_only = v;
-            ctx.vocab_model = std::move(model);
-            ctx.vocab_loaded.store(true, std::memory_order_release);
+        ensure_backend_initialised();
+        llama_model_params mparams = llama_model_default_params();
+        mparams.vocab_only = true;
+        LlamaModelPtr model(llama_model_load_from_file(ctx.model_path.c_str(), mparams));
+        if (!model) {
+            const std::string why = llama_error_chain();
+            message = "cannot load the vocabulary of '" + ctx.model_path + "'" +
+                      (why.empty() ? std::string(": not a valid GGUF model") : ": " + why);
+            return false;
         }
+        ctx.vocab_only = vocab_view(model.get());
+        ctx.vocab_model = std::move(model);
+        ctx.vocab_loaded.store(true, std::memory_order_release);
     }
     out = ctx.vocab_only;
     return true;
-}
-
-bool file_identity(const std::string & path, uint64_t & out, std::string & message) {
-    return model_identity(fs::path(path), out, message);
 }
 
 std::unique_ptr<EliInferenceContext> load_context(const char * bundle_dir, int & code, std::string & message) {

@@ -140,9 +140,6 @@ bool ensure_model(EliInferenceContext & ctx, int & code, std::string & message);
 // it cannot be read.
 bool ensure_vocab(EliInferenceContext & ctx, VocabView & out, int & code, std::string & message);
 
-// XXH64 of a whole file (slot files carry the model's).
-bool file_identity(const std::string & path, uint64_t & out, std::string & message);
-
 // n_ctx = min(model's training context, 4096), or ELIZA_N_CTX.
 // Thread budget = available CPUs, or ELIZA_N_THREADS; a stream's pool = min(budget, 8).
 // Sets the process's ThreadBudget.

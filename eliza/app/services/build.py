@@ -42,11 +42,8 @@ BUILD_ERRORS: tuple[type[BaseException], ...] = (
 
 
 def plan_for(cell: Cell, matrix: Matrix, llama_version: str, env: dict[str, str]) -> CellBuildPlan:
-    runtimes = cell_runtimes(cell)
-    if runtimes:  # the runtimes' recipes take their wheels from this folder
-        cache = current().cache
-        folders = {ensure_wheel(cache, wheel_pin(ref, cell.platform)) for _, ref in runtimes}
-        env = {**env, WHEELS_VARIABLE: str(folders.pop())}
+    for _, ref in cell_runtimes(cell):  # the runtimes' recipes take their wheels from one folder
+        env = {**env, WHEELS_VARIABLE: str(ensure_wheel(current().cache, wheel_pin(ref, cell.platform)))}
     plan = plan_cell_build(
         cell,
         repo=current().repo,

@@ -95,7 +95,7 @@ const Module & module() {
 struct Weights {
     const EliMlxModuleApi * api = nullptr;
     EliMlxModel * model = nullptr;
-    uint64_t id = 0;  // XXH64 of model.safetensors: what slot files are sealed to
+    uint64_t id = 0;  // the first 64 bits of model.safetensors' sha256: what slot files are sealed to
     int32_t n_vocab = 0;
     int32_t n_ctx_train = 0;
     ~Weights() {
@@ -125,8 +125,9 @@ std::string recorded(const std::string & record, const std::string & key) {
 
 // Refuses a weights directory that was not converted from this GGUF, or whose files are
 // no longer the ones the conversion wrote (a damaged or edited file would load and compute
-// something else without a word).
-bool weights_match_gguf(const fs::path & dir, const std::string & gguf, std::string & message) {
+// something else without a word). weights_sha256: model.safetensors', as verified.
+bool weights_match_gguf(const fs::path & dir, const std::string & gguf, std::string & weights_sha256,
+                        std::string & message) {
     const fs::path record_path = dir / "eliza-conversion.json";
     const std::string record = read_text(record_path);
     const std::string source = recorded(record, "source_sha256");
@@ -151,6 +152,7 @@ bool weights_match_gguf(const fs::path & dir, const std::string & gguf, std::str
                       (want.empty() ? std::string("none") : want.substr(0, 12)) + ")" + repair;
             return false;
         }
+        weights_sha256 = have;  // the last one checked: model.safetensors
     }
     return true;
 }
@@ -163,10 +165,11 @@ std::shared_ptr<Weights> context_weights(const Module & m, EliInferenceContext &
     std::lock_guard<std::mutex> lock(ctx.backend_state_mutex);
     std::shared_ptr<void> & slot = ctx.backend_state["mlx"];
     if (slot) return std::static_pointer_cast<Weights>(slot);
-    if (!weights_match_gguf(dir, ctx.model_path, message)) return nullptr;
+    std::string weights_sha256;
+    if (!weights_match_gguf(dir, ctx.model_path, weights_sha256, message)) return nullptr;
     auto w = std::make_shared<Weights>();
     w->api = m.api;
-    if (!eliza::file_identity((fs::path(dir) / "model.safetensors").string(), w->id, message)) return nullptr;
+    w->id = std::stoull(weights_sha256.substr(0, 16), nullptr, 16);  // the verified file, not read again
     char err[1024] = {0};
     w->model = m.api->load(dir.c_str(), err, sizeof err);
     if (w->model == nullptr) {
