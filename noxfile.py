@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eliza.app import project
 from eliza.app.context import Context, current_context
 from eliza.app.errors import ElizaError, NotHere
+from eliza.app.logs import quiet_third_party
 from eliza.app.options import strict_requested
 from eliza.core.cell_id import CellId
 from eliza.core.matrix import Matrix
@@ -37,6 +38,7 @@ nox.options.sessions = ["tests"]
 nox.options.error_on_missing_interpreters = True
 # Sessions run without virtualenvs, so nox's probe for uv says nothing useful.
 logging.getLogger("nox").addFilter(lambda record: record.getMessage() != "uv binary not found.")
+quiet_third_party()  # no line of a session comes from a third-party logger below a warning
 
 try:
     MATRIX = project.load_project_matrix()

@@ -163,6 +163,7 @@ class BuildResult:
     llama_package_id: str
     seconds: float
     log: Path
+    llama_seconds: float = 0.0  # of `seconds`: building llama.cpp (0 when reused)
 
 
 def run_build(
@@ -184,9 +185,10 @@ def run_build(
 
         def on_line(line: str) -> None:
             log_f.write(line)
+            said = progress.feed(line, time.monotonic() - started)
             if echo:
                 sys.stderr.write(line)
-            elif on_progress is not None and (said := progress.feed(line, time.monotonic() - started)):
+            elif on_progress is not None and said:
                 on_progress(said)
 
         rc = proc.stream(
@@ -213,6 +215,9 @@ def run_build(
         llama_package_id=str(llama.get("package_id")),
         seconds=seconds,
         log=log,
+        llama_seconds=progress.package_seconds(LLAMA_PACKAGE + "/")
+        if llama.get("binary") == "Build"
+        else 0.0,
     )
 
 

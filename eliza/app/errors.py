@@ -51,3 +51,8 @@ class BuildFailed(Failed):
 
 class CiFailed(Failed):
     """A CI job could not do its work; the message says which and why."""
+
+
+class BundleUnusable(Failed):
+    """A bundle's pinned model cannot be had (a chunk missing or not its sha256): nothing
+    ran, no evidence was written; the message names the file, its pin and the repair."""

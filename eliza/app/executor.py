@@ -15,7 +15,7 @@ from eliza.adapters.targets import LocalTarget, Target
 from eliza.app.checks import RUNNERS
 from eliza.app.checks.job import Job
 from eliza.app.errors import NotHere
-from eliza.app.services.bench_options import BenchOptions
+from eliza.app.services.bench_options import BenchOptions, on_bundle
 from eliza.app.services.built import BuiltCell
 from eliza.app.services.clock import Stopwatch, now
 from eliza.app.services.run import RUN_ERRORS, Run
@@ -25,6 +25,7 @@ from eliza.core.host import Capability
 from eliza.core.matrix import Cell, CheckKind, Matrix
 from eliza.core.outcome import CheckOutcome, outcome, skipped
 from eliza.core.target import TargetRunner
+from eliza.core.timings import Timings
 from eliza.core.verify_plan import PLATFORM_GROUPS, BuildRole, VerifyPlan
 from eliza.core.verify_plan import Run as RunStep
 
@@ -51,6 +52,7 @@ class Execution:
     built: dict[CellId, BuiltCell] = field(default_factory=dict)
     libraries: dict[CellId, Path] = field(default_factory=dict)
     build_failures: dict[CellId, str] = field(default_factory=dict)
+    timings: Timings = field(default_factory=Timings)  # builds and checks, for the table
 
     @property
     def failed(self) -> list[CheckOutcome]:
@@ -78,10 +80,11 @@ def _errors(steps: Sequence[RunStep], reason: str) -> list[CheckOutcome]:
     ]
 
 
-def _group_key(step: RunStep) -> tuple[str, str]:
-    """Steps one runner call serves: a platform's group, or one cell's check."""
+def _group_key(step: RunStep, matrix: Matrix) -> tuple[str, str, str]:
+    """Steps one runner call serves: a platform's group on one bundle, or one cell's check."""
     group = PLATFORM_GROUPS.get(step.kind)
-    return (step.cell.platform, group) if group else (str(step.cell), step.check)
+    bundle = matrix.check(step.check).bundle
+    return (step.cell.platform, group, bundle) if group else (str(step.cell), step.check, bundle)
 
 
 def execute(
@@ -105,9 +108,11 @@ def execute(
     baselines: dict[tuple[str, str], Path] = {}
     for step in plan.builds:
         cell = matrix.cell(step.cell)
+        watch = Stopwatch()
         try:
             if step.role is BuildRole.BASELINE:
                 baselines[(cell.platform.id, step.commit)] = builder.baseline(step.commit, cell)
+                done.timings.add("builds", "the baseline's library", watch.seconds())
                 continue
             built = builder.build(cell)
         # BUILD_ERRORS are tool errors too; NotHere: a reference of a platform this host
@@ -122,16 +127,21 @@ def execute(
             continue
         done.built[step.cell] = built
         done.libraries[step.cell] = built.library
+        if built.llama_seconds:
+            done.timings.add("builds", f"llama.cpp {cell.platform.id}", built.llama_seconds)
+        done.timings.add("builds", "the library", watch.seconds() - built.llama_seconds)
         if describe_build is not None:
             run.log(describe_build(built))
 
-    groups: dict[tuple[str, str], list[RunStep]] = {}
+    groups: dict[tuple[str, str, str], list[RunStep]] = {}
     for run_step in plan.runs:
-        groups.setdefault(_group_key(run_step), []).append(run_step)
-    for steps in groups.values():
+        groups.setdefault(_group_key(run_step, matrix), []).append(run_step)
+    for key, steps in groups.items():
+        watch = Stopwatch()
         outcomes, libraries = _run_group(
             steps, run, builder, capabilities, done, baselines, bench, runners, devices or {}
         )
+        done.timings.add("checks", _timing_label(steps[0], key[2], matrix), watch.seconds())
         # Each record names the libraries its step read (its cell's and its references'):
         # the report counts it only while they are the ones its cell's build evidence names.
         judged = {
@@ -140,6 +150,12 @@ def execute(
         }
         done.written += run.record(outcomes, judged)
     return done
+
+
+def _timing_label(step: RunStep, bundle: str, matrix: Matrix) -> str:
+    """A check kind (a platform group by its name), and the bundle when not the first."""
+    label = "byte-identity" if PLATFORM_GROUPS.get(step.kind) == "bench" else step.kind.value
+    return label if bundle == matrix.default_bundle.id else f"{label} ({bundle})"
 
 
 def _library(cell_id: CellId, matrix: Matrix, builder: Builder, done: Execution) -> Path:
@@ -176,6 +192,12 @@ def _run_group(
     except RUN_ERRORS as exc:
         return _errors(steps, f"not run: a library it needs is not here: {str(exc)[-1500:]}"), {}
     can = capabilities[platform.id]
+    bundle_id = matrix.check(steps[0].check).bundle
+    if bundle_id != matrix.default_bundle.id:
+        # The steps of one bundle: the runner sees that bundle, its prompts and its sizing.
+        run = run.on_bundle(bundle_id)
+        if bench is not None and run.prompts is not None:
+            bench = on_bundle(bench, matrix.bundle(bundle_id), run.bundle, run.prompts)
     how = steps[0].how
     if how != "native":
         run.ran_on[platform.id] = how

@@ -21,7 +21,8 @@ from eliza.app.services.baseline import BaselineError, resolve_commit
 from eliza.app.services.bench_options import BenchOptions, parse_bench_args
 from eliza.app.services.build import BUILT_VARIABLE, describe_build
 from eliza.app.services.builders import ConanBuilder
-from eliza.app.services.bundle import ensure_tiny_bundle, generate_text, tiny_bundle_default
+from eliza.app.services.bundle import bundle_paths, bundles_of, ensure_bundles, generate_text, sample_bundle
+from eliza.app.services.clock import Stopwatch
 from eliza.app.services.exclusive import exclusive
 from eliza.app.services.recording import ArtifactHashes
 from eliza.app.services.reporting import describe_paths, render, report_screenshot, summary_line
@@ -34,7 +35,7 @@ from eliza.core.target import library_file
 from eliza.core.verify_plan import PlanFacts, Selection, VerifyPlan, plan
 from eliza.formats.files import sha256_file
 
-SAMPLE_PROMPT = "Once upon a time there was"
+SAMPLE_PROMPT = "The capital of France is"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,7 +179,7 @@ def plan_facts(
     )
 
 
-def plan_verify(options: VerifyOptions, ctx: Context, *, bundle: Path) -> Planned:
+def plan_verify(options: VerifyOptions, ctx: Context, *, bundles: Mapping[str, Path]) -> Planned:
     """Every decision verify will make, from this host, this tree and the evidence on disk."""
     matrix = ctx.matrix
     baseline = choose_baseline(options, matrix)
@@ -190,7 +191,14 @@ def plan_verify(options: VerifyOptions, ctx: Context, *, bundle: Path) -> Planne
             can = capabilities[pid]
             if not (can.can_build and can.can_run):
                 raise NotHere(f"{pid}: {can.build_reason if not can.can_build else can.run_reason}")
-    run = start_run(ctx.project, matrix, ctx.host, ctx.log, bundle=bundle)
+    run = start_run(
+        ctx.project,
+        matrix,
+        ctx.host,
+        ctx.log,
+        bundle=bundles[matrix.default_bundle.id],
+        other_bundles=bundles,
+    )
     artifacts = ArtifactHashes(repo=ctx.project.repo)
     # The cache decides only whether a plain verify starts a slow platform's build (a slow
     # variant runs only when named; --cell names what to build): ask Conan only then.
@@ -258,13 +266,19 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
     if options.dry_run:
         # The bundle as it is: a dry run writes nothing, so a missing bundle makes the
         # bundle-dependent checks plan to run.
-        planned = plan_verify(options, ctx, bundle=tiny_bundle_default())
+        planned = plan_verify(options, ctx, bundles=bundle_paths(ctx.matrix))
         print_plan(planned.plan, as_json=options.json)
         return VerifyResult(plan=planned.plan)
     builder = builder or ConanBuilder(ctx=ctx, verbose=options.verbose)
+    started = Stopwatch()
     with exclusive("nox -s verify", ctx.log):
-        bundle = ensure_tiny_bundle()
-        planned = plan_verify(options, ctx, bundle=bundle)
+        # Every bundle the selected cells' checks run on, before anything is planned: a
+        # model that cannot be had stops verify here, with nothing written.
+        watch = Stopwatch()
+        bundles = ensure_bundles(ctx.matrix, bundles_of(ctx.matrix, options.cells))
+        bundle_seconds = watch.seconds()
+        bundle = bundles[ctx.matrix.default_bundle.id]
+        planned = plan_verify(options, ctx, bundles=bundles)
         evidence_run = planned.run
         evidence_run.verbose = options.verbose
         # The executor builds what each check needs first: the suites build nothing.
@@ -284,7 +298,11 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
             devices=lab.device_targets(ctx),
         )
         ctx.log(f"verify: {done.summary()}")
-        _generate_sample(ctx, builder, done.libraries, bundle)
+        done.timings.add("bundles", "ensured", bundle_seconds)
+        sample = sample_bundle(ctx.matrix)
+        shown = sample.id if sample.id in bundles else ctx.matrix.default_bundle.id
+        _generate_sample(ctx, builder, done.libraries, bundles[shown], shown)
+        watch = Stopwatch()
         paths, report = render(
             ctx.matrix,
             [evidence_run.evidence_dir, *ctx.project.default_evidence_dirs()[1:]],
@@ -299,8 +317,12 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
                 paths, report_screenshot(paths.html, ctx.project.report_dir / "report.png", report)
             )
         )
+        done.timings.add("report", "rendered", watch.seconds())
         ctx.log(summary_line(report))
         ctx.log(f"trust: {report.header.trust}")
+        if planned.plan.runs or planned.plan.builds:  # a verify that ran nothing has no table
+            for line in done.timings.lines(started.seconds()):
+                ctx.log(line)
         if done.failed:
             raise ChecksFailed(
                 f"{len(done.failed)} check(s) failed: "
@@ -309,7 +331,9 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         return VerifyResult(plan=planned.plan, report=paths.html, execution=done)
 
 
-def _generate_sample(ctx: Context, builder: Builder, built: Mapping[CellId, Path], bundle: Path) -> None:
+def _generate_sample(
+    ctx: Context, builder: Builder, built: Mapping[CellId, Path], bundle: Path, bundle_id: str
+) -> None:
     """A line of greedy text through the C ABI, from a reference library that this process
     may load (the planner's loads_in_process: never a library of another architecture or
     one meant for a device), or one line saying why there is none. A library that fails to
@@ -334,7 +358,8 @@ def _generate_sample(ctx: Context, builder: Builder, built: Mapping[CellId, Path
     except ToolError as exc:
         ctx.log(f"generated through the C ABI: nothing: {exc}")
         return
-    ctx.log(f"generated through the C ABI: {SAMPLE_PROMPT + text.decode('utf-8', errors='replace')!r}")
+    shown = SAMPLE_PROMPT + text.decode("utf-8", errors="replace")
+    ctx.log(f"generated through the C ABI from the {bundle_id} bundle: {shown!r}")
     ctx.log(f"library: {sample}")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from eliza.core.bench_records import METRIC_DEFINITIONS
 from eliza.core.evidence import EvidenceRecord, InputFingerprint, Status
@@ -33,6 +33,16 @@ class InputHashes:
     consumers: str = ""  # native/consumers and the code that runs and judges them
     perf_check: str = ""  # the perf runner, its statistics and its round settings
     backend_check: str = ""  # the backend-agreement runner and judge, and the runtimes' converters
+    # Bundles other than the first (matrix.yaml `bundles`), by id: (the hash of its text
+    # files and its bench sizing, the hash of its prompt file). The first bundle is
+    # `bundle` and `prompts`.
+    bundles: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+    def bundle_of(self, check: Check) -> str:
+        return self.bundles.get(check.bundle, (self.bundle, self.prompts))[0]
+
+    def prompts_of(self, check: Check) -> str:
+        return self.bundles.get(check.bundle, (self.bundle, self.prompts))[1]
 
 
 def _matrix_entries(cell: Cell, check: Check) -> str:
@@ -43,6 +53,8 @@ def _matrix_entries(cell: Cell, check: Check) -> str:
     for name in ("metrics", "rounds"):  # perf-only fields: the other checks' evidence stays fresh
         if not entry[name]:
             del entry[name]
+    if not entry["declared_id"]:  # a check on the first bundle: its evidence stays fresh
+        del entry["declared_id"], entry["bundle"]
     payload = {
         "platform": asdict(cell.platform),
         "gates": [asdict(g) for g in cell.gates],
@@ -73,28 +85,28 @@ def fingerprint_for(
     if kind is CheckKind.BUILD:
         parts["check_code"] = hashes.build_check
         if cell.platform.llama_backend == "cuda":
-            parts["bundle"] = hashes.bundle  # the CPU-fallback run generates from it
+            parts["bundle"] = hashes.bundle_of(check)  # the CPU-fallback run generates from it
     if kind is CheckKind.SELECTOR:
         parts["tests"] = hashes.selector_tests
     if kind is CheckKind.GATE_FALLTHROUGH:
         parts["tests"] = hashes.gate_tests
-        parts["bundle"] = hashes.bundle
+        parts["bundle"] = hashes.bundle_of(check)
     if kind in (
         CheckKind.BYTE_IDENTITY_REFERENCE,
         CheckKind.BYTE_IDENTITY_GATES,
         CheckKind.BYTE_IDENTITY_BASELINE,
         CheckKind.BYTE_IDENTITY_DRAFTER,
     ):
-        parts["bundle"] = hashes.bundle
-        parts["prompts"] = hashes.prompts
+        parts["bundle"] = hashes.bundle_of(check)
+        parts["prompts"] = hashes.prompts_of(check)
         parts["bench"] = hashes.bench
         parts["metric_definitions"] = METRIC_DEFINITIONS
     if kind is CheckKind.BYTE_IDENTITY_BASELINE:
         parts["baseline"] = baseline_commit or "none"
     if kind is CheckKind.PERF:
         # the reference's identity and the rounds (see eliza.core.perf_plan.reference_identity)
-        parts["bundle"] = hashes.bundle
-        parts["prompts"] = hashes.prompts
+        parts["bundle"] = hashes.bundle_of(check)
+        parts["prompts"] = hashes.prompts_of(check)
         parts["bench"] = hashes.bench
         parts["reference"] = baseline_commit or "none"
         parts["check_code"] = hashes.perf_check
@@ -102,19 +114,19 @@ def fingerprint_for(
     if kind is CheckKind.BACKEND_AGREEMENT:
         # the runtimes' artifacts are converted from the bundle's GGUF by the converters,
         # whose code is part of check_code; the runtime itself is the recipes' pin
-        parts["bundle"] = hashes.bundle
-        parts["prompts"] = hashes.prompts
+        parts["bundle"] = hashes.bundle_of(check)
+        parts["prompts"] = hashes.prompts_of(check)
         parts["bench"] = hashes.bench
         parts["check_code"] = hashes.backend_check
     if kind is CheckKind.ABI and baseline_commit:  # compared with the pre-M3 library's surface too
         parts["baseline"] = baseline_commit
     if kind is CheckKind.NATIVE_SUITE:
         parts["tests"] = hashes.native_tests
-        parts["bundle"] = hashes.bundle
+        parts["bundle"] = hashes.bundle_of(check)
     if kind is CheckKind.CONSUMER:
         parts["consumers"] = hashes.consumers
-        parts["bundle"] = hashes.bundle
-        parts["prompts"] = hashes.prompts
+        parts["bundle"] = hashes.bundle_of(check)
+        parts["prompts"] = hashes.prompts_of(check)
         build_tools += [r.value for r in check.run_requires]  # node, jdk: the consumers' runtimes
     if kind is CheckKind.ABI:
         parts["check_code"] = hashes.abi_check

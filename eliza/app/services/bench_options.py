@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from eliza.adapters.bench_tools import BenchSettings
@@ -12,6 +12,7 @@ from eliza.adapters.targets import Target
 from eliza.app.errors import UsageError
 from eliza.app.options import Parser, positive
 from eliza.core.layout import default_prompts
+from eliza.core.matrix import Bundle, Matrix
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,3 +176,48 @@ def options_description(opts: BenchOptions, env: Mapping[str, str]) -> str:
 def default_settings_description(env: Mapping[str, str]) -> str:
     """The description of a bench run with default settings (what verify and the report use)."""
     return settings_description(BenchSettings(bundle=Path("."), prompts=Path(".")), env)
+
+
+def bundle_prompts(repo: Path, bundle: Bundle) -> Path:
+    """The prompt file the checks read on a bundle: its own, or the default prompts."""
+    return repo / bundle.bench.prompts if bundle.bench.prompts else default_prompts(repo)
+
+
+def bundle_settings(bundle: Bundle) -> str:
+    """How the checks size their work on a bundle, as a fingerprint reads it."""
+    return json.dumps(asdict(bundle.bench), sort_keys=True)
+
+
+def on_bundle(opts: BenchOptions, bundle: Bundle, folder: Path, prompts: Path) -> BenchOptions:
+    """The bench options of the checks that run on `bundle`: its folder and prompts, its
+    own output folder, and its sizing where it declares one (a real model decodes far
+    slower than the fixture)."""
+    sizing = bundle.bench
+    settings = replace(
+        opts.settings,
+        bundle=folder,
+        prompts=prompts,
+        max_tokens=sizing.max_tokens or opts.settings.max_tokens,
+        repeats=sizing.repeats or opts.settings.repeats,
+    )
+    # The seam-overhead pairs are timed rounds too: sized like the bundle's perf rounds.
+    return replace(
+        opts,
+        settings=settings,
+        out_dir=opts.out_dir / bundle.id,
+        perf_max_tokens=sizing.perf_max_tokens or opts.perf_max_tokens,
+        perf_repeats=sizing.perf_repeats or opts.perf_repeats,
+        overhead_max_tokens=sizing.perf_max_tokens or opts.overhead_max_tokens,
+        overhead_repeats=sizing.perf_repeats or opts.overhead_repeats,
+        overhead_pairs=max(5, sizing.perf_rounds) if sizing.perf_rounds else opts.overhead_pairs,
+    )
+
+
+def bundle_inputs(repo: Path, matrix: Matrix) -> dict[str, tuple[str, Path, str]]:
+    """What a fingerprint reads of each bundle after the first: its pinned sha256, its
+    prompt file and its sizing (eliza.app.services.inputs)."""
+    return {
+        b.id: (b.sha256, bundle_prompts(repo, b), bundle_settings(b))
+        for b in matrix.bundles
+        if b.id != matrix.default_bundle.id
+    }

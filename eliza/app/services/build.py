@@ -175,6 +175,7 @@ def _build_locked(
             llama_package_id=result.llama_package_id,
             seconds=result.seconds,
             log=result.log,
+            llama_seconds=result.llama_seconds,
         )
         built.append(done)
         if on_built:

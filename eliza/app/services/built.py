@@ -17,3 +17,4 @@ class BuiltCell:
     seconds: float
     log: Path
     prebuilt: bool = False  # taken from a CI build job's artifact, not built here
+    llama_seconds: float = 0.0  # of `seconds`: building llama.cpp (0 when reused)

@@ -1,4 +1,6 @@
-"""The tiny bundle the checks run on, and text generated from a bundle through the C ABI."""
+"""The bundles the checks run on (matrix.yaml `bundles`: the generated tiny fixture and
+real models assembled from pinned chunks), and text generated from a bundle through the
+C ABI."""
 
 from __future__ import annotations
 
@@ -6,10 +8,11 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from eliza.app.errors import UsageError
+from eliza.app.errors import BundleUnusable, UsageError
 from eliza.app.project import current
+from eliza.core.cell_id import CellId
 from eliza.core.layout import tiny_bundle_dir
-from eliza.core.matrix import Gate
+from eliza.core.matrix import Bundle, Gate, Matrix
 from eliza.formats.files import sha256_file
 
 
@@ -32,6 +35,60 @@ def ensure_tiny_bundle(bundle_dir: Path | None = None) -> Path:
     if not bundle_is_current(bundle):
         write_tiny_bundle(bundle, tiny_vocab())
     return bundle
+
+
+# The command that fetches and assembles a model bundle again, named in its errors.
+REPAIR = "nox -s verify"
+
+
+def model_bundle(bundle: Bundle, matrix: Matrix) -> Path:
+    """A real model's bundle folder in the cache, assembled from its pinned chunks on first
+    use, every chunk and the model checked against their sha256 each time."""
+    from eliza.adapters.model_bundle import BundleChunkError, ensure_model_bundle
+
+    try:
+        return ensure_model_bundle(current().cache, bundle, f"{matrix.source} bundles: {bundle.id}", REPAIR)
+    except BundleChunkError as exc:
+        raise BundleUnusable(str(exc)) from exc
+
+
+def model_bundle_path(bundle: Bundle) -> Path:
+    """Where a real model's bundle is (or will be) assembled; nothing is fetched."""
+    from eliza.adapters.model_bundle import bundle_folder
+
+    return bundle_folder(current().cache, bundle)
+
+
+def ensure_bundles(matrix: Matrix, wanted: Iterable[str]) -> dict[str, Path]:
+    """Bundle id -> folder for the bundles asked for (the first one always): the tiny
+    fixture written when needed, each real model assembled."""
+    ids = {matrix.default_bundle.id, *wanted}
+    out: dict[str, Path] = {}
+    for bundle in matrix.bundles:
+        if bundle.id in ids:
+            out[bundle.id] = ensure_bundle(matrix, bundle)
+    return out
+
+
+def sample_bundle(matrix: Matrix) -> Bundle:
+    """The bundle text is shown from (`nox -s generate`, verify's sample line): the first
+    real model, else the fixture."""
+    return next((b for b in matrix.bundles if not b.generated), matrix.default_bundle)
+
+
+def ensure_bundle(matrix: Matrix, bundle: Bundle) -> Path:
+    return ensure_tiny_bundle() if bundle.generated else model_bundle(bundle, matrix)
+
+
+def bundles_of(matrix: Matrix, cells: Iterable[CellId] | None = None) -> set[str]:
+    """The bundles the checks of these cells (default: every cell) run on."""
+    wanted = {str(c) for c in cells} if cells else None
+    return {k.bundle for c in matrix.cells if wanted is None or c.id in wanted for k in c.checks}
+
+
+def bundle_paths(matrix: Matrix) -> dict[str, Path]:
+    """Bundle id -> where each bundle is, as it is now (a dry run writes nothing)."""
+    return {b.id: tiny_bundle_default() if b.generated else model_bundle_path(b) for b in matrix.bundles}
 
 
 def ensure_mlx_weights(bundle: Path) -> Path:

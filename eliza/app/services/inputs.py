@@ -4,6 +4,7 @@ of eliza.core.fingerprint combine per (cell, check)."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 
 from eliza.core.fingerprint import InputHashes
@@ -11,8 +12,9 @@ from eliza.core.host import HostFacts
 from eliza.formats.files import sha256_file, tree_hash
 
 # Under native/ but not part of the library: the consumers load the released library as
-# their users do; a change to one re-runs the consumer check, never the builds.
-NOT_THE_LIBRARY = ("native/consumers",)
+# their users do, and the prompt files are the checks' input (hashed as `prompts`); a change
+# to one re-runs the checks that read it, never the builds.
+NOT_THE_LIBRARY = ("native/consumers", "native/tools/prompts")
 # The recipes and the code that turns a cell into a Conan command line.
 RECIPE_INPUTS = (
     "conanfile.py",
@@ -88,6 +90,7 @@ def input_hashes(
     *,
     llama_source: str,
     bench_settings: str,
+    other_bundles: Mapping[str, tuple[str, Path, str]] | None = None,
 ) -> InputHashes:
     """bench_settings: a description of the bench's settings (max tokens, repeats, sampling,
     context override), so evidence from a non-default bench run is never fresh for the
@@ -131,6 +134,15 @@ def input_hashes(
         consumers=tree_hash(repo, CONSUMER_INPUTS),
         perf_check=tree_hash(repo, PERF_CHECK_INPUTS),
         backend_check=tree_hash(repo, BACKEND_CHECK_INPUTS),
+        # id -> (pin, prompt file, sizing): a model bundle is its pinned sha256 (checked
+        # against the file each time it is used), so any host judges its evidence
+        bundles={
+            bid: (
+                hashlib.sha256(f"{pin}\n{sizing}".encode()).hexdigest(),
+                sha256_file(prompt_file) if prompt_file.is_file() else "absent",
+            )
+            for bid, (pin, prompt_file, sizing) in (other_bundles or {}).items()
+        },
     )
 
 

@@ -14,14 +14,14 @@ from eliza.adapters.browser import screenshot
 from eliza.adapters.conan import llama_source_version
 from eliza.app.project import capability, current, host_facts
 from eliza.app.services import recording
-from eliza.app.services.bench_options import default_settings_description
+from eliza.app.services.bench_options import bundle_inputs, default_settings_description
 from eliza.app.services.bundle import ensure_tiny_bundle
 from eliza.app.services.clock import now
 from eliza.app.services.inputs import fuzz_inputs, input_hashes
 from eliza.app.services.signing import report_trust
 from eliza.core.evidence import Artifact, InputFingerprint, utc_timestamp
 from eliza.core.fingerprint import InputHashes, fingerprint_for
-from eliza.core.host import Capability, check_blockers
+from eliza.core.host import Capability, bundle_blockers, check_blockers
 from eliza.core.layout import default_prompts
 from eliza.core.matrix import Cell, Check, Matrix
 from eliza.core.report import GridState, HeaderFacts, PlatformCapability, Report, build_report
@@ -63,6 +63,7 @@ def render(
             abidiff_version(),
             llama_source=llama_source_version(project.env),
             bench_settings=default_settings_description(project.env),
+            other_bundles=bundle_inputs(project.repo, matrix),
         )
     records = read_records(list(evidence_dirs), trust.public_keys())
     # Where several records of one (cell, check) disagree, the first directory's (this
@@ -98,7 +99,11 @@ def render(
     for platform in matrix.platforms:
         # A lab's devices (verify's capabilities) decide where a platform's checks run.
         can = capabilities[platform.id] if capabilities is not None else capability(platform)
-        judged[platform.id] = PlatformCapability.of(can, check_blockers(host, matrix.checks, platform))
+        blockers = {
+            **check_blockers(host, matrix.checks, platform),
+            **bundle_blockers(matrix.checks, matrix.bundles, can),
+        }
+        judged[platform.id] = PlatformCapability.of(can, blockers)
     state = git.git_state(project.repo)
     cpu = host.cpu_model or host.arch
     report = build_report(

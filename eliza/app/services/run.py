@@ -13,7 +13,7 @@ from eliza.adapters.conan import llama_source_version
 from eliza.adapters.errors import ToolError
 from eliza.app.project import Project
 from eliza.app.services import recording
-from eliza.app.services.bench_options import default_settings_description
+from eliza.app.services.bench_options import bundle_inputs, bundle_prompts, default_settings_description
 from eliza.app.services.inputs import input_hashes
 from eliza.app.services.signing import signing_key
 from eliza.core.cell_id import CellId
@@ -21,7 +21,7 @@ from eliza.core.evidence import Artifact, HostInfo, LoadedRecord, Status, Subjec
 from eliza.core.fingerprint import InputHashes, fingerprint_for
 from eliza.core.host import HostFacts
 from eliza.core.layout import default_prompts
-from eliza.core.matrix import Matrix
+from eliza.core.matrix import Check, Matrix
 from eliza.core.outcome import CheckOutcome
 from eliza.core.trust import TrustPolicy, judge_signature
 from eliza.core.verify_plan import KnownRecord
@@ -58,6 +58,20 @@ class Run:
     key: SigningKey  # signs every record (this machine's, or ELIZA_SIGNING_KEY)
     prompts: Path | None = None  # the prompt file the checks that run the library read
     file_hashes: recording.ArtifactHashes = field(default_factory=recording.ArtifactHashes)
+    # The other bundles (matrix.yaml `bundles` after the first), by id: (folder, prompt file)
+    other_bundles: dict[str, tuple[Path, Path]] = field(default_factory=dict)
+
+    def bundle_of(self, check: Check) -> tuple[Path, Path | None]:
+        """The bundle folder and the prompt file a check runs on."""
+        return self.other_bundles.get(check.bundle, (self.bundle, self.prompts))
+
+    def on_bundle(self, bundle_id: str) -> Run:
+        """This run as the checks of one bundle see it: `bundle` and `prompts` are that
+        bundle's; what it records and writes is shared with this run."""
+        if bundle_id not in self.other_bundles:
+            return self
+        bundle, prompts = self.other_bundles[bundle_id]
+        return replace(self, bundle=bundle, prompts=prompts)
 
     def record(
         self,
@@ -75,16 +89,25 @@ class Run:
             perf = o.details.get("perf") if o.details else None
             if isinstance(perf, dict) and perf.get("reference_identity"):
                 baseline = str(perf["reference_identity"])  # the perf check's reference and rounds
+            bundle, prompts = self.bundle_of(check)
             if check.needs_run and o.status is not Status.SKIPPED:
-                # How the library ran: evidence of a fallback run must say so.
-                o = replace(o, details={**o.details, "ran_on": self.ran_on.get(cell.platform.id, "native")})
+                # How the library ran: evidence of a fallback run must say so; and which
+                # bundle every figure of it comes from.
+                o = replace(
+                    o,
+                    details={
+                        **o.details,
+                        "ran_on": self.ran_on.get(cell.platform.id, "native"),
+                        "bundle": check.bundle,
+                    },
+                )
                 device = self.device_facts.get(cell.platform.id)
                 if device is not None and o.details["ran_on"].startswith("device "):
                     o = replace(o, details={**o.details, "device": dict(device)})
             judged = recording.Judged(
                 libraries={str(c): p for c, p in (libraries or {}).get((o.cell, o.check), {}).items()},
-                bundle=self.bundle if check.needs_run else None,
-                prompts=self.prompts if check.needs_run else None,
+                bundle=bundle if check.needs_run else None,
+                prompts=prompts if check.needs_run else None,
             )
             ran = () if o.status is Status.SKIPPED else judged_subjects(self, o.cell, judged)
             record = recording.to_record(
@@ -113,9 +136,16 @@ def start_run(
     bundle: Path,
     prompts: Path | None = None,
     bench_settings: str | None = None,
+    other_bundles: Mapping[str, Path] | None = None,
 ) -> Run:
     """Reads what evidence is keyed by: the input hashes of the tree, the commit, the host.
-    bench_settings describes non-default bench settings (see eliza.app.services.bench_options)."""
+    bench_settings describes non-default bench settings (see eliza.app.services.bench_options).
+    other_bundles: the folders of the matrix's other bundles that this run may use."""
+    others = {
+        bid: (path, bundle_prompts(project.repo, matrix.bundle(bid)))
+        for bid, path in (other_bundles or {}).items()
+        if bid != matrix.default_bundle.id
+    }
     hashes = input_hashes(
         project.repo,
         bundle,
@@ -124,6 +154,7 @@ def start_run(
         abidiff_version(),
         llama_source=llama_source_version(project.env),
         bench_settings=bench_settings or default_settings_description(project.env),
+        other_bundles=bundle_inputs(project.repo, matrix),
     )
     return Run(
         project=project,
@@ -137,6 +168,7 @@ def start_run(
         key=signing_key(project),
         prompts=prompts or default_prompts(project.repo),
         file_hashes=recording.ArtifactHashes(repo=project.repo),
+        other_bundles=others,
     )
 
 

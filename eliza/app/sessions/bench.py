@@ -86,6 +86,8 @@ def run(options: BenchSessionOptions, ctx: Context) -> Execution | None:
         rerun=True,
         kinds=IDENTITY_KINDS,
         build_all=True,
+        # --bundle, --prompts and the sizes stand for the first bundle's checks
+        bundles=frozenset({matrix.default_bundle.id}),
         baseline_commit=commit,
         no_baseline_reason=no_baseline,
     )

@@ -1,5 +1,6 @@
-"""`nox -s generate -- [--cell ID] [--max-tokens N] [PROMPT...]`: greedy text from the tiny
-bundle (or --bundle) through the C ABI of a built cell."""
+"""`nox -s generate -- [--cell ID] [--max-tokens N] [PROMPT...]`: greedy text from the real
+model's bundle (matrix.yaml `bundles`: Gemma 3 270M), or --bundle, through the C ABI of a
+built cell."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from eliza.app.options import Parser, positive
 from eliza.app.project import capability
 from eliza.app.services.bench_options import check_bundle
 from eliza.app.services.build import build_cells
-from eliza.app.services.bundle import ensure_tiny_bundle, generate_text
+from eliza.app.services.bundle import ensure_bundle, generate_text, sample_bundle
 from eliza.core.matrix import Matrix
 from eliza.core.matrix_rules import unknown_cell
 
 Log = Callable[[str], None]
-DEFAULT_PROMPT = "Once upon a time there was"
+DEFAULT_PROMPT = "The capital of France is"
 
 
 def default_cell(matrix: Matrix) -> str:
@@ -46,7 +47,11 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
         "--cell", help="the cell whose library generates (default: the first no-gate cell that runs here)"
     )
     parser.add_argument("--max-tokens", type=int, default=32, help="tokens to generate at most")
-    parser.add_argument("--bundle", type=Path, help="a bundle directory (default: the tiny bundle)")
+    parser.add_argument(
+        "--bundle",
+        type=Path,
+        help=f"a bundle directory (default: the {sample_bundle(matrix).id} bundle, assembled in the cache)",
+    )
     parser.add_argument("prompt", nargs="*", help=f"the prompt (default: {DEFAULT_PROMPT!r})")
     args = parser.parse_args(list(argv))
     positive("--max-tokens", args.max_tokens)
@@ -74,7 +79,7 @@ def run(options: GenerateOptions, ctx: Context) -> str:
     built = build_cells((cell,), matrix, echo=options.verbose, on_progress=None if options.verbose else log)[
         0
     ]
-    bundle = options.bundle or ensure_tiny_bundle()
+    bundle = options.bundle or ensure_bundle(matrix, sample_bundle(matrix))
     try:
         tokens, text = generate_text(built.library, bundle, options.prompt, options.max_tokens)
     except ElizaError as exc:  # the library refused this input (prompt, bundle, ELIZA_* variables)

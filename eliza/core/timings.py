@@ -1,0 +1,57 @@
+"""Where a session's time went, in a few lines (like `cargo build --timings`, in text):
+builds (llama.cpp per platform, the library), checks by kind, the report, and the rest.
+
+Pure: the caller adds each measured span with its phase and label; `lines` renders them,
+longest first within a phase, and what no span covers as "other".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# The order phases are shown in.
+PHASES = ("bundles", "builds", "checks", "report")
+
+
+@dataclass
+class Timings:
+    # (phase, label) -> [seconds, how many spans]
+    spans: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+
+    def add(self, phase: str, label: str, seconds: float) -> None:
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r} (one of {', '.join(PHASES)})")
+        entry = self.spans.setdefault((phase, label), [0.0, 0.0])
+        entry[0] += max(0.0, seconds)
+        entry[1] += 1
+
+    def phase_seconds(self, phase: str) -> float:
+        return sum(v[0] for (p, _), v in self.spans.items() if p == phase)
+
+    def lines(self, total_s: float, *, min_s: float = 0.5) -> list[str]:
+        """The table: one line per phase with its total, then its largest parts (those of
+        at least `min_s` seconds; the smaller ones summed into one line), then "other"."""
+        out = [f"where the time went ({_clock(total_s)} in all):"]
+        for phase in PHASES:
+            parts = sorted(
+                ((label, v[0], int(v[1])) for (p, label), v in self.spans.items() if p == phase),
+                key=lambda part: (-part[1], part[0]),
+            )
+            if not parts:
+                continue
+            shown = [p for p in parts if p[1] >= min_s]
+            rest = [p for p in parts if p[1] < min_s]
+            words = [f"{label} {_clock(s)}" + (f" ({n}x)" if n > 1 else "") for label, s, n in shown]
+            if rest:
+                words.append(f"{len(rest)} more {_clock(sum(p[1] for p in rest))}")
+            out.append(f"  {phase:<8} {_clock(self.phase_seconds(phase)):>7}  " + ", ".join(words))
+        covered = sum(self.phase_seconds(p) for p in PHASES)
+        out.append(f"  {'other':<8} {_clock(max(0.0, total_s - covered)):>7}  planning, evidence, the sample")
+        return out
+
+
+def _clock(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds + 0.5), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
