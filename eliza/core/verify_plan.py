@@ -484,7 +484,8 @@ class _Planner:
                 f"{platform.id}: {can.run_reason}; device-free checks run on the {how} "
                 f"({can.fallback_reason})"
             )
-        groups: dict[str, list[tuple[Cell, Check]]] = {}
+        # a platform's group on one bundle: another bundle's checks neither keep nor rerun it
+        groups: dict[tuple[str, str], list[tuple[Cell, Check]]] = {}
         for cell, check in runtime:
             if can.device_error:
                 # The declared device is unreachable: fresh evidence from it stands (its
@@ -552,8 +553,8 @@ class _Planner:
             if group is None:
                 self.plan_runtime([(cell, check)], can, reference, artifacts=False)
             else:
-                groups.setdefault(group, []).append((cell, check))
-        for group, members in groups.items():
+                groups.setdefault((group, check.bundle), []).append((cell, check))
+        for (group, _), members in groups.items():
             self.plan_runtime(members, can, reference, artifacts=group == "bench", group=group)
 
     # -- perf

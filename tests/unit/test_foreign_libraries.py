@@ -58,7 +58,7 @@ def test_a_foreign_only_cell_gets_no_sample_and_one_line(tmp_path: Path, qemu: b
     lines: list[str] = []
     ctx = context(lines, qemu=qemu, lab_down=lab_down)
     assert not ctx.capability(ctx.matrix.platform("linux-arm64")).loads_in_process
-    verification._generate_sample(ctx, NothingKept(), {ARM64: foreign}, tmp_path)  # type: ignore[arg-type]
+    verification._generate_sample(ctx, NothingKept(), {ARM64: foreign}, tmp_path, "tiny")  # type: ignore[arg-type]
     (line,) = lines
     assert line.startswith("generated through the C ABI: nothing: no reference cell this host runs natively")
 
@@ -68,7 +68,7 @@ def test_a_library_that_does_not_load_is_one_line_naming_it(tmp_path: Path) -> N
     broken.write_text("not a library, only text renamed .so\n" * 8)
     lines: list[str] = []
     ctx = context(lines, qemu=True, lab_down=False)
-    verification._generate_sample(ctx, NothingKept(), {CPU: broken}, tmp_path)  # type: ignore[arg-type]
+    verification._generate_sample(ctx, NothingKept(), {CPU: broken}, tmp_path, "tiny")  # type: ignore[arg-type]
     (line,) = lines
     assert line.startswith(
         f"generated through the C ABI: nothing: {broken}: cannot be loaded into this process"

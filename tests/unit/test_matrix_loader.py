@@ -146,12 +146,15 @@ def test_shipped_matrix_checks_per_cell(shipped: Matrix) -> None:
     for cell in (c for c in shipped.cells if c.variant is None):
         listed = own.get(cell.platform.id, default)
         with_runtime = any(g.id in raw_runtimes.get(cell.platform.id, ()) for g in cell.gates)
+        gated_ok = {b["id"] for b in raw["bundles"] if b.get("gated_cells", True) or not cell.gates}
         wanted = [
-            c.id
-            for c in shipped.checks
-            if c.id in listed
-            and (cell.gates or not c.gated_cells_only)
-            and (with_runtime or not c.runtime_cells_only)
+            f"{c['id']}.{b}" if i else c["id"]
+            for c in raw["checks"]
+            if c["id"] in listed
+            and (cell.gates or not c.get("gated_cells_only"))
+            and (with_runtime or not c.get("runtime_cells_only"))
+            for i, b in enumerate(c.get("bundles", [raw["bundles"][0]["id"]]))
+            if b in gated_ok
         ]
         assert [c.id for c in cell.checks] == wanted, cell.id
     assert {c.kind for c in shipped.checks} == set(CheckKind)
