@@ -190,9 +190,11 @@ def bench_platform(
     log: Log,
     baseline_library: Callable[[str, Cell], tuple[Path, bool]] | None = None,
     reference_run: Callable[[str], tuple[BenchRun, Path]] | None = None,
+    only: frozenset[str] | None = None,
 ) -> tuple[list[CheckOutcome], dict[str, object] | None]:
     """reference_run(platform id): the no-gate FFI run of another platform with the same
-    settings, for cross-arch-agreement."""
+    settings, for cross-arch-agreement. `only`: the check ids to judge (a verify's steps:
+    one bundle's checks); None: every byte-identity check of the cells."""
     # Cells without a byte-identity check (a sanitizer variant's) are not benched here.
     cells = tuple(
         c
@@ -206,6 +208,8 @@ def bench_platform(
         runs[cell.id] = run_cell(cell, libraries[cell.id], opts, log)
         r = runs[cell.id]
         for check in cell.checks:
+            if only is not None and check.id not in only:
+                continue
             if check.kind is CheckKind.BYTE_IDENTITY_REFERENCE:
                 outcomes.append(
                     _ffi_versus(r, check.id, r.reference, f"{cell.id} reference", r.reference_path, watch)
@@ -512,6 +516,13 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         return run_tool(bench_argv(library.parent, library, opts.settings, cell.id, out), out), out
 
     outcomes, _ = bench_platform(
-        job.matrix, job.platform.id, libraries, opts, evidence.log, baseline_library, reference_run
+        job.matrix,
+        job.platform.id,
+        libraries,
+        opts,
+        evidence.log,
+        baseline_library,
+        reference_run,
+        only=frozenset(s.check for s in job.steps),
     )
     return outcomes
