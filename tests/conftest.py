@@ -71,6 +71,7 @@ FOLDER_TIERS = {
     "benchmarks": "cell",
     "consumers": "cell",
     "report": "cell",
+    "bundles": "cell",
     "integration": "e2e",
     "ci": "e2e",
     "slow": "slow",
