@@ -7,6 +7,10 @@ eliza bench-diff A B           byte-identity diff of two bench record files
 eliza mlx-weights GGUF [--out DIR]
                                convert a llama GGUF to an MLX-LM weights directory (default
                                DIR: the GGUF's folder/mlx); exit 2 on a file it cannot convert
+eliza litertlm GGUF [--out FILE] [--prefill N ...] [--context N]
+                               write a llama GGUF as a LiteRT-LM .litertlm file (default FILE:
+                               <stem>.litertlm beside the GGUF, its record beside that as
+                               FILE.json); exit 2 on a file it cannot write
 """
 
 from __future__ import annotations
@@ -45,6 +49,30 @@ def _mlx_weights(gguf: Path, out: Path | None) -> int:
         raise UsageError(str(exc)) from exc
     seconds = time.monotonic() - started
     print(f"{record.out_dir}: {record.tensor_count} tensors from {gguf.name} in {seconds:.1f} s")
+    return 0
+
+
+def _litertlm(gguf: Path, out: Path | None, prefill: list[int] | None, context: int | None) -> int:
+    import time
+
+    from eliza.app.errors import UsageError
+    from eliza.formats.litertlm import LitertlmError, default_out_path, write_litertlm
+
+    started = time.monotonic()
+    try:
+        record = write_litertlm(
+            gguf,
+            out or default_out_path(gguf),
+            prefill_lengths=prefill,
+            context=context,
+        )
+    except LitertlmError as exc:
+        raise UsageError(str(exc)) from exc
+    seconds = time.monotonic() - started
+    print(
+        f"{record.out}: {record.size / 1e6:.1f} MB ({record.size} bytes) from {gguf.name} in {seconds:.1f} s "
+        f"(prefill {', '.join(map(str, record.prefill_lengths))}; context {record.context})"
+    )
     return 0
 
 
@@ -97,6 +125,24 @@ def main(argv: list[str] | None = None) -> int:
     mlx.add_argument(
         "--out", type=Path, metavar="DIR", help="the directory to (re)write (default: the GGUF's folder/mlx)"
     )
+    litertlm = sub.add_parser("litertlm", help="write a llama GGUF as a LiteRT-LM .litertlm file")
+    litertlm.add_argument("gguf", type=Path, metavar="GGUF", help="a llama-architecture GGUF model file")
+    litertlm.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="the file to (re)write (default: <stem>.litertlm beside the GGUF)",
+    )
+    litertlm.add_argument(
+        "--prefill",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="the prefill signatures' token counts (default: those of 1 8 32 within the context)",
+    )
+    litertlm.add_argument(
+        "--context", type=int, metavar="N", help="the KV cache's tokens (default: the GGUF's context length)"
+    )
     args = parser.parse_args(argv)
 
     from eliza.app.errors import ElizaError
@@ -110,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
             return write_or_check(check=args.check)
         if args.command == "mlx-weights":
             return _mlx_weights(args.gguf, args.out)
+        if args.command == "litertlm":
+            return _litertlm(args.gguf, args.out, args.prefill, args.context)
         return bench_diff([args.left, args.right])
     except ElizaError as exc:  # the one root: its class says the exit status
         sys.stderr.write(f"eliza: error: {exc}\n")

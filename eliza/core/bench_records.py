@@ -39,8 +39,10 @@ class PromptRecord:
     first_token_ms: tuple[float, ...]
     decode_tok_s: tuple[float, ...]
     peak_rss_kb: int
-    # reference_runner: the gap between the two highest logits at each generated position
+    # reference_runner: the gap between the two highest logits at each generated position,
+    # and where each generated token's text ends in `text` (bytes)
     logit_margins: tuple[float, ...] = ()
+    token_text_ends: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +91,7 @@ def _prompt(data: Mapping[str, Any], where: str) -> PromptRecord:
             decode_tok_s=tuple(float(v) for v in data["decode_tok_s"]),
             peak_rss_kb=int(data["peak_rss_kb"]),
             logit_margins=tuple(float(v) for v in data.get("logit_margins", ())),
+            token_text_ends=tuple(int(v) for v in data.get("token_text_ends", ())),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise BenchFormatError(f"{where}: malformed prompt record ({exc!r})") from exc

@@ -233,6 +233,7 @@ void add_repeat(PromptRun & run, bool first, Repeat r) {
     run.decode_tok_s.push_back(later > 0 && r.t_end > r.t_first ? later * 1000.0 / (r.t_end - r.t_first) : 0.0);
     if (first) {
         run.logit_margins = std::move(r.logit_margins);
+        run.token_text_ends = std::move(r.token_text_ends);
         run.tokens = std::move(r.tokens);
         run.text = std::move(r.text);
         run.drafter = std::move(r.drafter);
@@ -286,12 +287,13 @@ void write_prompt(FILE * f, size_t index, const std::string & prompt, const Prom
     std::fprintf(f,
                  "{\"type\": \"prompt\", \"index\": %zu, \"prompt\": %s, \"prompt_tokens\": %s, \"tokens\": %s, "
                  "\"text_hex\": \"%s\", \"final_status\": %d, \"repeats_identical\": %s, \"drafter\": %s, "
-                 "\"prefill_ms\": %s, \"first_token_ms\": %s, \"decode_tok_s\": %s, \"peak_rss_kb\": %ld%s}\n",
+                 "\"prefill_ms\": %s, \"first_token_ms\": %s, \"decode_tok_s\": %s, \"peak_rss_kb\": %ld%s%s}\n",
                  index, json_string(prompt).c_str(), ints(run.prompt_tokens).c_str(), ints(run.tokens).c_str(),
                  hex(run.text).c_str(), run.final_status, run.repeats_identical ? "true" : "false", drafter.c_str(),
                  numbers(run.prefill_ms).c_str(), numbers(run.first_token_ms).c_str(),
                  numbers(run.decode_tok_s).c_str(), peak_rss_kb(),
-                 run.logit_margins.empty() ? "" : (", \"logit_margins\": " + numbers(run.logit_margins)).c_str());
+                 run.logit_margins.empty() ? "" : (", \"logit_margins\": " + numbers(run.logit_margins)).c_str(),
+                 run.token_text_ends.empty() ? "" : (", \"token_text_ends\": " + ints(run.token_text_ends)).c_str());
 }
 
 }  // namespace bench

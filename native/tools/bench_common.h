@@ -73,8 +73,11 @@ struct PromptRun {
     bool repeats_identical = true;
     std::vector<double> prefill_ms, first_token_ms, decode_tok_s;
     // reference_runner: per generated position of the first repeat, the gap between the two
-    // highest logits the token was chosen from (how close a tie it was).
+    // highest logits the token was chosen from (how close a tie it was), and where that
+    // token's text ends in `text` (so a text-only runtime's first differing byte finds the
+    // position it belongs to).
     std::vector<double> logit_margins;
+    std::vector<int32_t> token_text_ends;
 };
 
 // One repeat of one prompt, as a tool measured it.
@@ -84,6 +87,7 @@ struct Repeat {
     std::vector<std::pair<int32_t, int32_t>> drafter;
     int status = 0;
     std::vector<double> logit_margins;  // reference_runner only (see PromptRun)
+    std::vector<int32_t> token_text_ends;  // reference_runner only (see PromptRun)
     size_t first_step_tokens = 1;  // a step may return several tokens (speculative decoding)
     double t0 = 0, t_prefill = 0, t_first = 0, t_end = 0;  // ms: start, prefill done, first step, last step
 };

@@ -174,6 +174,7 @@ int main(int argc, char ** argv) {
                     }
                     rep.text.append(piece.data(), static_cast<size_t>(std::max(n, 0)));
                     rep.tokens.push_back(tok);
+                    if (r == 0) rep.token_text_ends.push_back(static_cast<int32_t>(rep.text.size()));
                     const bool full = held + 1 > llama_n_ctx(lctx);
                     if (!full) {
                         if (!decode_all(lctx, {tok})) return fail("decode failed");

@@ -15,7 +15,11 @@ PROMPTS = ("Once upon a time", "naïve café")
 
 
 def bench(
-    tokens: list[list[int]], *, margins: list[list[float]] | None = None, texts: list[bytes] | None = None
+    tokens: list[list[int]],
+    *,
+    margins: list[list[float]] | None = None,
+    texts: list[bytes] | None = None,
+    text_ends: list[list[int]] | None = None,
 ) -> BenchRun:
     """A bench record file as the tools write it (header, one line per prompt)."""
     lines = [json.dumps({"type": "header", "format": "eliza-bench/1", "tool": "t", "cell": "c"})]
@@ -28,6 +32,8 @@ def bench(
         }  # fmt: skip
         if margins is not None:
             record["logit_margins"] = margins[i]
+        if text_ends is not None:
+            record["token_text_ends"] = text_ends[i]
         lines.append(json.dumps(record))
     return parse_run("\n".join(lines), "test")
 
@@ -68,16 +74,24 @@ def test_a_shorter_or_longer_backend_run_diverges_where_one_ends() -> None:
     assert v.prompts[0].divergence == 4 and not v.passed
 
 
-def test_text_comparison_allows_no_tie() -> None:
-    rule = BackendAgreement(compare="text", min_token_agreement=0.0, tie_margin=1.0)
+def test_text_is_compared_by_bytes_and_judged_by_the_token_that_holds_the_first_difference() -> None:
+    # "once" is tokens "on" "ce" (text ends at 2, 4); "café" is "caf" "é" (ends 3, 5)
     texts = [b"once", "café".encode()]
-    same = judge(
-        "litert", bench(REF, texts=texts), bench(REF, margins=MARGINS), bench([[1], [2]], texts=texts), rule
-    )
+    ends = [[2, 4], [3, 5]]
+    margins = [[2.0, 0.01], [1.0, 1.0]]
+    rule = BackendAgreement(compare="text", min_token_agreement=0.0, tie_margin=0.05)
+    ref, mar = bench(REF, texts=texts), bench(REF, margins=margins, text_ends=ends)
+    same = judge("litert", ref, mar, bench([[1], [2]], texts=texts), rule)
     assert same.passed and same.positions == 4 + 5  # bytes, not tokens
-    other = [b"onc3", "café".encode()]
-    v = judge("litert", bench(REF, texts=texts), bench(REF, margins=MARGINS), bench(REF, texts=other), rule)
-    assert not v.passed and v.prompts[0].divergence == 3 and v.prompts[0].margin is None
+    # byte 3 belongs to the second token, where llama.cpp's gap was 0.01: a tie
+    tie = judge("litert", ref, mar, bench(REF, texts=[b"onc3", texts[1]]), rule)
+    assert tie.prompts[0].divergence == 3 and tie.prompts[0].margin == 0.01 and tie.prompts[0].allowed
+    assert tie.passed
+    # byte 1 belongs to the first token, gap 2.0: not a tie
+    sure = judge("litert", ref, mar, bench(REF, texts=[b"oNce", texts[1]]), rule)
+    assert sure.prompts[0].margin == 2.0 and not sure.prompts[0].allowed and not sure.passed
+    with pytest.raises(AgreementInputError, match="no token_text_ends"):
+        judge("litert", ref, bench(REF, margins=margins), bench(REF, texts=[b"onc3", texts[1]]), rule)
 
 
 def test_nothing_generated_never_passes() -> None:

@@ -108,9 +108,10 @@ def test_inconclusive_perf_evidence_stands_until_more_rounds_or_rerun(matrix: Ma
 
 def test_backend_perf_runs_on_the_cells_with_a_runtime_and_needs_no_baseline(matrix: Matrix) -> None:
     """backend-perf times a gate's runtime against the same library's llama.cpp path: it
-    applies to the linux-cpu cells with the mlx gate only, builds no reference, runs without
+    applies to the cells with a gate whose runtime the platform has, builds no reference, runs without
     a declared baseline, and its identity is the llama.cpp path and the rounds."""
     assert {c.id for c in matrix.cells if "backend-perf" in {k.id for k in c.checks}} == {
+        "linux-cpu.litert",
         "linux-cpu.mlx",
         "linux-cpu.litert+mlx",
         "macos-arm64.mlx",

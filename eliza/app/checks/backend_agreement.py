@@ -30,13 +30,17 @@ MAX_TOKENS = 64  # per prompt: the default prompts then hold a few hundred posit
 
 
 def runtime_identity(library: Path, gate: Gate) -> dict[str, str]:
-    """What served: the runtime's package and, where the gate ships a module beside the
-    library, that module's sha256."""
+    """What served: the runtime's package and the sha256 of what the gate loads from beside
+    the library: its module (MLX: libelizainference-mlx.so), or the runtime itself in its
+    wheel's folder (LiteRT-LM: litert_lm/liblitert-lm.so)."""
     module = library.parent / f"libelizainference-{gate.id}.so"
+    if not module.is_file():
+        folder = library.parent / gate.runtime_package.partition("/")[0].replace("-", "_")
+        module = next(iter(sorted(folder.glob("*.so"))), module)
     return {
         "factory": gate.factory,
         "runtime_package": gate.runtime_package,
-        "module": module.name if module.is_file() else "",
+        "module": module.relative_to(library.parent).as_posix() if module.is_file() else "",
         "module_sha256": sha256_file(module) if module.is_file() else "",
     }
 

@@ -112,8 +112,29 @@ def ensure_mlx_weights(bundle: Path) -> Path:
     return out
 
 
+def ensure_litertlm(bundle: Path) -> Path:
+    """`<bundle>/text/<name>.litertlm`, the LiteRT-LM model of the bundle's one text GGUF,
+    (re)written when it is missing or is not the current writer's output for that GGUF: the
+    engine must compute from exactly the weights and vocabulary llama.cpp loads."""
+    from eliza.formats.litertlm import LitertlmError, default_out_path, stale_reason, write_litertlm
+
+    models = sorted((bundle / "text").glob("*.gguf"))
+    if len(models) != 1:
+        found = ", ".join(m.name for m in models) or "none"
+        raise UsageError(
+            f"{bundle / 'text'}: needs exactly one .gguf to write the .litertlm from, found {found}"
+        )
+    out = default_out_path(models[0])
+    try:
+        if stale_reason(models[0], out) is not None:
+            write_litertlm(models[0], out)
+    except LitertlmError as exc:
+        raise UsageError(str(exc)) from exc
+    return out
+
+
 # Gate id -> what stages its runtime's artifact into a bundle from the bundle's GGUF.
-RUNTIME_STAGERS: dict[str, Callable[[Path], Path]] = {"mlx": ensure_mlx_weights}
+RUNTIME_STAGERS: dict[str, Callable[[Path], Path]] = {"mlx": ensure_mlx_weights, "litert": ensure_litertlm}
 
 
 def ensure_runtime_bundle(bundle: Path, gates: Iterable[Gate]) -> Path:

@@ -45,6 +45,8 @@ PERF_CHECK_INPUTS = (
     "eliza/app/checks/runtimes.py",
     "eliza/app/services/bundle.py",
     "eliza/formats/mlx_weights.py",
+    "eliza/formats/litertlm.py",
+    "eliza/formats/sentencepiece_vocab.py",
 )
 
 # backend-agreement: its runner and judge, how a runtime is present or hidden, and the
@@ -55,6 +57,8 @@ BACKEND_CHECK_INPUTS = (
     "eliza/app/checks/runtimes.py",
     "eliza/app/services/bundle.py",
     "eliza/formats/mlx_weights.py",
+    "eliza/formats/litertlm.py",
+    "eliza/formats/sentencepiece_vocab.py",
 )
 
 # The code that judges a build (exports, the CPU-fallback run) and an ABI (the public
@@ -78,6 +82,8 @@ CONSUMER_INPUTS = (
     "eliza/app/checks/runtimes.py",
     "eliza/app/services/bundle.py",
     "eliza/formats/mlx_weights.py",
+    "eliza/formats/litertlm.py",
+    "eliza/formats/sentencepiece_vocab.py",
 )
 
 

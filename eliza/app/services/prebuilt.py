@@ -21,8 +21,9 @@ from eliza.formats.files import atomic_write_text, sha256_file
 Log = Callable[[str], None]
 MANIFEST = "ci-cell.json"  # beside each cell's build folder: what the build job made
 # The files of a cell a check needs: the libraries (a gate's module among them),
-# build-info.json, the bench tools, and the runtime a gate module ships beside the library
-# in its wheel's layout (MLX: mlx/lib/, and its BLAS in mlx_cpu.libs/; docs/backends.md).
+# build-info.json, the bench tools, and the runtime a gate ships beside the library in its
+# wheel's layout (MLX: mlx/lib/, and its BLAS in mlx_cpu.libs/; LiteRT-LM: litert_lm/;
+# docs/backends.md).
 CELL_FILES = (
     "libelizainference*",
     "build-info.json",
@@ -30,6 +31,7 @@ CELL_FILES = (
     "reference_runner",
     "mlx/lib/*",
     "mlx_cpu.libs/*",
+    "litert_lm/*",
 )
 
 

@@ -1,34 +1,796 @@
 // LiteRT-LM backend (milestone M4): the gate `litert` of matrix.yaml, compiled only when it
 // is ON. Its factory name, artifacts and rank come from the matrix (GateSpec).
 //
-// This build links no LiteRT-LM runtime, so available() is false and open() refuses: the
-// selector then falls through to llama.cpp, or fails loudly when ELIZA_LLM_BACKEND names
-// this backend. The M4 body (the NPU delegate ladder Tensor -> QNN -> NeuroPilot ->
-// GPU/CPU, the .litertlm loader, real prefill/next) replaces the two marked places.
-#include <string>
+// The engine is LiteRT-LM's C API (litert-lm-api 0.18.1, backends/litert/litert_lm_c_api.h),
+// dlopen()ed with RTLD_LOCAL from <the folder this library was loaded from>/litert_lm/ (or
+// ELIZA_BACKEND_MODULE_DIR), then beside the library, then by name (on Android the app
+// provides it), and resolved by name: never a load-time dependency. A host without it:
+// available() is false and selection falls through to llama.cpp.
+//
+// The C API speaks text, the seam speaks token ids. What this file does about it
+// (docs/backends.md, "LiteRT-LM"):
+//   - prefill(ids): the ids become the text the engine re-tokenizes (each token as
+//     llama.cpp renders it; the engine adds BOS itself on the first turn, so the first
+//     prefill must begin with BOS and BOS is not sent). The engine's tokenizer, written
+//     from the bundle GGUF's vocabulary, must give back exactly these ids, or the prefill
+//     is refused: never a silently different input.
+//   - next(): one chunk of the engine's run_decode_async per call, the engine's thread held
+//     until it is taken (backpressure). The ids of a chunk come from the engine's tokenizer
+//     re-encoding the text generated so far: exact when the engine's tokens are the canonical
+//     encoding of their text (as greedy output mostly is); where they are not, the text is
+//     still exact and the ids are the canonical encoding of it.
+//   - cancel: the engine's cancel_process, from any thread; reset: rewind_to_step(0);
+//     reset_keep(n): rewind_to_step(n) (BOS counted) within the prefix whose ids are known
+//     exactly, else the full reset, returning 0. Slot files hold what the engine was given
+//     and gave (its cache has no way out of the C API) and restore by sending it again.
+//   - sampling: greedy is the engine's top-p sampler with top_k 1; otherwise top-k, top-p,
+//     temperature and slot_id as the seed. The engine has no repeat penalty: a stream that
+//     asks for one is refused.
+#include <dlfcn.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/litert/litert_lm_c_api.h"
+#include "context.h"
 #include "llm-backend.h"
+#include "sampling.h"
 #include "status.h"
+#include "xxh64.h"
+
+namespace fs = std::filesystem;
 
 namespace eliza::backends {
 namespace {
+
+using litert_c::Api;
+
+constexpr const char * kEngineFile = "liblitert-lm.so";
+constexpr const char * kEngineDir = "litert_lm";
+constexpr const char * kArtifactExt = ".litertlm";
+constexpr int kMaxThreads = 8;
+constexpr uint32_t kMaxDefaultCtx = 4096;
+
+// --- the engine library -----------------------------------------------------------------
+
+struct Runtime {
+    Api api{};
+    std::string why_not;  // why there is no engine (for messages), "" when there is one
+};
+
+std::string own_directory() {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<const void *>(&own_directory), &info) == 0 || info.dli_fname == nullptr) return "";
+    return fs::path(info.dli_fname).parent_path().string();
+}
+
+template <typename F> bool resolve(void * handle, const char * name, F & out, std::string & missing) {
+    out = reinterpret_cast<F>(dlsym(handle, name));
+    if (out == nullptr && missing.empty()) missing = name;
+    return out != nullptr;
+}
+
+bool resolve_all(void * h, Api & a, std::string & missing) {
+    bool ok = true;
+    ok &= resolve(h, "litert_lm_set_min_log_level", a.set_min_log_level, missing);
+    ok &= resolve(h, "litert_lm_engine_settings_create", a.engine_settings_create, missing);
+    ok &= resolve(h, "litert_lm_engine_settings_delete", a.engine_settings_delete, missing);
+    ok &= resolve(h, "litert_lm_engine_settings_set_max_num_tokens", a.engine_settings_set_max_num_tokens, missing);
+    ok &= resolve(h, "litert_lm_engine_settings_set_num_threads", a.engine_settings_set_num_threads, missing);
+    ok &= resolve(h, "litert_lm_engine_settings_set_cache_dir", a.engine_settings_set_cache_dir, missing);
+    ok &= resolve(h, "litert_lm_engine_settings_set_activation_data_type", a.engine_settings_set_activation_data_type,
+                  missing);
+    ok &= resolve(h, "litert_lm_engine_create", a.engine_create, missing);
+    ok &= resolve(h, "litert_lm_engine_delete", a.engine_delete, missing);
+    ok &= resolve(h, "litert_lm_engine_tokenize", a.engine_tokenize, missing);
+    ok &= resolve(h, "litert_lm_tokenize_result_delete", a.tokenize_result_delete, missing);
+    ok &= resolve(h, "litert_lm_tokenize_result_get_tokens", a.tokenize_result_get_tokens, missing);
+    ok &= resolve(h, "litert_lm_tokenize_result_get_num_tokens", a.tokenize_result_get_num_tokens, missing);
+    ok &= resolve(h, "litert_lm_sampler_params_create", a.sampler_params_create, missing);
+    ok &= resolve(h, "litert_lm_sampler_params_delete", a.sampler_params_delete, missing);
+    ok &= resolve(h, "litert_lm_sampler_params_set_top_k", a.sampler_params_set_top_k, missing);
+    ok &= resolve(h, "litert_lm_sampler_params_set_top_p", a.sampler_params_set_top_p, missing);
+    ok &= resolve(h, "litert_lm_sampler_params_set_temperature", a.sampler_params_set_temperature, missing);
+    ok &= resolve(h, "litert_lm_sampler_params_set_seed", a.sampler_params_set_seed, missing);
+    ok &= resolve(h, "litert_lm_session_config_create", a.session_config_create, missing);
+    ok &= resolve(h, "litert_lm_session_config_set_max_output_tokens", a.session_config_set_max_output_tokens, missing);
+    ok &= resolve(h, "litert_lm_session_config_set_apply_prompt_template", a.session_config_set_apply_prompt_template,
+                  missing);
+    ok &= resolve(h, "litert_lm_session_config_set_sampler_params", a.session_config_set_sampler_params, missing);
+    ok &= resolve(h, "litert_lm_session_config_delete", a.session_config_delete, missing);
+    ok &= resolve(h, "litert_lm_engine_create_session", a.engine_create_session, missing);
+    ok &= resolve(h, "litert_lm_session_delete", a.session_delete, missing);
+    ok &= resolve(h, "litert_lm_input_data_create", a.input_data_create, missing);
+    ok &= resolve(h, "litert_lm_input_data_delete", a.input_data_delete, missing);
+    ok &= resolve(h, "litert_lm_session_run_prefill", a.session_run_prefill, missing);
+    ok &= resolve(h, "litert_lm_session_run_decode_async", a.session_run_decode_async, missing);
+    ok &= resolve(h, "litert_lm_stream_chunk_get_text", a.stream_chunk_get_text, missing);
+    ok &= resolve(h, "litert_lm_stream_chunk_is_final", a.stream_chunk_is_final, missing);
+    ok &= resolve(h, "litert_lm_stream_chunk_get_error", a.stream_chunk_get_error, missing);
+    ok &= resolve(h, "litert_lm_session_cancel_process", a.session_cancel_process, missing);
+    ok &= resolve(h, "litert_lm_session_rewind_to_step", a.session_rewind_to_step, missing);
+    return ok;
+}
+
+const Runtime & runtime() {
+    static const Runtime loaded = [] {
+        Runtime r;
+        // ELIZA_BACKEND_MODULE_DIR: another folder to look in (empty or missing: no engine,
+        // as on a host without the runtime, which is how verify judges the fall-through).
+        const char * override_dir = std::getenv("ELIZA_BACKEND_MODULE_DIR");
+        std::vector<std::string> candidates;
+        if (override_dir != nullptr) {
+            candidates.push_back((fs::path(override_dir) / kEngineDir / kEngineFile).string());
+        } else {
+            const fs::path own = own_directory();
+            candidates = {(own / kEngineDir / kEngineFile).string(), (own / kEngineFile).string(), kEngineFile};
+        }
+        std::string tried;
+        for (const std::string & path : candidates) {
+            // RTLD_LOCAL: the engine's absl, TFLite and operator new stay out of the process's namespace.
+            void * handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+            if (handle == nullptr) {
+                const char * why = dlerror();
+                tried += (tried.empty() ? "" : "; ") + path + ": " + (why ? why : "cannot be loaded");
+                continue;
+            }
+            std::string missing;
+            if (!resolve_all(handle, r.api, missing)) {
+                r.why_not = path + " is not the LiteRT-LM C API this backend was written for (0.18.1): no " + missing;
+                dlclose(handle);
+                return r;
+            }
+            r.api.set_min_log_level(kLiteRtLmLogSilent);  // the engine's log would land on the host's stderr
+            return r;  // never unloaded: the engine's threads live as long as the process
+        }
+        r.why_not = "the LiteRT-LM engine is not on this host (" + tried + ")";
+        return r;
+    }();
+    return loaded;
+}
+
+// --- the engine of a context, shared by its streams -------------------------------------
+
+struct Engine {
+    const Api * api = nullptr;
+    LiteRtLmEngine * handle = nullptr;
+    ~Engine() {
+        if (handle != nullptr) api->engine_delete(handle);
+    }
+};
+
+std::string artifact_of(const std::string & bundle_dir) {
+    std::error_code ec;
+    std::vector<fs::path> found;
+    for (const auto & entry : fs::directory_iterator(fs::path(bundle_dir) / "text", ec)) {
+        if (entry.path().extension() == kArtifactExt && entry.is_regular_file(ec)) found.push_back(entry.path());
+    }
+    std::sort(found.begin(), found.end());
+    return found.empty() ? "" : found.front().string();
+}
+
+int thread_count(const EliInferenceContext & ctx) {
+    if (ctx.settings.n_threads > 0) return static_cast<int>(std::min<long>(ctx.settings.n_threads, kMaxThreads));
+    const unsigned hw = std::thread::hardware_concurrency();
+    return hw == 0 ? 1 : static_cast<int>(std::min<unsigned>(hw, kMaxThreads));
+}
+
+// The stream's context: ELIZA_N_CTX, else the GGUF's training context, at most 4096 (the
+// llama.cpp path's rule). Called after ensure_vocab: one of the two models is loaded.
+uint32_t context_size(const EliInferenceContext & ctx) {
+    if (ctx.settings.n_ctx > 0) return static_cast<uint32_t>(ctx.settings.n_ctx);
+    const llama_model * model = ctx.loaded.load() ? ctx.model.get() : ctx.vocab_model.get();
+    const int32_t trained = model != nullptr ? llama_model_n_ctx_train(model) : 0;
+    return trained > 0 ? std::min<uint32_t>(static_cast<uint32_t>(trained), kMaxDefaultCtx) : kMaxDefaultCtx;
+}
+
+std::shared_ptr<Engine> context_engine(const Runtime & rt, EliInferenceContext & ctx, uint32_t n_ctx,
+                                       std::string & message) {
+    std::lock_guard<std::mutex> lock(ctx.backend_state_mutex);
+    std::shared_ptr<void> & slot = ctx.backend_state["litert"];
+    if (slot) return std::static_pointer_cast<Engine>(slot);
+    const std::string model = artifact_of(ctx.bundle_dir);
+    if (model.empty()) {
+        message = "bundle '" + ctx.bundle_dir + "' has no text/*" + kArtifactExt;
+        return nullptr;
+    }
+    LiteRtLmEngineSettings * settings = rt.api.engine_settings_create(model.c_str(), "cpu", nullptr, nullptr);
+    if (settings == nullptr) {
+        message = "the LiteRT-LM engine refused the settings for '" + model + "'";
+        return nullptr;
+    }
+    // f32 activations: the engine's CPU default is f16, which would round away agreement
+    // with the llama.cpp path. ":nocache": no weight-cache file beside the bundle's model.
+    rt.api.engine_settings_set_activation_data_type(settings, kLiteRtLmActivationDataTypeFloat32);
+    rt.api.engine_settings_set_num_threads(settings, thread_count(ctx));
+    rt.api.engine_settings_set_cache_dir(settings, ":nocache");
+    rt.api.engine_settings_set_max_num_tokens(settings, static_cast<int>(n_ctx));
+    auto engine = std::make_shared<Engine>();
+    engine->api = &rt.api;
+    engine->handle = rt.api.engine_create(settings);
+    rt.api.engine_settings_delete(settings);
+    if (engine->handle == nullptr) {
+        message = "the LiteRT-LM engine cannot load '" + model +
+                  "' (is it a .litertlm written by `eliza litertlm` from this bundle's GGUF?)";
+        return nullptr;
+    }
+    slot = engine;
+    return engine;
+}
+
+// The engine's tokenization of `text`: the SentencePiece model of the bundle's .litertlm.
+bool engine_tokenize(const Engine & e, const std::string & text, std::vector<int32_t> & out) {
+    LiteRtLmTokenizeResult * r = e.api->engine_tokenize(e.handle, text.c_str());
+    if (r == nullptr) return false;
+    const int * ids = e.api->tokenize_result_get_tokens(r);
+    const size_t n = e.api->tokenize_result_get_num_tokens(r);
+    out.assign(ids, ids + n);
+    e.api->tokenize_result_delete(r);
+    return true;
+}
+
+struct SessionConfigDeleter {
+    const Api * api;
+    void operator()(LiteRtLmSessionConfig * c) const { api->session_config_delete(c); }
+};
+struct SamplerDeleter_ {
+    const Api * api;
+    void operator()(LiteRtLmSamplerParams * p) const { api->sampler_params_delete(p); }
+};
+
+LiteRtLmSession * new_session(const Engine & e, const eliza_llm_stream_config_t & cfg, uint32_t n_ctx) {
+    const Api & api = *e.api;
+    std::unique_ptr<LiteRtLmSamplerParams, SamplerDeleter_> sampler(
+        api.sampler_params_create(kLiteRtLmSamplerTypeTopP), SamplerDeleter_{&api});
+    std::unique_ptr<LiteRtLmSessionConfig, SessionConfigDeleter> config(api.session_config_create(),
+                                                                        SessionConfigDeleter{&api});
+    if (!sampler || !config) return nullptr;
+    if (cfg.temperature <= 0.0f) {  // greedy
+        api.sampler_params_set_top_k(sampler.get(), 1);
+        api.sampler_params_set_top_p(sampler.get(), 1.0f);
+        api.sampler_params_set_temperature(sampler.get(), 1.0f);
+    } else {
+        api.sampler_params_set_top_k(sampler.get(), cfg.top_k > 0 ? cfg.top_k : 0);
+        api.sampler_params_set_top_p(sampler.get(), cfg.top_p > 0.0f && cfg.top_p <= 1.0f ? cfg.top_p : 1.0f);
+        api.sampler_params_set_temperature(sampler.get(), cfg.temperature);
+    }
+    api.sampler_params_set_seed(sampler.get(), cfg.slot_id);
+    api.session_config_set_sampler_params(config.get(), sampler.get());
+    api.session_config_set_apply_prompt_template(config.get(), false);
+    api.session_config_set_max_output_tokens(config.get(),
+                                             cfg.max_tokens > 0 ? cfg.max_tokens : static_cast<int>(n_ctx));
+    return api.engine_create_session(e.handle, config.get());
+}
+
+// --- slot files -----------------------------------------------------------------------------
+
+constexpr char kSlotMagic[8] = {'E', 'L', 'Z', 'L', 'R', 'T', 'S', '1'};
+constexpr uint32_t kFlagPrefilled = 1u;
+constexpr uint32_t kFlagFinished = 2u;
+
+template <typename T> void put(std::string & out, T v) { out.append(reinterpret_cast<const char *>(&v), sizeof v); }
+template <typename T> T get(const std::string & in, size_t & at) {
+    T v;
+    std::memcpy(&v, in.data() + at, sizeof v);
+    at += sizeof v;
+    return v;
+}
+
+std::string slot_key_of(const eliza_llm_stream_config_t & cfg) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "litert-lm 0.18.1 t%g p%g k%d s%d", static_cast<double>(cfg.temperature),
+                  static_cast<double>(cfg.top_p), cfg.top_k, cfg.slot_id);
+    return buf;
+}
+
+std::string read_file(const std::string & path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream buf;
+    buf << in.rdbuf();
+    return buf.str();
+}
+
+// Written beside the target and renamed: a crash never leaves half a slot file.
+int write_file_atomically(const char * filename, const std::string & bytes, char ** out_error) {
+    const std::string tmp = std::string(filename) + ".tmp-" + std::to_string(::getpid());
+    {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        f.flush();
+        if (!f) {
+            std::remove(tmp.c_str());
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string("cannot write slot file '") + filename + "'");
+        }
+    }
+    if (std::rename(tmp.c_str(), filename) != 0) {
+        const std::string why = std::strerror(errno);
+        std::remove(tmp.c_str());
+        return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string("cannot write slot file '") + filename + "': " + why);
+    }
+    return ELIZA_OK;
+}
+
+// --- a stream -----------------------------------------------------------------------------
+
+class LiteRtSession final : public LlmBackendSession {
+public:
+    LiteRtSession(std::shared_ptr<Engine> engine, LiteRtLmSession * session, const VocabView & vocab,
+                  const eliza_llm_stream_config_t & cfg, uint32_t n_ctx)
+        : engine_(std::move(engine)), api_(*engine_->api), session_(session), vocab_(vocab), cfg_(cfg), n_ctx_(n_ctx),
+          slot_key_(std::string(slot_key_of(cfg))) {}
+
+    ~LiteRtSession() override {
+        stop_decode();  // the engine's thread must be done with `this` before it goes
+        api_.session_delete(session_);
+    }
+    LiteRtSession(const LiteRtSession &) = delete;
+    LiteRtSession & operator=(const LiteRtSession &) = delete;
+
+    int prefill(const int32_t * ids, size_t n, char ** out_error) override {
+        if (cancelled_.load()) {
+            return fail(out_error, ELIZA_ERR_CANCELLED, "stream was cancelled; call _reset or _reset_keep before reusing it");
+        }
+        if (n == 0) return fail(out_error, ELIZA_ERR_INVALID_ARG, "empty prefill: pass at least one token");
+        if (ids == nullptr) return fail(out_error, ELIZA_ERR_INVALID_ARG, "token_ids is NULL");
+        for (size_t i = 0; i < n; ++i) {
+            if (ids[i] < 0 || ids[i] >= vocab_.n_vocab) {
+                return fail(out_error, ELIZA_ERR_INVALID_ARG,
+                            "token_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
+                                " is outside the vocabulary [0, " + std::to_string(vocab_.n_vocab) + ")");
+            }
+        }
+        if (n > n_ctx_ || steps_ > n_ctx_ - n) {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG,
+                        "prefill of " + std::to_string(n) + " tokens after " + std::to_string(steps_) +
+                            " exceeds the context size " + std::to_string(n_ctx_) + " (override with ELIZA_N_CTX)");
+        }
+        stop_decode();  // a generation left unfinished ends here; the new input follows it
+        size_t from = 0;
+        if (steps_ == 0) {
+            const llama_token bos = llama_vocab_bos(vocab_.vocab);
+            if (ids[0] != bos) {
+                return fail(out_error, ELIZA_ERR_INVALID_ARG,
+                            "litert-lm: the engine begins a conversation with BOS itself: the first prefill must "
+                            "begin with BOS (id " + std::to_string(bos) + "), got " + std::to_string(ids[0]));
+            }
+            from = 1;
+        }
+        std::string text;
+        for (size_t i = from; i < n; ++i) text += token_piece(vocab_.vocab, ids[i]);
+        std::vector<int32_t> again;
+        if (from < n) {
+            if (!engine_tokenize(*engine_, text, again)) {
+                return fail(out_error, ELIZA_ERR_FFI_FAULT, "litert-lm: the engine could not tokenize the prefill text");
+            }
+            const size_t want = n - from;
+            size_t same = 0;
+            while (same < want && same < again.size() && again[same] == ids[from + same]) ++same;
+            if (same != want || again.size() != want) {
+                const std::string got = same < again.size() ? std::to_string(again[same]) : std::string("nothing");
+                return fail(out_error, ELIZA_ERR_INVALID_ARG,
+                            "litert-lm: token_ids[" + std::to_string(from + same) + "] = " +
+                                (same < want ? std::to_string(ids[from + same]) : std::string("(end)")) +
+                                " does not survive the engine's text input (its text re-encodes as " + got +
+                                "): LiteRT-LM's C API takes text, so only ids that are the encoding of their own "
+                                "text can be sent; the llama.cpp path takes any ids");
+            }
+            if (!send_text(text)) {
+                if (cancelled_.load()) return fail(out_error, ELIZA_ERR_CANCELLED, "prefill was cancelled");
+                return fail(out_error, ELIZA_ERR_FFI_FAULT, "litert-lm: the engine's prefill failed");
+            }
+        }
+        if (exact_) {
+            exact_ids_.insert(exact_ids_.end(), ids, ids + n);  // ids the engine holds exactly as sent
+        } else {
+            text_after_ += text;
+        }
+        steps_ += n;
+        prefilled_ = true;
+        finished_ = false;
+        generated_text_.clear();
+        out_pending_.clear();
+        id_backlog_.clear();
+        emitted_ids_ = 0;
+        generated_ = 0;
+        return ELIZA_OK;
+    }
+
+    int next(int32_t * tokens_out, size_t tokens_cap, size_t * n_out, char * text_out, size_t text_cap,
+             int32_t * drafted_out, int32_t * accepted_out, char ** out_error) override {
+        if (drafted_out) *drafted_out = 0;  // no drafter on this runtime
+        if (accepted_out) *accepted_out = 0;
+        if (cancelled_.load()) return fail(out_error, ELIZA_ERR_CANCELLED, "generation was cancelled");
+        if (tokens_out == nullptr || n_out == nullptr || text_out == nullptr) {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, "tokens_out, num_tokens_out and text_out must be non-NULL");
+        }
+        if (tokens_cap == 0) return fail(out_error, ELIZA_ERR_INVALID_ARG, "tokens_cap is 0: pass room for at least one token");
+        const size_t needed = vocab_.max_piece_bytes + 3 + 1;
+        if (text_cap < needed) {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG,
+                        "text_cap " + std::to_string(text_cap) + " is too small: one step needs up to " +
+                            std::to_string(needed) + " bytes");
+        }
+        if (!prefilled_) return fail(out_error, ELIZA_ERR_INVALID_ARG, "nothing to continue from: call _prefill first");
+        // What a previous chunk left (more bytes or ids than one call could carry) goes first.
+        if (out_pending_.empty() && id_backlog_.empty() && !finished_) {
+            std::string chunk;
+            bool done = false;
+            std::string error;
+            if (!take_chunk(chunk, done, error)) {
+                return fail(out_error, ELIZA_ERR_CANCELLED, "generation was cancelled");
+            }
+            if (!error.empty() && chunk.empty()) {
+                finished_ = true;
+                if (generated_ == 0) return fail(out_error, ELIZA_ERR_FFI_FAULT, "litert-lm: " + error);
+            }
+            if (!chunk.empty()) {
+                generated_text_ += chunk;
+                text_after_ += chunk;
+                out_pending_ += chunk;
+                ++generated_;
+                exact_ = false;  // the engine's own tokens for this text are not known to the seam
+                steps_ = std::min<size_t>(steps_ + 1, n_ctx_);
+                reencode();
+            }
+            if (done || (cfg_.max_tokens > 0 && generated_ >= cfg_.max_tokens)) {
+                finished_ = true;
+                stop_decode();
+            }
+        }
+        // Text: whole UTF-8 characters, at most text_cap - 1 bytes per call.
+        size_t cut = std::min(out_pending_.size(), text_cap - 1);
+        while (cut > 0 && cut < out_pending_.size() &&
+               (static_cast<unsigned char>(out_pending_[cut]) & 0xC0) == 0x80) {
+            --cut;
+        }
+        std::memcpy(text_out, out_pending_.data(), cut);
+        text_out[cut] = '\0';
+        out_pending_.erase(0, cut);
+        size_t n_ids = std::min(tokens_cap, id_backlog_.size());
+        std::copy(id_backlog_.begin(), id_backlog_.begin() + static_cast<std::ptrdiff_t>(n_ids), tokens_out);
+        id_backlog_.erase(id_backlog_.begin(), id_backlog_.begin() + static_cast<std::ptrdiff_t>(n_ids));
+        *n_out = n_ids;
+        const bool last = finished_ && out_pending_.empty() && id_backlog_.empty();
+        return last ? 1 : 0;
+    }
+
+    int cancel() override {
+        cancelled_.store(true);
+        api_.session_cancel_process(session_);
+        std::lock_guard<std::mutex> lock(m_);
+        cv_.notify_all();
+        return ELIZA_OK;
+    }
+
+    // A new engine session: the engine's state and its "first turn" (it adds BOS then) are
+    // those of a fresh stream, whatever the old session was doing.
+    int reset() override {
+        stop_decode();
+        LiteRtLmSession * fresh = new_session(*engine_, cfg_, n_ctx_);
+        if (fresh == nullptr) return ELIZA_ERR_FFI_FAULT;
+        api_.session_delete(session_);
+        session_ = fresh;
+        clear_state();
+        steps_ = 0;
+        exact_ids_.clear();
+        text_after_.clear();
+        exact_ = true;
+        cancelled_.store(false);
+        return ELIZA_OK;
+    }
+
+    // The engine keeps its first n steps (BOS counted, as the seam counts the prefill's ids)
+    // within the prefix whose ids it holds exactly as sent; past it, or with nothing to
+    // keep, the full reset, returning 0.
+    int reset_keep(int32_t n_keep) override {
+        const size_t keep = std::min<size_t>(n_keep > 0 ? static_cast<size_t>(n_keep) : 0, exact_ids_.size());
+        if (keep == 0) {
+            const int rc = reset();
+            return rc == ELIZA_OK ? 0 : rc;
+        }
+        stop_decode();
+        if (api_.session_rewind_to_step(session_, static_cast<int>(keep)) != 0) {
+            const int rc = reset();
+            return rc == ELIZA_OK ? 0 : rc;
+        }
+        clear_state();
+        steps_ = keep;
+        exact_ids_.resize(keep);
+        text_after_.clear();
+        exact_ = true;
+        cancelled_.store(false);
+        return static_cast<int>(keep);
+    }
+
+    // A slot file holds what the engine was given and gave, not its cache (the C API has no
+    // way out for it): the exact ids, the text after them, and this turn's generation.
+    // Restoring sends them to a fresh session again, which rebuilds the same state as far as
+    // the generated text is the canonical encoding of the engine's tokens.
+    // "ELZLRTS1", then little-endian u32 n_ids, u32 text bytes, u32 generated-text bytes (a
+    // suffix of the text), i32 generated chunks, u32 flags; the ids (i32), the text; the
+    // XXH64 of the stream's config key and everything before it.
+    int save_slot(const char * filename, char ** out_error) override {
+        if (filename == nullptr || filename[0] == '\0') {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, "slot filename is NULL or empty");
+        }
+        if (cancelled_.load()) {
+            return fail(out_error, ELIZA_ERR_CANCELLED, "stream was cancelled; its state is not worth saving (reset it first)");
+        }
+        std::string out(kSlotMagic, sizeof kSlotMagic);
+        put<uint32_t>(out, static_cast<uint32_t>(exact_ids_.size()));
+        put<uint32_t>(out, static_cast<uint32_t>(text_after_.size()));
+        put<uint32_t>(out, static_cast<uint32_t>(generated_text_.size()));
+        put<int32_t>(out, generated_);
+        put<uint32_t>(out, (prefilled_ ? kFlagPrefilled : 0u) | (finished_ ? kFlagFinished : 0u));
+        for (int32_t t : exact_ids_) put<int32_t>(out, t);
+        out += text_after_;
+        put<uint64_t>(out, seal(out));
+        return write_file_atomically(filename, out, out_error);
+    }
+
+    int restore_slot(const char * filename, char ** out_error) override {
+        if (filename == nullptr || filename[0] == '\0') {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, "slot filename is NULL or empty");
+        }
+        const std::string name = std::string("slot file '") + filename + "'";
+        std::error_code ec;
+        if (!fs::is_regular_file(filename, ec)) {  // never block on a FIFO, never read a directory
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " is missing or not a regular file");
+        }
+        const std::string data = read_file(filename);
+        constexpr size_t header = sizeof kSlotMagic + 4 * 5;
+        if (data.size() < header + 8 || std::memcmp(data.data(), kSlotMagic, sizeof kSlotMagic) != 0) {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " is missing, truncated or not a LiteRT-LM slot file");
+        }
+        size_t at = data.size() - 8;
+        if (get<uint64_t>(data, at) != seal(data.substr(0, data.size() - 8))) {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG,
+                        name + " is corrupt or was saved by a stream of another configuration (checksum mismatch)");
+        }
+        at = sizeof kSlotMagic;
+        const uint32_t n_ids = get<uint32_t>(data, at), n_text = get<uint32_t>(data, at), n_gen = get<uint32_t>(data, at);
+        const int32_t generated = get<int32_t>(data, at);
+        const uint32_t flags = get<uint32_t>(data, at);
+        if (header + uint64_t{n_ids} * 4 + n_text + 8 != data.size() || n_gen > n_text || n_ids > n_ctx_ ||
+            (flags & ~(kFlagPrefilled | kFlagFinished)) != 0) {
+            return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " has inconsistent sizes or flags");
+        }
+        std::vector<int32_t> ids(n_ids);
+        for (auto & t : ids) t = get<int32_t>(data, at);
+        const std::string text = data.substr(at, n_text);
+        // Everything checked: now the stream's state is replaced.
+        const int rc = reset();
+        if (rc != ELIZA_OK) return fail(out_error, rc, "litert-lm: cannot start a fresh session");
+        if (!ids.empty()) {
+            const int p = prefill(ids.data(), ids.size(), out_error);
+            if (p != ELIZA_OK) return p;
+        }
+        if (!text.empty()) {
+            if (!send_text(text)) {
+                reset();
+                return fail(out_error, ELIZA_ERR_FFI_FAULT, "litert-lm: the engine's prefill of the slot's text failed");
+            }
+            text_after_ = text;
+            exact_ = false;
+        }
+        generated_text_ = text.substr(text.size() - n_gen);
+        std::vector<int32_t> done;
+        if (!generated_text_.empty() && engine_tokenize(*engine_, generated_text_, done)) emitted_ids_ = done.size();
+        generated_ = generated;
+        prefilled_ = (flags & kFlagPrefilled) != 0;
+        finished_ = (flags & kFlagFinished) != 0;
+        return ELIZA_OK;
+    }
+
+private:
+    static void on_chunk(void * data, const LiteRtLmStreamChunk * chunk) {
+        auto * self = static_cast<LiteRtSession *>(data);
+        const Api & api = self->api_;
+        const char * text = api.stream_chunk_get_text(chunk);
+        const char * error = api.stream_chunk_get_error(chunk);
+        const bool final = api.stream_chunk_is_final(chunk);
+        std::unique_lock<std::mutex> lock(self->m_);
+        if (error != nullptr && error[0] != '\0') self->error_ = error;
+        if (text != nullptr && text[0] != '\0' && !self->stopping_) self->chunks_.emplace_back(text);
+        if (final) self->decoding_ = false;
+        self->cv_.notify_all();
+        // Backpressure: the engine's thread waits until the stream took the chunk (or stops).
+        if (!final) {
+            self->cv_.wait(lock, [self] { return self->chunks_.empty() || self->stopping_ || self->cancelled_.load(); });
+        }
+    }
+
+    // One chunk of the running decode (started here when none runs). False: cancelled.
+    bool take_chunk(std::string & chunk, bool & done, std::string & error) {
+        std::unique_lock<std::mutex> lock(m_);
+        if (!decoding_ && !decode_ended_) {
+            decoding_ = true;
+            stopping_ = false;
+            lock.unlock();
+            const int rc = api_.session_run_decode_async(session_, &LiteRtSession::on_chunk, this);
+            lock.lock();
+            if (rc != 0) {
+                decoding_ = false;
+                error = "the engine could not start decoding";
+                done = true;
+                return true;
+            }
+        }
+        cv_.wait(lock, [this] { return !chunks_.empty() || !decoding_ || cancelled_.load(); });
+        if (cancelled_.load()) return false;
+        if (!chunks_.empty()) {
+            chunk = std::move(chunks_.front());
+            chunks_.pop_front();
+            cv_.notify_all();
+        }
+        done = !decoding_ && chunks_.empty();
+        if (done) {
+            decode_ended_ = true;
+            error = error_;
+            error_.clear();
+        }
+        return true;
+    }
+
+    bool send_text(const std::string & text) {
+        LiteRtLmInputData * input = api_.input_data_create(kLiteRtLmInputDataTypeText, text.data(), text.size());
+        if (input == nullptr) return false;
+        const LiteRtLmInputData * inputs[] = {input};
+        const int rc = api_.session_run_prefill(session_, inputs, 1);
+        api_.input_data_delete(input);
+        return rc == 0;
+    }
+
+    uint64_t seal(const std::string & bytes) const {
+        std::string keyed = slot_key_;
+        keyed += bytes;
+        return Xxh64::of(keyed.data(), keyed.size());
+    }
+
+    // Ends a decode in flight and waits for the engine's last callback: nothing of the
+    // engine's thread touches this stream afterwards.
+    void stop_decode() {
+        std::unique_lock<std::mutex> lock(m_);
+        if (decoding_) {
+            stopping_ = true;
+            chunks_.clear();
+            cv_.notify_all();
+            lock.unlock();
+            api_.session_cancel_process(session_);
+            lock.lock();
+            cv_.wait(lock, [this] { return !decoding_; });
+        }
+        chunks_.clear();
+        stopping_ = false;
+        decode_ended_ = false;
+        error_.clear();
+    }
+
+    // The ids of the text generated since the prefill, as the engine's tokenizer encodes
+    // it; the ones not yet handed out join the backlog.
+    void reencode() {
+        std::vector<int32_t> ids;
+        if (!engine_tokenize(*engine_, generated_text_, ids)) return;
+        if (ids.size() > emitted_ids_) {
+            id_backlog_.insert(id_backlog_.end(), ids.begin() + static_cast<std::ptrdiff_t>(emitted_ids_), ids.end());
+            emitted_ids_ = ids.size();
+        }
+    }
+
+    void clear_state() {
+        prefilled_ = false;
+        finished_ = false;
+        generated_text_.clear();
+        out_pending_.clear();
+        id_backlog_.clear();
+        emitted_ids_ = 0;
+        generated_ = 0;
+    }
+
+    std::shared_ptr<Engine> engine_;
+    const Api & api_;
+    LiteRtLmSession * session_;
+    VocabView vocab_;
+    eliza_llm_stream_config_t cfg_;
+    uint32_t n_ctx_;
+    std::string slot_key_;  // what a slot file is sealed to: the sampling that produced it
+
+    std::mutex m_;
+    std::condition_variable cv_;
+    std::deque<std::string> chunks_;  // at most one: the engine waits until it is taken
+    bool decoding_ = false;           // a run_decode_async has not delivered its final chunk
+    bool decode_ended_ = false;       // this turn's decode delivered its final chunk
+    bool stopping_ = false;           // stop_decode: the engine's thread must not wait
+    std::string error_;               // the engine's error for this decode, if any
+    std::atomic<bool> cancelled_{false};
+
+    size_t steps_ = 0;          // tokens in the engine's state (BOS counted), as far as known
+    std::vector<int32_t> exact_ids_;  // the prefix of the engine's state known to be exactly these ids
+    std::string text_after_;          // what the engine holds after them, as text (generated, later prefills)
+    bool exact_ = true;         // nothing generated since the last (re)start
+    bool prefilled_ = false;
+    bool finished_ = false;
+    int32_t generated_ = 0;     // chunks of this turn
+    std::string generated_text_;
+    std::string out_pending_;   // text not yet handed out
+    std::vector<int32_t> id_backlog_;
+    size_t emitted_ids_ = 0;
+};
 
 class LiteRtFactory final : public GateFactory {
 public:
     using GateFactory::GateFactory;
 
-    bool available() const override {
-        // M4: probe the linked LiteRT-LM runtime and an NPU/GPU delegate here.
-        return false;
-    }
+    bool available() const override { return runtime().why_not.empty(); }
 
-    LlmBackendSession * open(EliInferenceContext * ctx, const eliza_llm_stream_config_t * /*cfg*/,
+    LlmBackendSession * open(EliInferenceContext * ctx, const eliza_llm_stream_config_t * cfg,
                              char ** out_error) override {
-        // M4: load the bundle's text/*.litertlm from llm_backend_context_bundle_dir(ctx).
-        fail(out_error, ELIZA_ERR_NOT_IMPLEMENTED,
-             std::string(name()) + ": the LiteRT-LM runtime is not linked into this build; cannot serve bundle '" +
-                 (ctx ? llm_backend_context_bundle_dir(ctx) : "") + "'");
-        return nullptr;
+        const Runtime & rt = runtime();
+        if (!rt.why_not.empty()) {
+            fail(out_error, ELIZA_ERR_NOT_IMPLEMENTED, std::string(name()) + ": " + rt.why_not);
+            return nullptr;
+        }
+        if (ctx == nullptr || cfg == nullptr) {
+            fail(out_error, ELIZA_ERR_INVALID_ARG, std::string(name()) + ": ctx and cfg must be non-NULL");
+            return nullptr;
+        }
+        if (cfg->mtp_drafter_path != nullptr && cfg->mtp_drafter_path[0] != '\0') {
+            fail(out_error, ELIZA_ERR_INVALID_ARG,
+                 std::string(name()) + ": speculative decoding (mtp_drafter_path) is served by the llama.cpp path only");
+            return nullptr;
+        }
+        if (cfg->gbnf_grammar != nullptr && cfg->gbnf_grammar[0] != '\0') {
+            fail(out_error, ELIZA_ERR_NOT_IMPLEMENTED, std::string(name()) + ": grammars are not supported");
+            return nullptr;
+        }
+        if (cfg->repeat_penalty > 0.0f && cfg->repeat_penalty != 1.0f) {
+            fail(out_error, ELIZA_ERR_NOT_IMPLEMENTED,
+                 std::string(name()) + ": LiteRT-LM's sampler has no repeat penalty (repeat_penalty " +
+                     std::to_string(cfg->repeat_penalty) + "); use 1 (off), or the llama.cpp path");
+            return nullptr;
+        }
+        int code = ELIZA_OK;
+        std::string message;
+        VocabView vocab;
+        if (!ensure_vocab(*ctx, vocab, code, message)) {
+            fail(out_error, code, std::string(name()) + ": " + message);
+            return nullptr;
+        }
+        const uint32_t n_ctx = context_size(*ctx);
+        std::shared_ptr<Engine> engine = context_engine(rt, *ctx, n_ctx, message);
+        if (!engine) {
+            fail(out_error, ELIZA_ERR_BUNDLE_INVALID, std::string(name()) + ": " + message);
+            return nullptr;
+        }
+        LiteRtLmSession * session = new_session(*engine, *cfg, n_ctx);
+        if (session == nullptr) {
+            fail(out_error, ELIZA_ERR_FFI_FAULT,
+                 std::string(name()) + ": the engine refused a session (one stream at a time per context: close "
+                                       "the other stream first)");
+            return nullptr;
+        }
+        auto * stream = new (std::nothrow) LiteRtSession(std::move(engine), session, vocab, *cfg, n_ctx);
+        if (stream == nullptr) {
+            rt.api.session_delete(session);
+            fail(out_error, ELIZA_ERR_OOM, std::string(name()) + ": out of memory");
+        }
+        return stream;
     }
 };
 
