@@ -47,10 +47,12 @@
 #include <thread>
 #include <vector>
 
+#include "backends/conversion_record.h"
 #include "backends/litert/litert_lm_c_api.h"
 #include "context.h"
 #include "llm-backend.h"
 #include "sampling.h"
+#include "sha256.h"
 #include "status.h"
 #include "xxh64.h"
 
@@ -200,6 +202,35 @@ uint32_t context_size(const EliInferenceContext & ctx) {
     return trained > 0 ? std::min<uint32_t>(static_cast<uint32_t>(trained), kMaxDefaultCtx) : kMaxDefaultCtx;
 }
 
+// Refuses a .litertlm that was not written from this GGUF by `eliza litertlm`, or whose
+// bytes are no longer the ones it wrote (its record, <name>.litertlm.json).
+bool artifact_matches_gguf(const std::string & model, const std::string & gguf, std::string & message) {
+    const std::string record_path = model + ".json";
+    const std::string record = read_text_file(record_path);
+    const std::string source = recorded(record, "source_sha256");
+    const std::string repair = "; write it again: eliza litertlm " + gguf;
+    if (source.empty()) {
+        message = "'" + model + "' has no writer's record (" + fs::path(record_path).filename().string() +
+                  " with source_sha256)" + repair;
+        return false;
+    }
+    const std::string actual = eliza::sha256_file(gguf);
+    if (actual != source) {
+        message = "'" + model + "' was written from a GGUF with sha256 " + source.substr(0, 12) + ", not from " +
+                  fs::path(gguf).filename().string() + " (" + actual.substr(0, 12) + ")" + repair;
+        return false;
+    }
+    const std::string want = recorded(record, "output_sha256");
+    const std::string have = eliza::sha256_file(model);
+    if (want.empty() || have != want) {
+        message = "'" + model + "' is not the file its writer wrote (sha256 " +
+                  (have.empty() ? std::string("unreadable") : have.substr(0, 12)) + ", recorded " +
+                  (want.empty() ? std::string("none") : want.substr(0, 12)) + ")" + repair;
+        return false;
+    }
+    return true;
+}
+
 std::shared_ptr<Engine> context_engine(const Runtime & rt, EliInferenceContext & ctx, uint32_t n_ctx,
                                        std::string & message) {
     std::lock_guard<std::mutex> lock(ctx.backend_state_mutex);
@@ -210,6 +241,7 @@ std::shared_ptr<Engine> context_engine(const Runtime & rt, EliInferenceContext &
         message = "bundle '" + ctx.bundle_dir + "' has no text/*" + kArtifactExt;
         return nullptr;
     }
+    if (!artifact_matches_gguf(model, ctx.model_path, message)) return nullptr;
     LiteRtLmEngineSettings * settings = rt.api.engine_settings_create(model.c_str(), "cpu", nullptr, nullptr);
     if (settings == nullptr) {
         message = "the LiteRT-LM engine refused the settings for '" + model + "'";
@@ -297,13 +329,6 @@ std::string slot_key_of(const eliza_llm_stream_config_t & cfg) {
     std::snprintf(buf, sizeof buf, "litert-lm 0.18.1 t%g p%g k%d s%d", static_cast<double>(cfg.temperature),
                   static_cast<double>(cfg.top_p), cfg.top_k, cfg.slot_id);
     return buf;
-}
-
-std::string read_file(const std::string & path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream buf;
-    buf << in.rdbuf();
-    return buf.str();
 }
 
 // Written beside the target and renamed: a crash never leaves half a slot file.
@@ -553,7 +578,7 @@ public:
         if (!fs::is_regular_file(filename, ec)) {  // never block on a FIFO, never read a directory
             return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " is missing or not a regular file");
         }
-        const std::string data = read_file(filename);
+        const std::string data = read_text_file(filename);
         constexpr size_t header = sizeof kSlotMagic + 4 * 5;
         if (data.size() < header + 8 || std::memcmp(data.data(), kSlotMagic, sizeof kSlotMagic) != 0) {
             return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " is missing, truncated or not a LiteRT-LM slot file");

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/conversion_record.h"
 #include "backends/mlx/mlx_module.h"
 #include "context.h"
 #include "llm-backend.h"
@@ -103,33 +104,13 @@ struct Weights {
     }
 };
 
-std::string read_text(const fs::path & path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return "";
-    std::stringstream buf;
-    buf << in.rdbuf();
-    return buf.str();
-}
-
-// The string value of `"key": "..."` in the converter's record (keys are unique in it:
-// "source_sha256", and the file names under "files"); "" when absent.
-std::string recorded(const std::string & record, const std::string & key) {
-    const std::string quoted = "\"" + key + "\"";
-    const size_t at = record.find(quoted);
-    if (at == std::string::npos) return "";
-    const size_t colon = record.find(':', at + quoted.size());
-    const size_t open = colon == std::string::npos ? colon : record.find('"', colon);
-    const size_t close = open == std::string::npos ? open : record.find('"', open + 1);
-    return close == std::string::npos ? "" : record.substr(open + 1, close - open - 1);
-}
-
 // Refuses a weights directory that was not converted from this GGUF, or whose files are
 // no longer the ones the conversion wrote (a damaged or edited file would load and compute
 // something else without a word). weights_sha256: model.safetensors', as verified.
 bool weights_match_gguf(const fs::path & dir, const std::string & gguf, std::string & weights_sha256,
                         std::string & message) {
     const fs::path record_path = dir / "eliza-conversion.json";
-    const std::string record = read_text(record_path);
+    const std::string record = read_text_file(record_path);
     const std::string source = recorded(record, "source_sha256");
     const std::string repair = "; convert it again: eliza mlx-weights " + gguf;
     if (source.empty()) {
@@ -371,7 +352,7 @@ public:
         if (!fs::is_regular_file(filename, ec)) {  // never block on a FIFO, never read a directory
             return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " is missing or not a regular file");
         }
-        const std::string data = read_text(filename);
+        const std::string data = read_text_file(filename);
         if (data.size() < kSlotHeaderBytes + 8 || std::memcmp(data.data(), kSlotMagic, sizeof kSlotMagic) != 0) {
             return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " is missing, truncated or not an MLX slot file");
         }
