@@ -1,6 +1,7 @@
-"""The MLX backend through the real C ABI: the linux-cpu.mlx cell's library, its MLX module
-beside it, and the tiny bundle with the MLX weights converted from its GGUF. Streams are
-hard-selected with ELIZA_LLM_BACKEND (read by the selector at every open)."""
+"""The second runtimes through the real C ABI: the linux-cpu.mlx cell's library with its MLX
+module beside it, the linux-cpu.litert cell's with the LiteRT-LM engine beside it, and the
+tiny bundle with each runtime's artifact converted from its GGUF. Streams are hard-selected
+with ELIZA_LLM_BACKEND (read by the selector at every open)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from tests.silence import pytest_runtest_makereport  # noqa: F401  (the silence 
 
 CELL = "linux-cpu.mlx"
 MLX = "mlx-coreml"  # the gate's factory name (matrix.yaml)
+LITERT_CELL = "linux-cpu.litert"
+LITERT = "litert-lm"
 
 
 @pytest.fixture(scope="session")
@@ -59,4 +62,33 @@ def mlx_ctx(mlx_library: Path, runtime_bundle: Path) -> Iterator[Context]:
 @pytest.fixture()
 def use_backend(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("ELIZA_LLM_BACKEND", MLX)
+    yield
+
+
+@pytest.fixture(scope="session")
+def litert_library() -> Path:
+    from eliza.app.project import capability, load_project_matrix
+    from eliza.app.services.build import ensure_cell_built
+
+    matrix = load_project_matrix()
+    can = capability(matrix.cell(LITERT_CELL).platform)
+    if not (can.can_build and can.loads_in_process):
+        why = can.build_reason or can.in_process_reason()
+        pytest.skip(f"{LITERT_CELL} cannot be built and loaded here: {why}")
+    library = ensure_cell_built(LITERT_CELL).library
+    assert (library.parent / "litert_lm" / "liblitert-lm.so").is_file(), (
+        "the litert cell was built without its engine"
+    )
+    return library
+
+
+@pytest.fixture()
+def litert_ctx(litert_library: Path, runtime_bundle: Path) -> Iterator[Context]:
+    with Library(litert_library).open_context(runtime_bundle) as context:
+        yield context
+
+
+@pytest.fixture()
+def use_litert(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("ELIZA_LLM_BACKEND", LITERT)
     yield

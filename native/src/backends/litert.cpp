@@ -420,6 +420,7 @@ public:
                 return fail(out_error, ELIZA_ERR_FFI_FAULT, "litert-lm: the engine's prefill failed");
             }
         }
+        decoded_ = false;
         if (exact_) {
             exact_ids_.insert(exact_ids_.end(), ids, ids + n);  // ids the engine holds exactly as sent
         } else {
@@ -522,7 +523,10 @@ public:
 
     // The engine keeps its first n steps (BOS counted, as the seam counts the prefill's ids)
     // within the prefix whose ids it holds exactly as sent; past it, or with nothing to
-    // keep, the full reset, returning 0.
+    // keep, the full reset, returning 0. After a decode the engine's rewind_to_step does it;
+    // right after a prefill the engine still holds the prompt's last token as the next
+    // decode's input, which a rewind does not drop, so the prefix is sent again to a fresh
+    // session instead (the same state, at the cost of its prefill).
     int reset_keep(int32_t n_keep) override {
         const size_t keep = std::min<size_t>(n_keep > 0 ? static_cast<size_t>(n_keep) : 0, exact_ids_.size());
         if (keep == 0) {
@@ -530,16 +534,25 @@ public:
             return rc == ELIZA_OK ? 0 : rc;
         }
         stop_decode();
-        if (api_.session_rewind_to_step(session_, static_cast<int>(keep)) != 0) {
-            const int rc = reset();
-            return rc == ELIZA_OK ? 0 : rc;
+        if (decoded_ && api_.session_rewind_to_step(session_, static_cast<int>(keep)) == 0) {
+            clear_state();
+            steps_ = keep;
+            exact_ids_.resize(keep);
+            text_after_.clear();
+            exact_ = true;
+            cancelled_.store(false);
+            return static_cast<int>(keep);
         }
-        clear_state();
-        steps_ = keep;
-        exact_ids_.resize(keep);
-        text_after_.clear();
-        exact_ = true;
-        cancelled_.store(false);
+        std::vector<int32_t> kept(exact_ids_.begin(), exact_ids_.begin() + static_cast<std::ptrdiff_t>(keep));
+        const int rc = reset();
+        if (rc != ELIZA_OK) return rc;
+        char * error = nullptr;
+        if (prefill(kept.data(), kept.size(), &error) != ELIZA_OK) {
+            std::free(error);
+            const int again = reset();
+            return again == ELIZA_OK ? 0 : again;
+        }
+        prefilled_ = false;  // as after a rewind: the next call is a prefill
         return static_cast<int>(keep);
     }
 
@@ -646,6 +659,7 @@ private:
         std::unique_lock<std::mutex> lock(m_);
         if (!decoding_ && !decode_ended_) {
             decoding_ = true;
+            decoded_ = true;
             stopping_ = false;
             lock.unlock();
             const int rc = api_.session_run_decode_async(session_, &LiteRtSession::on_chunk, this);
@@ -749,6 +763,7 @@ private:
     std::vector<int32_t> exact_ids_;  // the prefix of the engine's state known to be exactly these ids
     std::string text_after_;          // what the engine holds after them, as text (generated, later prefills)
     bool exact_ = true;         // nothing generated since the last (re)start
+    bool decoded_ = false;      // a decode ran since the last prefill
     bool prefilled_ = false;
     bool finished_ = false;
     int32_t generated_ = 0;     // chunks of this turn
