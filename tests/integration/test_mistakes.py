@@ -162,7 +162,7 @@ def corpus(scratch: Path) -> list[Mistake]:
         ),
         Mistake(
             "generate: a prompt longer than the context",
-            [*NOX, "-s", "generate", "--", " ".join(["word"] * 900)],
+            [*NOX, "-s", "generate", "--", " ".join(["word"] * 5000)],  # past 4096, the default context
             ("exceeds the context size",),
         ),
         Mistake(

@@ -37,14 +37,16 @@ def records(root: Path) -> dict[tuple[str, str], dict[str, object]]:
 
 @pytest.mark.checkout  # this checkout's own generate session
 def test_generate_prints_the_librarys_greedy_text() -> None:
+    from eliza.app.project import load_project_matrix
     from eliza.app.services.build import ensure_cell_built
-    from eliza.app.services.bundle import ensure_tiny_bundle, generate_text
+    from eliza.app.services.bundle import ensure_bundle, generate_text, sample_bundle
 
     done = nox(REPO_ROOT, "generate", "--", "--cell", "linux-cpu.none", "--max-tokens", "8", "Once", "upon")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "8 tokens generated (greedy)" in done.stderr
     library = ensure_cell_built("linux-cpu.none").library
-    _, text = generate_text(library, ensure_tiny_bundle(), "Once upon", 8)
+    matrix = load_project_matrix()  # generate's default: the real model's bundle
+    _, text = generate_text(library, ensure_bundle(matrix, sample_bundle(matrix)), "Once upon", 8)
     assert done.stdout.strip().splitlines()[-1] == "Once upon" + text.decode("utf-8", errors="replace")
 
 
