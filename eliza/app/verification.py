@@ -281,6 +281,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         planned = plan_verify(options, ctx, bundles=bundles)
         evidence_run = planned.run
         evidence_run.verbose = options.verbose
+        evidence_run.details_shown = False  # each record's line says what counts; -v shows the rest
         # The executor builds what each check needs first: the suites build nothing.
         evidence_run.child_env = {BUILT_VARIABLE: "1", **ctx.child_env}
         evidence_run.device_facts = lab.device_facts(ctx)

@@ -111,7 +111,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                     for p in verdict.prompts
                 ],
             }
-            evidence.log(f"{cell.id}: backend-agreement: {verdict.summary()}")
+            evidence.detail(f"{cell.id}: backend-agreement: {verdict.summary()}")
         ran = len(verdicts) + len(problems)
         passed = sum(1 for v in verdicts if v.passed)
         reasons = problems + [v.reason() for v in verdicts if not v.passed]

@@ -520,7 +520,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         job.platform.id,
         libraries,
         opts,
-        evidence.log,
+        evidence.detail,
         baseline_library,
         reference_run,
         only=frozenset(s.check for s in job.steps),

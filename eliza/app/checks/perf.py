@@ -281,7 +281,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             )
             continue
         measured = [
-            (c.label, measure(cell, c.candidate, c.reference, c.opts, rounds, evidence.log, out=c.out))
+            (c.label, measure(cell, c.candidate, c.reference, c.opts, rounds, evidence.detail, out=c.out))
             for c in series
         ]
         settings = perf_settings(series[0].opts if series else opts)
@@ -308,7 +308,14 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             for c, (_, samples) in zip(series, measured, strict=True):
                 samples.extend(
                     measure(
-                        cell, c.candidate, c.reference, c.opts, rounds, evidence.log, first=rounds, out=c.out
+                        cell,
+                        c.candidate,
+                        c.reference,
+                        c.opts,
+                        rounds,
+                        evidence.detail,
+                        first=rounds,
+                        out=c.out,
                     )
                 )
             about["rounds_run"] = 2 * rounds
@@ -323,6 +330,8 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 )
                 + "\n",
             )
-        evidence.log(f"{cell.id}: {check.id} {done.status.value}: {done.reason or done.details['summary']}")
+        evidence.detail(
+            f"{cell.id}: {check.id} {done.status.value}: {done.reason or done.details['summary']}"
+        )
         outcomes.append(done)
     return outcomes

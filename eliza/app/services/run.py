@@ -48,6 +48,9 @@ class Run:
     host: HostInfo
     evidence_dir: Path
     verbose: bool = False  # tool output shown as it runs (else: in each cell's log, with progress)
+    # the runners' own figures as they go (the rounds, the bench files, the seam overhead):
+    # a bench session's point; in verify each record's line says what counts (-v: all of it)
+    details_shown: bool = True
     ran_on: dict[str, str] = field(default_factory=dict)  # platform id -> how its checks ran, if not natively
     # platform id -> the identity of the lab device its checks ran on (uname -a, ...)
     device_facts: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -60,6 +63,11 @@ class Run:
     file_hashes: recording.ArtifactHashes = field(default_factory=recording.ArtifactHashes)
     # The other bundles (matrix.yaml `bundles` after the first), by id: (folder, prompt file)
     other_bundles: dict[str, tuple[Path, Path]] = field(default_factory=dict)
+
+    def detail(self, line: str) -> None:
+        """A runner's line of detail: shown when details are (a bench session), or -v."""
+        if self.details_shown or self.verbose:
+            self.log(line)
 
     def bundle_of(self, check: Check) -> tuple[Path, Path | None]:
         """The bundle folder and the prompt file a check runs on."""
