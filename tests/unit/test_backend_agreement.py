@@ -82,7 +82,7 @@ def test_text_is_compared_by_bytes_and_judged_by_the_token_that_holds_the_first_
     rule = BackendAgreement(compare="text", min_token_agreement=0.0, tie_margin=0.05)
     ref, mar = bench(REF, texts=texts), bench(REF, margins=margins, text_ends=ends)
     same = judge("litert", ref, mar, bench([[1], [2]], texts=texts), rule)
-    assert same.passed and same.positions == 4 + 5  # bytes, not tokens
+    assert same.passed and same.positions == 4 + 4  # characters, not tokens
     # byte 3 belongs to the second token, where llama.cpp's gap was 0.01: a tie
     tie = judge("litert", ref, mar, bench(REF, texts=[b"onc3", texts[1]]), rule)
     assert tie.prompts[0].divergence == 3 and tie.prompts[0].margin == 0.01 and tie.prompts[0].allowed
@@ -90,6 +90,17 @@ def test_text_is_compared_by_bytes_and_judged_by_the_token_that_holds_the_first_
     # byte 1 belongs to the first token, gap 2.0: not a tie
     sure = judge("litert", ref, mar, bench(REF, texts=[b"oNce", texts[1]]), rule)
     assert sure.prompts[0].margin == 2.0 and not sure.prompts[0].allowed and not sure.passed
+    # a lone byte token is U+FFFD through a text API: equal, not a divergence
+    lone = [b"on\x84e", texts[1]]
+    replaced = [b"on\xef\xbf\xbde", texts[1]]
+    ref_lone = bench(REF, texts=lone)
+    assert judge("litert", ref_lone, mar, bench(REF, texts=replaced), rule).passed
+    # after a multi-byte character, character 2 of "éab" is byte 3: the third token's (a tie),
+    # not the second's (character index taken as a byte index would say)
+    multi = bench(REF, texts=[texts[0], "éab".encode()])
+    multi_margins = bench(REF, margins=[margins[0], [1.0, 1.0, 0.02]], text_ends=[ends[0], [2, 3, 4]])
+    after = judge("litert", multi, multi_margins, bench(REF, texts=[texts[0], "éaX".encode()]), rule)
+    assert after.prompts[1].divergence == 2 and after.prompts[1].margin == 0.02 and after.passed
     with pytest.raises(AgreementInputError, match="no token_text_ends"):
         judge("litert", ref, bench(REF, margins=margins), bench(REF, texts=[b"onc3", texts[1]]), rule)
 

@@ -33,6 +33,7 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -433,6 +434,7 @@ public:
         out_pending_.clear();
         id_backlog_.clear();
         emitted_ids_ = 0;
+        handed_ids_ = 0;
         generated_ = 0;
         return ELIZA_OK;
     }
@@ -474,7 +476,8 @@ public:
                 steps_ = std::min<size_t>(steps_ + 1, n_ctx_);
                 reencode();
             }
-            if (done || (cfg_.max_tokens > 0 && generated_ >= cfg_.max_tokens)) {
+            const size_t budget = cfg_.max_tokens > 0 ? static_cast<size_t>(cfg_.max_tokens) : SIZE_MAX;
+            if (done || static_cast<size_t>(generated_) >= budget || handed_ids_ + id_backlog_.size() >= budget) {
                 finished_ = true;
                 stop_decode();
             }
@@ -488,10 +491,15 @@ public:
         std::memcpy(text_out, out_pending_.data(), cut);
         text_out[cut] = '\0';
         out_pending_.erase(0, cut);
+        // Never more ids than the stream's budget: a chunk whose text re-encodes to more ids
+        // than it stood for ends the stream at max_tokens, its text whole.
+        const size_t budget = cfg_.max_tokens > 0 ? static_cast<size_t>(cfg_.max_tokens) : SIZE_MAX;
+        if (handed_ids_ + id_backlog_.size() > budget) id_backlog_.resize(budget - std::min(handed_ids_, budget));
         size_t n_ids = std::min(tokens_cap, id_backlog_.size());
         std::copy(id_backlog_.begin(), id_backlog_.begin() + static_cast<std::ptrdiff_t>(n_ids), tokens_out);
         id_backlog_.erase(id_backlog_.begin(), id_backlog_.begin() + static_cast<std::ptrdiff_t>(n_ids));
         *n_out = n_ids;
+        handed_ids_ += n_ids;
         const bool last = finished_ && out_pending_.empty() && id_backlog_.empty();
         return last ? 1 : 0;
     }
@@ -630,6 +638,7 @@ public:
         generated_text_ = text.substr(text.size() - n_gen);
         std::vector<int32_t> done;
         if (!generated_text_.empty() && engine_tokenize(*engine_, generated_text_, done)) emitted_ids_ = done.size();
+        handed_ids_ = emitted_ids_;
         generated_ = generated;
         prefilled_ = (flags & kFlagPrefilled) != 0;
         finished_ = (flags & kFlagFinished) != 0;
@@ -739,6 +748,7 @@ private:
         out_pending_.clear();
         id_backlog_.clear();
         emitted_ids_ = 0;
+        handed_ids_ = 0;
         generated_ = 0;
     }
 
@@ -770,7 +780,8 @@ private:
     std::string generated_text_;
     std::string out_pending_;   // text not yet handed out
     std::vector<int32_t> id_backlog_;
-    size_t emitted_ids_ = 0;
+    size_t emitted_ids_ = 0;  // ids of generated_text_'s encoding already in the backlog or handed out
+    size_t handed_ids_ = 0;   // ids handed out this turn
 };
 
 class LiteRtFactory final : public GateFactory {
