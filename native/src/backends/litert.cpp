@@ -15,10 +15,10 @@
 //     from the bundle GGUF's vocabulary, must give back exactly these ids, or the prefill
 //     is refused: never a silently different input.
 //   - next(): one chunk of the engine's run_decode_async per call, the engine's thread held
-//     until it is taken (backpressure). The ids of a chunk come from the engine's tokenizer
-//     re-encoding the text generated so far: exact when the engine's tokens are the canonical
-//     encoding of their text (as greedy output mostly is); where they are not, the text is
-//     still exact and the ids are the canonical encoding of it.
+//     until it is taken (backpressure). A chunk is one token's text, so its id is the piece
+//     whose text it is; a chunk that is not one piece's text (the engine merged the bytes of
+//     one character, or a byte that is not UTF-8 came back as U+FFFD) gets the engine
+//     tokenizer's encoding of it: its text is exact, its ids are the canonical ones.
 //   - cancel: the engine's cancel_process, from any thread; reset: rewind_to_step(0);
 //     reset_keep(n): rewind_to_step(n) (BOS counted) within the prefix whose ids are known
 //     exactly, else the full reset, returning 0. Slot files hold what the engine was given
@@ -46,6 +46,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "backends/conversion_record.h"
@@ -173,10 +174,26 @@ const Runtime & runtime() {
 struct Engine {
     const Api * api = nullptr;
     LiteRtLmEngine * handle = nullptr;
+    // Each piece's text as llama.cpp renders it -> its id, for the vocabulary's normal and
+    // user-defined pieces (a chunk of one token is that token's text; a piece's text is
+    // unique among them). Byte and control pieces are left out: their text is not theirs alone.
+    std::unordered_map<std::string, int32_t> piece_ids;
     ~Engine() {
         if (handle != nullptr) api->engine_delete(handle);
     }
 };
+
+std::unordered_map<std::string, int32_t> piece_map(const VocabView & vocab) {
+    std::unordered_map<std::string, int32_t> out;
+    out.reserve(static_cast<size_t>(vocab.n_vocab));
+    for (int32_t t = 0; t < vocab.n_vocab; ++t) {
+        const llama_token_attr attr = llama_vocab_get_attr(vocab.vocab, t);
+        if ((attr & (LLAMA_TOKEN_ATTR_NORMAL | LLAMA_TOKEN_ATTR_USER_DEFINED)) == 0) continue;
+        std::string text = token_piece(vocab.vocab, t);
+        if (!text.empty()) out.emplace(std::move(text), t);  // the first id of a text keeps it
+    }
+    return out;
+}
 
 std::string artifact_of(const std::string & bundle_dir) {
     std::error_code ec;
@@ -232,8 +249,8 @@ bool artifact_matches_gguf(const std::string & model, const std::string & gguf, 
     return true;
 }
 
-std::shared_ptr<Engine> context_engine(const Runtime & rt, EliInferenceContext & ctx, uint32_t n_ctx,
-                                       std::string & message) {
+std::shared_ptr<Engine> context_engine(const Runtime & rt, EliInferenceContext & ctx, const VocabView & vocab,
+                                       uint32_t n_ctx, std::string & message) {
     std::lock_guard<std::mutex> lock(ctx.backend_state_mutex);
     std::shared_ptr<void> & slot = ctx.backend_state["litert"];
     if (slot) return std::static_pointer_cast<Engine>(slot);
@@ -263,6 +280,7 @@ std::shared_ptr<Engine> context_engine(const Runtime & rt, EliInferenceContext &
                   "' (is it a .litertlm written by `eliza litertlm` from this bundle's GGUF?)";
         return nullptr;
     }
+    engine->piece_ids = piece_map(vocab);
     slot = engine;
     return engine;
 }
@@ -433,7 +451,6 @@ public:
         generated_text_.clear();
         out_pending_.clear();
         id_backlog_.clear();
-        emitted_ids_ = 0;
         handed_ids_ = 0;
         generated_ = 0;
         return ELIZA_OK;
@@ -467,16 +484,25 @@ public:
                 finished_ = true;
                 if (generated_ == 0) return fail(out_error, ELIZA_ERR_FFI_FAULT, "litert-lm: " + error);
             }
+            const size_t budget = cfg_.max_tokens > 0 ? static_cast<size_t>(cfg_.max_tokens) : SIZE_MAX;
             if (!chunk.empty()) {
                 generated_text_ += chunk;
                 text_after_ += chunk;
                 out_pending_ += chunk;
                 ++generated_;
-                exact_ = false;  // the engine's own tokens for this text are not known to the seam
+                exact_ = false;  // a generated token's id is inferred from its text (below)
                 steps_ = std::min<size_t>(steps_ + 1, n_ctx_);
-                reencode();
+                std::vector<int32_t> ids = chunk_ids(chunk);
+                if (handed_ids_ + id_backlog_.size() + ids.size() > budget) {
+                    // A chunk of several tokens past the budget: its ids and its text end at it.
+                    ids.resize(budget - std::min(budget, handed_ids_ + id_backlog_.size()));
+                    std::string kept;
+                    for (int32_t id : ids) kept += token_piece(vocab_.vocab, id);
+                    out_pending_.resize(out_pending_.size() - chunk.size());
+                    out_pending_ += kept;
+                }
+                id_backlog_.insert(id_backlog_.end(), ids.begin(), ids.end());
             }
-            const size_t budget = cfg_.max_tokens > 0 ? static_cast<size_t>(cfg_.max_tokens) : SIZE_MAX;
             if (done || static_cast<size_t>(generated_) >= budget || handed_ids_ + id_backlog_.size() >= budget) {
                 finished_ = true;
                 stop_decode();
@@ -491,10 +517,6 @@ public:
         std::memcpy(text_out, out_pending_.data(), cut);
         text_out[cut] = '\0';
         out_pending_.erase(0, cut);
-        // Never more ids than the stream's budget: a chunk whose text re-encodes to more ids
-        // than it stood for ends the stream at max_tokens, its text whole.
-        const size_t budget = cfg_.max_tokens > 0 ? static_cast<size_t>(cfg_.max_tokens) : SIZE_MAX;
-        if (handed_ids_ + id_backlog_.size() > budget) id_backlog_.resize(budget - std::min(handed_ids_, budget));
         size_t n_ids = std::min(tokens_cap, id_backlog_.size());
         std::copy(id_backlog_.begin(), id_backlog_.begin() + static_cast<std::ptrdiff_t>(n_ids), tokens_out);
         id_backlog_.erase(id_backlog_.begin(), id_backlog_.begin() + static_cast<std::ptrdiff_t>(n_ids));
@@ -569,8 +591,8 @@ public:
     // Restoring sends them to a fresh session again, which rebuilds the same state as far as
     // the generated text is the canonical encoding of the engine's tokens.
     // "ELZLRTS1", then little-endian u32 n_ids, u32 text bytes, u32 generated-text bytes (a
-    // suffix of the text), i32 generated chunks, u32 flags; the ids (i32), the text; the
-    // XXH64 of the stream's config key and everything before it.
+    // suffix of the text), i32 generated chunks, u32 generated ids, u32 flags; the ids (i32),
+    // the text; the XXH64 of the stream's config key and everything before it.
     int save_slot(const char * filename, char ** out_error) override {
         if (filename == nullptr || filename[0] == '\0') {
             return fail(out_error, ELIZA_ERR_INVALID_ARG, "slot filename is NULL or empty");
@@ -583,6 +605,7 @@ public:
         put<uint32_t>(out, static_cast<uint32_t>(text_after_.size()));
         put<uint32_t>(out, static_cast<uint32_t>(generated_text_.size()));
         put<int32_t>(out, generated_);
+        put<uint32_t>(out, static_cast<uint32_t>(handed_ids_ + id_backlog_.size()));
         put<uint32_t>(out, (prefilled_ ? kFlagPrefilled : 0u) | (finished_ ? kFlagFinished : 0u));
         for (int32_t t : exact_ids_) put<int32_t>(out, t);
         out += text_after_;
@@ -600,7 +623,7 @@ public:
             return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " is missing or not a regular file");
         }
         const std::string data = read_text_file(filename);
-        constexpr size_t header = sizeof kSlotMagic + 4 * 5;
+        constexpr size_t header = sizeof kSlotMagic + 4 * 6;
         if (data.size() < header + 8 || std::memcmp(data.data(), kSlotMagic, sizeof kSlotMagic) != 0) {
             return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " is missing, truncated or not a LiteRT-LM slot file");
         }
@@ -612,6 +635,7 @@ public:
         at = sizeof kSlotMagic;
         const uint32_t n_ids = get<uint32_t>(data, at), n_text = get<uint32_t>(data, at), n_gen = get<uint32_t>(data, at);
         const int32_t generated = get<int32_t>(data, at);
+        const uint32_t handed = get<uint32_t>(data, at);
         const uint32_t flags = get<uint32_t>(data, at);
         if (header + uint64_t{n_ids} * 4 + n_text + 8 != data.size() || n_gen > n_text || n_ids > n_ctx_ ||
             (flags & ~(kFlagPrefilled | kFlagFinished)) != 0) {
@@ -636,9 +660,7 @@ public:
             exact_ = false;
         }
         generated_text_ = text.substr(text.size() - n_gen);
-        std::vector<int32_t> done;
-        if (!generated_text_.empty() && engine_tokenize(*engine_, generated_text_, done)) emitted_ids_ = done.size();
-        handed_ids_ = emitted_ids_;
+        handed_ids_ = handed;
         generated_ = generated;
         prefilled_ = (flags & kFlagPrefilled) != 0;
         finished_ = (flags & kFlagFinished) != 0;
@@ -730,15 +752,15 @@ private:
         error_.clear();
     }
 
-    // The ids of the text generated since the prefill, as the engine's tokenizer encodes
-    // it; the ones not yet handed out join the backlog.
-    void reencode() {
+    // The ids of a chunk: the piece whose text it is (a chunk is one token's text, unless
+    // the engine merged the bytes of one character, or a byte that is not UTF-8 came back
+    // as U+FFFD); otherwise the engine's tokenizer's encoding of the chunk.
+    std::vector<int32_t> chunk_ids(const std::string & chunk) const {
+        const auto found = engine_->piece_ids.find(chunk);
+        if (found != engine_->piece_ids.end()) return {found->second};
         std::vector<int32_t> ids;
-        if (!engine_tokenize(*engine_, generated_text_, ids)) return;
-        if (ids.size() > emitted_ids_) {
-            id_backlog_.insert(id_backlog_.end(), ids.begin() + static_cast<std::ptrdiff_t>(emitted_ids_), ids.end());
-            emitted_ids_ = ids.size();
-        }
+        engine_tokenize(*engine_, chunk, ids);
+        return ids;
     }
 
     void clear_state() {
@@ -747,7 +769,6 @@ private:
         generated_text_.clear();
         out_pending_.clear();
         id_backlog_.clear();
-        emitted_ids_ = 0;
         handed_ids_ = 0;
         generated_ = 0;
     }
@@ -780,8 +801,7 @@ private:
     std::string generated_text_;
     std::string out_pending_;   // text not yet handed out
     std::vector<int32_t> id_backlog_;
-    size_t emitted_ids_ = 0;  // ids of generated_text_'s encoding already in the backlog or handed out
-    size_t handed_ids_ = 0;   // ids handed out this turn
+    size_t handed_ids_ = 0;  // ids handed out this turn
 };
 
 class LiteRtFactory final : public GateFactory {
@@ -824,7 +844,7 @@ public:
             return nullptr;
         }
         const uint32_t n_ctx = context_size(*ctx);
-        std::shared_ptr<Engine> engine = context_engine(rt, *ctx, n_ctx, message);
+        std::shared_ptr<Engine> engine = context_engine(rt, *ctx, vocab, n_ctx, message);
         if (!engine) {
             fail(out_error, ELIZA_ERR_BUNDLE_INVALID, std::string(name()) + ": " + message);
             return nullptr;
