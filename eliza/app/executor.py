@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from eliza.adapters.targets import LocalTarget, Target
+from eliza.adapters.targets import LocalTarget, Target, with_sysroot_overlay
 from eliza.app.checks import RUNNERS
 from eliza.app.checks.job import Job
 from eliza.app.errors import NotHere
@@ -205,7 +205,8 @@ def _run_group(
     if can.device and platform.id in devices:
         target = devices[platform.id]()
     elif can.emulated:
-        target = LocalTarget(TargetRunner(prefix=can.runner, words=can.runner_words))
+        emulated_by = TargetRunner(prefix=can.runner, words=can.runner_words)
+        target = LocalTarget(with_sysroot_overlay(emulated_by, run.project.build_root / "emulator-sysroots"))
     job = Job(
         matrix=matrix,
         platform=platform,

@@ -192,3 +192,42 @@ def test_without_the_engine_a_hard_selection_fails_and_auto_selection_falls_thro
         text=True,
     )
     assert auto.returncode == 0, auto.stderr
+
+
+def test_another_llama_gguf_written_by_the_documented_command_is_served_and_agrees(
+    litert_library: Path, tmp_path: Path
+) -> None:
+    """Other widths, layers, heads and vocabulary size than the fixture's; written with
+    `eliza litertlm`, served in processes of their own (each selects its backend once)."""
+    import sys
+
+    from eliza.app.services.bundle import tiny_vocab
+    from eliza.formats.bench_jsonl import load_run
+    from eliza.formats.tiny_gguf import TinyModelSpec, write_tiny_gguf
+
+    spec = TinyModelSpec(seed=5, n_embd=96, n_layer=3, n_head=6, n_head_kv=2, n_ff=160, vocab_size=30000)
+    bundle = tmp_path / "bundle"
+    gguf = bundle / "text" / "other.gguf"
+    write_tiny_gguf(gguf, tiny_vocab(), spec)
+    written = subprocess.run(
+        [sys.executable, "-m", "eliza.cli", "litertlm", str(gguf)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert written.returncode == 0 and (bundle / "text" / "other.litertlm").is_file(), written.stderr
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS) + "\n")
+    runs = {}
+    for backend in ("llama.cpp", LITERT):
+        out = tmp_path / f"{backend}.jsonl"
+        done = subprocess.run(
+            [str(litert_library.parent / "e2e_loop_bench"), "--library", str(litert_library),
+             "--bundle", str(bundle), "--prompts", str(prompts), "--max-tokens", "32", "--out", str(out)],
+            env={**os.environ, "ELIZA_LLM_BACKEND": backend}, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        runs[backend] = load_run(out)
+    assert runs[LITERT].header["build"]["llm_backend"] == LITERT
+    texts = [as_text_api_gives(p.text) for p in runs["llama.cpp"].prompts]
+    assert [p.text for p in runs[LITERT].prompts] == texts and sum(len(t) for t in texts) > 0
