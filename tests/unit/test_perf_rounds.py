@@ -72,7 +72,9 @@ def fake_measure(calls: list[int], noisy_first: bool) -> Any:
 def run_perf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, rounds: int | None, noisy_first: bool):  # type: ignore[no-untyped-def]
     calls: list[int] = []
     monkeypatch.setattr(perf, "measure", fake_measure(calls, noisy_first))
-    (done,) = perf.run(job(tmp_path, rounds), SimpleNamespace(log=lambda line: None))  # type: ignore[arg-type]
+    (done,) = perf.run(
+        job(tmp_path, rounds), SimpleNamespace(log=lambda line: None, detail=lambda line: None)
+    )  # type: ignore[arg-type]
     return done, calls
 
 
