@@ -218,6 +218,8 @@ def bench_platform(
     for cell in cells:
         r = runs[cell.id]
         for check in cell.checks:
+            if only is not None and check.id not in only:
+                continue
             watch = Stopwatch()
             if check.kind is CheckKind.BYTE_IDENTITY_GATES:
                 if none is None:
