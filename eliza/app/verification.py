@@ -287,6 +287,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         evidence_run.device_facts = lab.device_facts(ctx)
         for note in planned.plan.notes:
             ctx.log(note)
+        evidence_run.notes_said = tuple(planned.plan.notes)
         done = execute(
             planned.plan,
             evidence_run,

@@ -51,6 +51,7 @@ class Run:
     # the runners' own figures as they go (the rounds, the bench files, the seam overhead):
     # a bench session's point; in verify each record's line says what counts (-v: all of it)
     details_shown: bool = True
+    notes_said: tuple[str, ...] = ()  # the plan's notes, printed before its steps
     ran_on: dict[str, str] = field(default_factory=dict)  # platform id -> how its checks ran, if not natively
     # platform id -> the identity of the lab device its checks ran on (uname -a, ...)
     device_facts: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -131,7 +132,10 @@ class Run:
             written.append(o)
             mark = {Status.PASSED: "ok", Status.SKIPPED: "skipped"}.get(o.status, o.status.value.upper())
             said = o.reason or str(o.details.get("summary", "")) if o.details or o.reason else ""
-            self.log(f"  {o.cell:<24} {o.check:<24} {mark}" + (f" ({said[:200]})" if said else ""))
+            line = f"  {o.cell:<24} {o.check:<24} {mark}" + (f" ({said[:200]})" if said else "")
+            # a skip whose reason a note of the plan said already (a platform's, a variant's)
+            noted = o.status is Status.SKIPPED and any(o.reason and o.reason in n for n in self.notes_said)
+            (self.detail if noted else self.log)(line)
         return written
 
 
