@@ -60,6 +60,7 @@ from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
 from gguf.quants import dequantize
 
 from eliza import __version__ as ELIZA_VERSION
+from eliza.formats import llama_gguf
 from eliza.formats.files import atomic_write_text, atomic_write_with, sha256_file
 from eliza.formats.mlx_weights import unpermute_rope_rows
 from eliza.formats.sentencepiece_vocab import SpmVocabulary, VocabularyError, model_proto, read_vocabulary
@@ -266,54 +267,18 @@ def stale_reason(
 
 
 def _open(gguf_path: Path) -> GGUFReader:
-    if not gguf_path.is_file():
-        raise LitertlmError(f"{gguf_path}: no such GGUF file; name an existing .gguf file")
-    try:
-        reader = GGUFReader(gguf_path)
-    except (ValueError, IndexError, OSError) as exc:
-        raise LitertlmError(
-            f"{gguf_path}: not a readable GGUF file ({exc}); name a .gguf model file"
-        ) from exc
-    arch = _value(reader, "general.architecture")
-    if arch != "llama":
-        raise LitertlmError(
-            f"{gguf_path}: architecture {arch!r}, not 'llama'; only llama-architecture GGUFs are written "
-            "as .litertlm"
-        )
-    return reader
+    return llama_gguf.open_llama(gguf_path, LitertlmError, "are written as .litertlm")
 
 
-def _value(reader: GGUFReader, key: str) -> Any:
-    entry = reader.fields.get(key)
-    return None if entry is None else entry.contents()
+_value = llama_gguf.field
 
 
 def _int(reader: GGUFReader, path: Path, key: str, default: int | None = None) -> int:
-    value = _value(reader, key)
-    if isinstance(value, list) and value and all(v == value[0] for v in value):
-        value = value[0]  # a per-layer array with one value
-    if value is None and default is not None:
-        return default
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        found = "missing" if value is None else f"{value!r}"
-        raise LitertlmError(
-            f"{path}: {key} is {found}, not a positive integer the same in every layer "
-            "(re-export the model with llama.cpp's convert_hf_to_gguf.py)"
-        )
-    return value
+    return llama_gguf.positive_int(reader, path, key, LitertlmError, default, need=" the same in every layer")
 
 
 def _float(reader: GGUFReader, path: Path, key: str, default: float | None = None) -> float:
-    value = _value(reader, key)
-    if value is None and default is not None:
-        return default
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        found = "missing" if value is None else f"{value!r}"
-        raise LitertlmError(
-            f"{path}: {key} is {found}, not a number "
-            "(re-export the model with llama.cpp's convert_hf_to_gguf.py)"
-        )
-    return float(value)
+    return llama_gguf.number(reader, path, key, LitertlmError, default)
 
 
 def _read_shape(reader: GGUFReader, path: Path, context: int | None) -> LlamaShape:

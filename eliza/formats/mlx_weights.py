@@ -36,6 +36,7 @@ from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
 from gguf.quants import dequantize
 
 from eliza import __version__ as ELIZA_VERSION
+from eliza.formats import llama_gguf
 from eliza.formats.files import atomic_write_directory, atomic_write_text, sha256_file
 
 # Bump when the bytes a conversion writes change for the same GGUF: every directory written
@@ -274,53 +275,19 @@ def write_safetensors(path: Path, tensors: Sequence[PlannedTensor]) -> str:
 
 
 def _open(gguf_path: Path) -> GGUFReader:
-    if not gguf_path.is_file():
-        raise MlxWeightsError(f"{gguf_path}: no such GGUF file; name an existing .gguf file")
-    try:
-        reader = GGUFReader(gguf_path)
-    except (ValueError, IndexError, OSError) as exc:
-        raise MlxWeightsError(
-            f"{gguf_path}: not a readable GGUF file ({exc}); name a .gguf model file"
-        ) from exc
-    arch = _value(reader, "general.architecture")
-    if arch != "llama":
-        raise MlxWeightsError(
-            f"{gguf_path}: architecture {arch!r}, not 'llama'; only llama-architecture GGUFs convert to "
-            "MLX-LM weights"
-        )
-    return reader
+    return llama_gguf.open_llama(gguf_path, MlxWeightsError, "convert to MLX-LM weights")
 
 
-def _value(reader: GGUFReader, key: str) -> Any:
-    entry = reader.fields.get(key)
-    return None if entry is None else entry.contents()
+_value = llama_gguf.field
 
 
 def _int(reader: GGUFReader, path: Path, key: str, default: int | None = None) -> int:
-    value = _value(reader, key)
-    if isinstance(value, list) and value and all(v == value[0] for v in value):
-        value = value[0]  # a per-layer array with one value (some converters write head counts so)
-    if value is None and default is not None:
-        return default
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        found = "missing" if value is None else f"{value!r}"
-        raise MlxWeightsError(
-            f"{path}: {key} is {found}, not a positive integer; MLX-LM's llama needs it the same in every "
-            "layer (re-export the model with llama.cpp's convert_hf_to_gguf.py)"
-        )
-    return value
+    need = "; MLX-LM's llama needs it the same in every layer"
+    return llama_gguf.positive_int(reader, path, key, MlxWeightsError, default, need=need)
 
 
 def _float32(reader: GGUFReader, path: Path, key: str, default: float | None = None) -> float:
-    value = _value(reader, key)
-    if value is None and default is not None:
-        return default
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        found = "missing" if value is None else f"{value!r}"
-        raise MlxWeightsError(
-            f"{path}: {key} is {found}, not a number "
-            "(re-export the model with llama.cpp's convert_hf_to_gguf.py)"
-        )
+    value = llama_gguf.number(reader, path, key, MlxWeightsError, default)
     # GGUF keeps these as float32: 1e-05, not 9.999999747378752e-06, in config.json.
     return float(str(np.float32(value)))
 

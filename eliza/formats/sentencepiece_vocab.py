@@ -29,6 +29,8 @@ from typing import Any
 
 from gguf import GGUFReader
 
+from eliza.formats.llama_gguf import field
+
 TOKENIZER_MODEL = "llama"
 # SentencePiece's ModelProto.SentencePiece.Type values, the same numbers GGUF writes.
 _PIECE_TYPES = frozenset(range(1, 7))
@@ -137,9 +139,7 @@ def model_proto(vocab: SpmVocabulary) -> bytes:
     return serialized
 
 
-def _value(reader: GGUFReader, key: str) -> Any:
-    entry = reader.fields.get(key)
-    return None if entry is None else entry.contents()
+_value = field
 
 
 def _token_id(reader: GGUFReader, key: str, default: int, n_tokens: int) -> int:

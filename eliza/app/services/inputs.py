@@ -47,6 +47,7 @@ PERF_CHECK_INPUTS = (
     "eliza/formats/mlx_weights.py",
     "eliza/formats/litertlm.py",
     "eliza/formats/sentencepiece_vocab.py",
+    "eliza/formats/llama_gguf.py",
 )
 
 # backend-agreement: its runner and judge, how a runtime is present or hidden, and the
@@ -59,6 +60,7 @@ BACKEND_CHECK_INPUTS = (
     "eliza/formats/mlx_weights.py",
     "eliza/formats/litertlm.py",
     "eliza/formats/sentencepiece_vocab.py",
+    "eliza/formats/llama_gguf.py",
 )
 
 # The code that judges a build (exports, the CPU-fallback run) and an ABI (the public
@@ -84,6 +86,7 @@ CONSUMER_INPUTS = (
     "eliza/formats/mlx_weights.py",
     "eliza/formats/litertlm.py",
     "eliza/formats/sentencepiece_vocab.py",
+    "eliza/formats/llama_gguf.py",
 )
 
 
