@@ -91,22 +91,26 @@ def bundle_paths(matrix: Matrix) -> dict[str, Path]:
     return {b.id: tiny_bundle_default() if b.generated else model_bundle_path(b) for b in matrix.bundles}
 
 
+def _one_gguf(bundle: Path, for_what: str = "") -> Path:
+    """The bundle's one text GGUF; a usage error naming what was found otherwise."""
+    models = sorted((bundle / "text").glob("*.gguf"))
+    if len(models) != 1:
+        found = ", ".join(m.name for m in models) or "none"
+        raise UsageError(f"{bundle / 'text'}: needs exactly one .gguf{for_what}, found {found}")
+    return models[0]
+
+
 def ensure_mlx_weights(bundle: Path) -> Path:
     """`<bundle>/text/mlx/`, the MLX-LM directory of the bundle's one text GGUF, (re)written
     when it is missing or is not the current conversion of that GGUF: the MLX runtime must
     compute from exactly the weights llama.cpp loads."""
     from eliza.formats.mlx_weights import MlxWeightsError, convert, default_out_dir, stale_reason
 
-    models = sorted((bundle / "text").glob("*.gguf"))
-    if len(models) != 1:
-        found = ", ".join(m.name for m in models) or "none"
-        raise UsageError(
-            f"{bundle / 'text'}: needs exactly one .gguf to derive the MLX weights from, found {found}"
-        )
-    out = default_out_dir(models[0])
+    gguf = _one_gguf(bundle, " to derive the MLX weights from")
+    out = default_out_dir(gguf)
     try:
-        if stale_reason(models[0], out) is not None:
-            convert(models[0], out)
+        if stale_reason(gguf, out) is not None:
+            convert(gguf, out)
     except MlxWeightsError as exc:
         raise UsageError(str(exc)) from exc
     return out
@@ -118,16 +122,11 @@ def ensure_litertlm(bundle: Path) -> Path:
     engine must compute from exactly the weights and vocabulary llama.cpp loads."""
     from eliza.formats.litertlm import LitertlmError, default_out_path, stale_reason, write_litertlm
 
-    models = sorted((bundle / "text").glob("*.gguf"))
-    if len(models) != 1:
-        found = ", ".join(m.name for m in models) or "none"
-        raise UsageError(
-            f"{bundle / 'text'}: needs exactly one .gguf to write the .litertlm from, found {found}"
-        )
-    out = default_out_path(models[0])
+    gguf = _one_gguf(bundle, " to write the .litertlm from")
+    out = default_out_path(gguf)
     try:
-        if stale_reason(models[0], out) is not None:
-            write_litertlm(models[0], out)
+        if stale_reason(gguf, out) is not None:
+            write_litertlm(gguf, out)
     except LitertlmError as exc:
         raise UsageError(str(exc)) from exc
     return out
@@ -142,20 +141,17 @@ def ensure_runtime_bundle(bundle: Path, gates: Iterable[Gate]) -> Path:
     runtime's artifact converted from that GGUF (text/mlx/ for MLX). The checks that judge a
     second runtime run on it; every other check keeps the bundle itself, whose GGUF alone
     makes each compiled-in gate fall through to llama.cpp."""
-    models = sorted((bundle / "text").glob("*.gguf"))
-    if len(models) != 1:
-        found = ", ".join(m.name for m in models) or "none"
-        raise UsageError(f"{bundle / 'text'}: needs exactly one .gguf, found {found}")
+    gguf = _one_gguf(bundle)
     out = bundle.with_name(bundle.name + "-runtimes")
     text = out / "text"
     text.mkdir(parents=True, exist_ok=True)
     for stale in text.glob("*.gguf"):
-        if stale.name != models[0].name:
+        if stale.name != gguf.name:
             stale.unlink()
-    target = text / models[0].name
-    if not target.is_file() or sha256_file(target) != sha256_file(models[0]):
+    target = text / gguf.name
+    if not target.is_file() or sha256_file(target) != sha256_file(gguf):
         partial = target.with_name(target.name + ".part")
-        shutil.copyfile(models[0], partial)
+        shutil.copyfile(gguf, partial)
         partial.replace(target)
     for gate in gates:
         stage = RUNTIME_STAGERS.get(gate.id)
