@@ -30,6 +30,7 @@
 
 #include "backends/conversion_record.h"
 #include "backends/mlx/mlx_module.h"
+#include "backends/stream_args.h"
 #include "context.h"
 #include "llm-backend.h"
 #include "sampling.h"
@@ -195,20 +196,7 @@ public:
         if (cancelled_.load()) {
             return fail(out_error, ELIZA_ERR_CANCELLED, "stream was cancelled; call _reset or _reset_keep before reusing it");
         }
-        if (n == 0) return fail(out_error, ELIZA_ERR_INVALID_ARG, "empty prefill: pass at least one token");
-        if (ids == nullptr) return fail(out_error, ELIZA_ERR_INVALID_ARG, "token_ids is NULL");
-        for (size_t i = 0; i < n; ++i) {
-            if (ids[i] < 0 || ids[i] >= vocab_.n_vocab) {
-                return fail(out_error, ELIZA_ERR_INVALID_ARG,
-                            "token_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
-                                " is outside the vocabulary [0, " + std::to_string(vocab_.n_vocab) + ")");
-            }
-        }
-        if (n > n_ctx_ || history_.size() > n_ctx_ - n) {
-            return fail(out_error, ELIZA_ERR_INVALID_ARG,
-                        "prefill of " + std::to_string(n) + " tokens after " + std::to_string(history_.size()) +
-                            " exceeds the context size " + std::to_string(n_ctx_) + " (override with ELIZA_N_CTX)");
-        }
+        if (const int rc = check_prefill(ids, n, vocab_.n_vocab, history_.size(), n_ctx_, out_error); rc != ELIZA_OK) return rc;
         const size_t before = history_.size();
         std::string message;
         for (size_t done = 0; done < n;) {
@@ -235,16 +223,8 @@ public:
         if (drafted_out) *drafted_out = 0;  // no drafter on this runtime
         if (accepted_out) *accepted_out = 0;
         if (cancelled_.load()) return fail(out_error, ELIZA_ERR_CANCELLED, "generation was cancelled");
-        if (tokens_out == nullptr || n_out == nullptr || text_out == nullptr) {
-            return fail(out_error, ELIZA_ERR_INVALID_ARG, "tokens_out, num_tokens_out and text_out must be non-NULL");
-        }
-        if (tokens_cap == 0) return fail(out_error, ELIZA_ERR_INVALID_ARG, "tokens_cap is 0: pass room for at least one token");
-        const size_t needed = vocab_.max_piece_bytes + 3 + 1;
-        if (text_cap < needed) {
-            return fail(out_error, ELIZA_ERR_INVALID_ARG,
-                        "text_cap " + std::to_string(text_cap) + " is too small: one step needs up to " +
-                            std::to_string(needed) + " bytes");
-        }
+        const int args = check_next(tokens_out, tokens_cap, n_out, text_out, text_cap, vocab_.max_piece_bytes, out_error);
+        if (args != ELIZA_OK) return args;
         auto finish = [&](const std::string & text, size_t n_tokens, int result) {
             std::memcpy(text_out, text.data(), text.size());
             text_out[text.size()] = '\0';
