@@ -6,6 +6,7 @@ with ELIZA_LLM_BACKEND (read by the selector at every open)."""
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,3 +93,30 @@ def litert_ctx(litert_library: Path, runtime_bundle: Path) -> Iterator[Context]:
 def use_litert(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("ELIZA_LLM_BACKEND", LITERT)
     yield
+
+
+def bench(
+    library: Path, bundle: Path, prompts: Path, out: Path, *, max_tokens: int, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """e2e_loop_bench of the library's build, in a process of its own (each selects its
+    backend once), with `env` as its whole environment."""
+    argv = [str(library.parent / "e2e_loop_bench"), "--library", str(library), "--bundle", str(bundle),
+            "--prompts", str(prompts), "--max-tokens", str(max_tokens), "--out", str(out)]  # fmt: skip
+    return subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+
+
+def runs_without_the_runtime(
+    library: Path, bundle: Path, backend: str, tmp_path: Path
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """The same gate-ON build as on a host without the gate's runtime (ELIZA_BACKEND_MODULE_DIR,
+    an empty folder): one run hard-selecting the backend, one leaving the choice to the
+    selector."""
+    empty = tmp_path / "no-modules"
+    empty.mkdir()
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Once upon a time\n")
+    hidden = {k: v for k, v in os.environ.items() if k != "ELIZA_LLM_BACKEND"}
+    hidden["ELIZA_BACKEND_MODULE_DIR"] = str(empty)
+    out = tmp_path / "out.jsonl"
+    forced = bench(library, bundle, prompts, out, max_tokens=8, env={**hidden, "ELIZA_LLM_BACKEND": backend})
+    return forced, bench(library, bundle, prompts, out, max_tokens=8, env=hidden)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from eliza.adapters.ffi import ERR_CANCELLED, Context, ElizaError, Library, greedy_config
-from tests.backends.conftest import LITERT
+from tests.backends.conftest import LITERT, bench, runs_without_the_runtime
 
 PROMPTS = (
     "Once upon a time there was",
@@ -175,22 +175,8 @@ def test_without_the_engine_a_hard_selection_fails_and_auto_selection_falls_thro
 ) -> None:
     """The same gate-ON build on a host without LiteRT-LM: the engine is not where the
     library looks (ELIZA_BACKEND_MODULE_DIR, an empty folder)."""
-    empty = tmp_path / "no-modules"
-    empty.mkdir()
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text(PROMPTS[0] + "\n")
-    argv = [str(litert_library.parent / "e2e_loop_bench"), "--library", str(litert_library),
-            "--bundle", str(runtime_bundle), "--prompts", str(prompts), "--max-tokens", "8",
-            "--out", str(tmp_path / "out.jsonl")]  # fmt: skip
-    hidden = {**os.environ, "ELIZA_BACKEND_MODULE_DIR": str(empty)}
-    forced = subprocess.run(argv, env={**hidden, "ELIZA_LLM_BACKEND": LITERT}, capture_output=True, text=True)
+    forced, auto = runs_without_the_runtime(litert_library, runtime_bundle, LITERT, tmp_path)
     assert forced.returncode != 0 and "unavailable on this host" in forced.stderr, forced.stderr
-    auto = subprocess.run(
-        argv,
-        env={k: v for k, v in hidden.items() if k != "ELIZA_LLM_BACKEND"},
-        capture_output=True,
-        text=True,
-    )
     assert auto.returncode == 0, auto.stderr
 
 
@@ -221,11 +207,8 @@ def test_another_llama_gguf_written_by_the_documented_command_is_served_and_agre
     runs = {}
     for backend in ("llama.cpp", LITERT):
         out = tmp_path / f"{backend}.jsonl"
-        done = subprocess.run(
-            [str(litert_library.parent / "e2e_loop_bench"), "--library", str(litert_library),
-             "--bundle", str(bundle), "--prompts", str(prompts), "--max-tokens", "32", "--out", str(out)],
-            env={**os.environ, "ELIZA_LLM_BACKEND": backend}, capture_output=True, text=True, check=False,
-        )  # fmt: skip
+        env = {**os.environ, "ELIZA_LLM_BACKEND": backend}
+        done = bench(litert_library, bundle, prompts, out, max_tokens=32, env=env)
         assert done.returncode == 0, done.stderr
         runs[backend] = load_run(out)
     assert runs[LITERT].header["build"]["llm_backend"] == LITERT

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from eliza.adapters.ffi import ERR_CANCELLED, Context, ElizaError, Library, greedy_config
-from tests.backends.conftest import MLX
+from tests.backends.conftest import MLX, bench, runs_without_the_runtime
 
 PROMPTS = (
     "Once upon a time",
@@ -238,17 +238,14 @@ def test_another_llama_gguf_converted_by_the_documented_command_is_served_and_ag
     assert converted.returncode == 0 and (bundle / "text" / "mlx" / "model.safetensors").is_file(), (
         converted.stderr
     )
-    tools = mlx_library.parent
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(PROMPTS) + "\n")
     runs = {}
     for backend in ("llama.cpp", MLX):
         out = tmp_path / f"{backend}.jsonl"
-        done = subprocess.run(
-            [str(tools / "e2e_loop_bench"), "--library", str(mlx_library), "--bundle", str(bundle),
-             "--prompts", str(prompts), "--max-tokens", "32", "--out", str(out)],
-            env={**os.environ, "ELIZA_LLM_BACKEND": backend}, capture_output=True, text=True, check=False,
-        )  # fmt: skip
+        done = bench(
+            mlx_library, bundle, prompts, out, max_tokens=32, env={**os.environ, "ELIZA_LLM_BACKEND": backend}
+        )
         assert done.returncode == 0, done.stderr
         from eliza.formats.bench_jsonl import load_run
 
@@ -263,20 +260,6 @@ def test_without_the_runtime_a_hard_selection_fails_and_auto_selection_falls_thr
 ) -> None:
     """The same gate-ON build on a host without MLX: its module is not where the library
     looks (ELIZA_BACKEND_MODULE_DIR, an empty folder), as on a machine that lacks it."""
-    empty = tmp_path / "no-modules"
-    empty.mkdir()
-    tools = mlx_library.parent
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text(PROMPTS[0] + "\n")
-    argv = [str(tools / "e2e_loop_bench"), "--library", str(mlx_library), "--bundle", str(runtime_bundle),
-            "--prompts", str(prompts), "--max-tokens", "8", "--out", str(tmp_path / "out.jsonl")]  # fmt: skip
-    hidden = {**os.environ, "ELIZA_BACKEND_MODULE_DIR": str(empty)}
-    forced = subprocess.run(argv, env={**hidden, "ELIZA_LLM_BACKEND": MLX}, capture_output=True, text=True)
+    forced, auto = runs_without_the_runtime(mlx_library, runtime_bundle, MLX, tmp_path)
     assert forced.returncode != 0 and "unavailable on this host" in forced.stderr, forced.stderr
-    auto = subprocess.run(
-        argv,
-        env={k: v for k, v in hidden.items() if k != "ELIZA_LLM_BACKEND"},
-        capture_output=True,
-        text=True,
-    )
     assert auto.returncode == 0, auto.stderr
