@@ -91,47 +91,48 @@ template <typename F> bool resolve(void * handle, const char * name, F & out, st
     return out != nullptr;
 }
 
+// Each function is the Api member of its name without the "litert_lm_" prefix.
+#define ELIZA_LITERT_RESOLVE(member) ok &= resolve(h, "litert_lm_" #member, a.member, missing)
 bool resolve_all(void * h, Api & a, std::string & missing) {
     bool ok = true;
-    ok &= resolve(h, "litert_lm_set_min_log_level", a.set_min_log_level, missing);
-    ok &= resolve(h, "litert_lm_engine_settings_create", a.engine_settings_create, missing);
-    ok &= resolve(h, "litert_lm_engine_settings_delete", a.engine_settings_delete, missing);
-    ok &= resolve(h, "litert_lm_engine_settings_set_max_num_tokens", a.engine_settings_set_max_num_tokens, missing);
-    ok &= resolve(h, "litert_lm_engine_settings_set_num_threads", a.engine_settings_set_num_threads, missing);
-    ok &= resolve(h, "litert_lm_engine_settings_set_cache_dir", a.engine_settings_set_cache_dir, missing);
-    ok &= resolve(h, "litert_lm_engine_settings_set_activation_data_type", a.engine_settings_set_activation_data_type,
-                  missing);
-    ok &= resolve(h, "litert_lm_engine_create", a.engine_create, missing);
-    ok &= resolve(h, "litert_lm_engine_delete", a.engine_delete, missing);
-    ok &= resolve(h, "litert_lm_engine_tokenize", a.engine_tokenize, missing);
-    ok &= resolve(h, "litert_lm_tokenize_result_delete", a.tokenize_result_delete, missing);
-    ok &= resolve(h, "litert_lm_tokenize_result_get_tokens", a.tokenize_result_get_tokens, missing);
-    ok &= resolve(h, "litert_lm_tokenize_result_get_num_tokens", a.tokenize_result_get_num_tokens, missing);
-    ok &= resolve(h, "litert_lm_sampler_params_create", a.sampler_params_create, missing);
-    ok &= resolve(h, "litert_lm_sampler_params_delete", a.sampler_params_delete, missing);
-    ok &= resolve(h, "litert_lm_sampler_params_set_top_k", a.sampler_params_set_top_k, missing);
-    ok &= resolve(h, "litert_lm_sampler_params_set_top_p", a.sampler_params_set_top_p, missing);
-    ok &= resolve(h, "litert_lm_sampler_params_set_temperature", a.sampler_params_set_temperature, missing);
-    ok &= resolve(h, "litert_lm_sampler_params_set_seed", a.sampler_params_set_seed, missing);
-    ok &= resolve(h, "litert_lm_session_config_create", a.session_config_create, missing);
-    ok &= resolve(h, "litert_lm_session_config_set_max_output_tokens", a.session_config_set_max_output_tokens, missing);
-    ok &= resolve(h, "litert_lm_session_config_set_apply_prompt_template", a.session_config_set_apply_prompt_template,
-                  missing);
-    ok &= resolve(h, "litert_lm_session_config_set_sampler_params", a.session_config_set_sampler_params, missing);
-    ok &= resolve(h, "litert_lm_session_config_delete", a.session_config_delete, missing);
-    ok &= resolve(h, "litert_lm_engine_create_session", a.engine_create_session, missing);
-    ok &= resolve(h, "litert_lm_session_delete", a.session_delete, missing);
-    ok &= resolve(h, "litert_lm_input_data_create", a.input_data_create, missing);
-    ok &= resolve(h, "litert_lm_input_data_delete", a.input_data_delete, missing);
-    ok &= resolve(h, "litert_lm_session_run_prefill", a.session_run_prefill, missing);
-    ok &= resolve(h, "litert_lm_session_run_decode_async", a.session_run_decode_async, missing);
-    ok &= resolve(h, "litert_lm_stream_chunk_get_text", a.stream_chunk_get_text, missing);
-    ok &= resolve(h, "litert_lm_stream_chunk_is_final", a.stream_chunk_is_final, missing);
-    ok &= resolve(h, "litert_lm_stream_chunk_get_error", a.stream_chunk_get_error, missing);
-    ok &= resolve(h, "litert_lm_session_cancel_process", a.session_cancel_process, missing);
-    ok &= resolve(h, "litert_lm_session_rewind_to_step", a.session_rewind_to_step, missing);
+    ELIZA_LITERT_RESOLVE(set_min_log_level);
+    ELIZA_LITERT_RESOLVE(engine_settings_create);
+    ELIZA_LITERT_RESOLVE(engine_settings_delete);
+    ELIZA_LITERT_RESOLVE(engine_settings_set_max_num_tokens);
+    ELIZA_LITERT_RESOLVE(engine_settings_set_num_threads);
+    ELIZA_LITERT_RESOLVE(engine_settings_set_cache_dir);
+    ELIZA_LITERT_RESOLVE(engine_settings_set_activation_data_type);
+    ELIZA_LITERT_RESOLVE(engine_create);
+    ELIZA_LITERT_RESOLVE(engine_delete);
+    ELIZA_LITERT_RESOLVE(engine_tokenize);
+    ELIZA_LITERT_RESOLVE(tokenize_result_delete);
+    ELIZA_LITERT_RESOLVE(tokenize_result_get_tokens);
+    ELIZA_LITERT_RESOLVE(tokenize_result_get_num_tokens);
+    ELIZA_LITERT_RESOLVE(sampler_params_create);
+    ELIZA_LITERT_RESOLVE(sampler_params_delete);
+    ELIZA_LITERT_RESOLVE(sampler_params_set_top_k);
+    ELIZA_LITERT_RESOLVE(sampler_params_set_top_p);
+    ELIZA_LITERT_RESOLVE(sampler_params_set_temperature);
+    ELIZA_LITERT_RESOLVE(sampler_params_set_seed);
+    ELIZA_LITERT_RESOLVE(session_config_create);
+    ELIZA_LITERT_RESOLVE(session_config_set_max_output_tokens);
+    ELIZA_LITERT_RESOLVE(session_config_set_apply_prompt_template);
+    ELIZA_LITERT_RESOLVE(session_config_set_sampler_params);
+    ELIZA_LITERT_RESOLVE(session_config_delete);
+    ELIZA_LITERT_RESOLVE(engine_create_session);
+    ELIZA_LITERT_RESOLVE(session_delete);
+    ELIZA_LITERT_RESOLVE(input_data_create);
+    ELIZA_LITERT_RESOLVE(input_data_delete);
+    ELIZA_LITERT_RESOLVE(session_run_prefill);
+    ELIZA_LITERT_RESOLVE(session_run_decode_async);
+    ELIZA_LITERT_RESOLVE(stream_chunk_get_text);
+    ELIZA_LITERT_RESOLVE(stream_chunk_is_final);
+    ELIZA_LITERT_RESOLVE(stream_chunk_get_error);
+    ELIZA_LITERT_RESOLVE(session_cancel_process);
+    ELIZA_LITERT_RESOLVE(session_rewind_to_step);
     return ok;
 }
+#undef ELIZA_LITERT_RESOLVE
 
 const Runtime & runtime() {
     static const Runtime loaded = [] {
