@@ -3,7 +3,8 @@
 Build once, check many: per platform one build job on a runner that can build it and is
 not a device runner (it builds llama.cpp once and every cell, and hands the cells on as
 an artifact); per cell one check job on the platform's own runner (its ci_runner), which
-compiles nothing; one report job that merges every check job's evidence. Whether a
+compiles nothing; one report job that merges every check job's evidence; on a push of a
+version tag, one release job after the report that packages the cells. Whether a
 runner can build or run a platform is decided by the same rules as on a real host
 (eliza.core.host.decide), from what the runner is declared to offer.
 """
@@ -26,6 +27,12 @@ SLOW_TIER_SCHEDULE = "0 3 * * *"
 # What the generated steps call; the rehearsal recognises them by these words.
 SETUP_COMMAND = "bash ci/setup.sh"
 ARTIFACTS_DIR = "build/ci"  # where build jobs leave, and check/report jobs receive, the cells
+# A push of the tag v<V> releases version <V> (`nox -s release`) into RELEASE_DIR/<V>/,
+# comparing it with the report.json of the previous version tag's GitHub release.
+RELEASE_JOB = "release"
+RELEASE_TAG_PREFIX = "v"
+RELEASE_DIR = "build/release"
+PREVIOUS_RELEASE_DIR = "build/previous-release"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +138,36 @@ class CheckJob:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReleaseJob:
+    """After the report, on a push of a version tag only: `nox -s release` packages the
+    cells whose check jobs run on such a push (no slow platform's: those run on request
+    only), of the default build variant (what ships; a sanitizer build does not)."""
+
+    runs_on: tuple[str, ...]  # the report job's runner
+    cells: tuple[str, ...]
+    id: str = RELEASE_JOB
+    needs: tuple[str, ...] = (REPORT_JOB,)
+    tag_prefix: str = RELEASE_TAG_PREFIX
+
+    @property
+    def tag_pattern(self) -> str:
+        """The push trigger's tag filter."""
+        return f"{self.tag_prefix}*"
+
+    @property
+    def condition(self) -> str:
+        """The job's `if:`. A tag push skips the slow tier and the slow platforms' jobs, and
+        GitHub skips a job when any job before it (not only those it needs) was skipped,
+        unless a status function is in its `if:`: so not `success()` but the report's own
+        result."""
+        needed = " && ".join(f"needs.{n}.result == 'success'" for n in self.needs)
+        return (
+            f"!cancelled() && github.event_name == 'push' && {needed} && "
+            f"startsWith(github.ref, 'refs/tags/{self.tag_prefix}')"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Omitted:
     """A platform, or its checks, left out of the pipeline, and why."""
 
@@ -148,6 +185,7 @@ class Pipeline:
     checks: tuple[CheckJob, ...]
     omitted: tuple[Omitted, ...]
     report_runs_on: tuple[str, ...]
+    release: ReleaseJob | None = None  # None: no cell is checked on a tag push
 
     @property
     def report_needs(self) -> tuple[str, ...]:
@@ -163,12 +201,15 @@ class Pipeline:
         return tuple(sorted({j.platform for j in self.builds if j.slow}))
 
     def job_order(self) -> tuple[str, ...]:
-        """Every job id in an order that respects `needs`: builds, checks, the report."""
-        return (*self.report_needs, REPORT_JOB)
+        """Every job id in an order that respects `needs`: builds, checks, the report, the
+        release."""
+        return (*self.report_needs, REPORT_JOB, *((self.release.id,) if self.release else ()))
 
     def needs_of(self, job: str) -> tuple[str, ...]:
         if job == REPORT_JOB:
             return self.report_needs
+        if self.release is not None and job == self.release.id:
+            return self.release.needs
         check = next((c for c in self.checks if c.id == job), None)
         return check.needs if check is not None else ()
 
@@ -265,11 +306,13 @@ def plan_pipeline(matrix: Matrix, runners: Sequence[Runner]) -> Pipeline:
             )
     report = next((p for p in matrix.platforms if not p.slow_build and p.id in builds), None)
     report_runs_on = builds[report.id].runs_on if report is not None else runners[0].labels
+    shipped = tuple(j.cell for j in checks if not j.slow and matrix.cell(j.cell).variant is None)
     return Pipeline(
         builds=tuple(builds.values()),
         checks=tuple(checks),
         omitted=tuple(omitted),
         report_runs_on=report_runs_on,
+        release=ReleaseJob(runs_on=report_runs_on, cells=shipped) if shipped else None,
     )
 
 

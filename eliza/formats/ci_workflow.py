@@ -13,6 +13,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from eliza.core.ci_jobs import (
     ARTIFACTS_DIR,
+    PREVIOUS_RELEASE_DIR,
+    RELEASE_DIR,
     REPORT_JOB,
     SETUP_COMMAND,
     SLOW_TIER_COMMAND,
@@ -126,6 +128,8 @@ def render_ci_files(matrix: Matrix, templates: Path) -> dict[str, str]:
         slow_tier_schedule=SLOW_TIER_SCHEDULE,
         setup=SETUP_COMMAND,
         artifacts_dir=ARTIFACTS_DIR,
+        release_dir=RELEASE_DIR,
+        previous_release_dir=PREVIOUS_RELEASE_DIR,
     )
     lint_config = env.get_template("actionlint.yaml.j2").render(header=MARKER, labels=custom_labels(runners))
     return {WORKFLOW: workflow, ACTIONLINT_CONFIG: lint_config}

