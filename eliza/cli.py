@@ -11,6 +11,12 @@ eliza litertlm GGUF [--out FILE] [--prefill N ...] [--context N]
                                write a llama GGUF as a LiteRT-LM .litertlm file (default FILE:
                                <stem>.litertlm beside the GGUF, its record beside that as
                                FILE.json); exit 2 on a file it cannot write
+eliza verify-provenance FILE --public-key B64 [--artifact PATH ...]
+                               verify a release archive's signed SLSA provenance (FILE: the
+                               archive's .intoto.jsonl) with the base64 ed25519 public key
+                               `nox -s keys` prints; each --artifact's sha256 must be that of
+                               the subject of its file name; exit 1 when it does not verify or
+                               an artifact differs, 2 on a file it cannot read or a bad key
 """
 
 from __future__ import annotations
@@ -73,6 +79,53 @@ def _litertlm(gguf: Path, out: Path | None, prefill: list[int] | None, context: 
         f"{record.out}: {record.size / 1e6:.1f} MB ({record.size} bytes) from {gguf.name} in {seconds:.1f} s "
         f"(prefill {', '.join(map(str, record.prefill_lengths))}; context {record.context})"
     )
+    return 0
+
+
+def _verify_provenance(file: Path, public_key: str, artifacts: list[Path]) -> int:
+    from eliza.app.errors import Failed, UsageError
+    from eliza.core.trust import decode_public_key, key_id
+    from eliza.formats.files import sha256_file
+    from eliza.formats.provenance import PREDICATE_TYPE, ProvenanceError, subject_digest, verify_provenance
+
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{file}: cannot be read: {exc.strerror or exc}") from None
+    try:
+        key = decode_public_key(public_key)
+    except ValueError as exc:
+        raise UsageError(
+            f"--public-key {exc}: give the base64 of the raw 32-byte ed25519 public key (`nox -s keys`)"
+        ) from None
+    hashes: list[tuple[Path, str]] = []
+    for path in artifacts:
+        try:
+            hashes.append((path, sha256_file(path)))
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    try:
+        statement = verify_provenance(raw.decode("utf-8"), key)
+    except UnicodeDecodeError:
+        raise Failed(f"{file}: does not verify: it is not UTF-8 text") from None
+    except ProvenanceError as exc:
+        raise Failed(f"{file}: does not verify: {exc}") from None
+    for path, actual in hashes:
+        expected = subject_digest(statement, path.name)
+        if expected is None:
+            names = ", ".join(str(s["name"]) for s in statement["subject"])
+            raise Failed(f"{path}: {file} attests no subject {path.name!r} (its subjects: {names})")
+        if actual != expected:
+            raise Failed(f"{path}: its sha256 is {actual}, not the {expected} that {file} attests")
+    for subject in statement["subject"]:
+        print(f"{subject['name']} sha256:{subject['digest']['sha256']}")
+    dependencies = len(statement["predicate"]["buildDefinition"]["resolvedDependencies"])
+    print(
+        f"verified: signed by key {key_id(key)}, predicate {PREDICATE_TYPE}, "
+        f"{dependencies} resolved dependenc{'y' if dependencies == 1 else 'ies'}"
+    )
+    for path, _ in hashes:
+        print(f"{path}: matches its subject {path.name}")
     return 0
 
 
@@ -143,6 +196,25 @@ def main(argv: list[str] | None = None) -> int:
     litertlm.add_argument(
         "--context", type=int, metavar="N", help="the KV cache's tokens (default: the GGUF's context length)"
     )
+    provenance = sub.add_parser(
+        "verify-provenance", help="verify a release archive's signed SLSA provenance (.intoto.jsonl)"
+    )
+    provenance.add_argument("file", type=Path, metavar="FILE", help="the archive's .intoto.jsonl")
+    provenance.add_argument(
+        "--public-key",
+        required=True,
+        metavar="B64",
+        help="the signer's ed25519 public key: base64 of its 32 raw bytes (what `nox -s keys` prints)",
+    )
+    provenance.add_argument(
+        "--artifact",
+        type=Path,
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="PATH",
+        help="a file whose sha256 must be that of the subject named by its file name",
+    )
     args = parser.parse_args(argv)
 
     from eliza.app.errors import ElizaError
@@ -158,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
             return _mlx_weights(args.gguf, args.out)
         if args.command == "litertlm":
             return _litertlm(args.gguf, args.out, args.prefill, args.context)
+        if args.command == "verify-provenance":
+            return _verify_provenance(args.file, args.public_key, args.artifact)
         return bench_diff([args.left, args.right])
     except ElizaError as exc:  # the one root: its class says the exit status
         sys.stderr.write(f"eliza: error: {exc}\n")

@@ -8,7 +8,8 @@ The Statement's subjects are the artifacts the check judged (docs/evidence.md), 
 predicateType is PREDICATE_TYPE and its predicate the record. The signature covers the
 DSSE pre-authentication encoding (PAE) of the exact payload bytes, so any change to the
 record, its subjects or its type breaks it. This module signs and verifies; where keys
-live is eliza.adapters.signing_keys.
+live is eliza.adapters.signing_keys. A release's SLSA provenance is signed the same way,
+under its own predicate type (eliza.formats.provenance).
 """
 
 from __future__ import annotations
@@ -99,11 +100,15 @@ class SigningKey:
         return self.private.sign(data)
 
 
-def statement(subjects: list[dict[str, Any]], predicate: Mapping[str, Any]) -> dict[str, Any]:
+def statement(
+    subjects: list[dict[str, Any]], predicate: Mapping[str, Any], *, predicate_type: str = PREDICATE_TYPE
+) -> dict[str, Any]:
+    """A Statement v1; its predicate type is this project's evidence unless another is named
+    (the release's SLSA provenance: eliza.formats.provenance)."""
     return {
         "_type": STATEMENT_TYPE,
         "subject": subjects,
-        "predicateType": PREDICATE_TYPE,
+        "predicateType": predicate_type,
         "predicate": dict(predicate),
     }
 
@@ -186,9 +191,9 @@ def check_signatures(
     return SignatureCheck(keyids=keyids, problem=problem)
 
 
-def decode_statement(payload: bytes) -> dict[str, Any]:
+def decode_statement(payload: bytes, *, predicate_type: str = PREDICATE_TYPE) -> dict[str, Any]:
     """The Statement of a payload, or AttestationError: not JSON, not a Statement v1, or a
-    predicate type that is not this project's evidence."""
+    predicate type other than predicate_type (by default this project's evidence)."""
     try:
         data = json.loads(payload.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -197,9 +202,10 @@ def decode_statement(payload: bytes) -> dict[str, Any]:
         raise AttestationError("the payload is not a JSON object")
     if data.get("_type") != STATEMENT_TYPE:
         raise AttestationError(f"the payload's _type is {data.get('_type')!r}, not {STATEMENT_TYPE!r}")
-    if data.get("predicateType") != PREDICATE_TYPE:
+    if data.get("predicateType") != predicate_type:
+        whose = "this project's" if predicate_type == PREDICATE_TYPE else "the expected"
         raise AttestationError(
-            f"the predicateType is {data.get('predicateType')!r}, not this project's {PREDICATE_TYPE!r}"
+            f"the predicateType is {data.get('predicateType')!r}, not {whose} {predicate_type!r}"
         )
     if not isinstance(data.get("subject"), list) or not isinstance(data.get("predicate"), dict):
         raise AttestationError("the Statement needs a 'subject' list and a 'predicate' object")
