@@ -8,12 +8,15 @@ only this package: llama.cpp's package id does not depend on them, so every gate
 platform reuses one llama.cpp build from the Conan cache.
 """
 
+import json
 import os
 import re
 
 import yaml
 from conan import ConanFile
+from conan.errors import ConanInvalidConfiguration
 from conan.tools.cmake import CMake, CMakeDeps, CMakeToolchain
+from conan.tools.files import copy, load, save
 
 required_conan_version = ">=2.0"
 
@@ -76,9 +79,39 @@ GATE_TABLE = gate_table(_read_matrix())
 GATES = {g["conan_option"]: g["cmake_option"] for g in GATE_TABLE}  # Conan option -> CMake option
 
 
+# The public header's ABI version is the package's major version (set_version).
+_ABI_DEFINE = re.compile(r"^#define ELIZA_INFERENCE_ABI_VERSION ([0-9]+)$", re.MULTILINE)
+# What a cell's build leaves beside the library that ships with it, as the build made it:
+# the library and its SONAME links, a gate's module (libelizainference-<gate>.so) and the
+# runtimes a gate loads from the library's folder in their wheel's layout (docs/backends.md).
+# The test kit (libelizainference_testkit) and the bench tools never ship.
+_SHIPPED_LIBRARIES = ("libelizainference.so*", "libelizainference.*.dylib", "libelizainference.dylib",
+                      "libelizainference-*.so", "libelizainference-*.dylib")
+_SHIPPED_RUNTIME_DIRS = ("mlx/lib", "mlx_cpu.libs", "litert_lm")
+
+
+def _pypi_purl(requirement):
+    """ "name==version" as the package URL pkg:pypi/name@version (a URI, as CycloneDX wants)."""
+    name, _, version = requirement.partition("==")
+    purl = f"pkg:pypi/{name.strip().lower()}"
+    return f"{purl}@{version.strip()}" if version else purl
+
+
 class ElizaInferenceConan(ConanFile):
     name = "elizainference"
+    description = "On-device inference behind one C ABI: llama.cpp in-process, other runtimes behind gates"
     package_type = "shared-library"
+    # The recipe reads the gate table from the matrix, in the cache too; the sources are the
+    # native tree only (layout: folders.source = "native").
+    exports = "matrix.yaml"
+    exports_sources = (
+        "native/CMakeLists.txt",
+        "native/cmake/*",
+        "native/include/*",
+        "native/src/*",
+        "native/testkit/*",
+        "native/tools/*",
+    )
     settings = "os", "arch", "compiler", "build_type"
     options = {gate: [True, False] for gate in GATES} | {
         "with_test_kit": [True, False],
@@ -86,6 +119,21 @@ class ElizaInferenceConan(ConanFile):
         "sanitize": ["none", "address", "undefined", "address+undefined"],
     }
     default_options = {gate: False for gate in GATES} | {"with_test_kit": False, "sanitize": "none"}
+
+    def set_version(self):
+        """The header's ABI version as <abi>.0.0, unless the command line names a version;
+        a named version must keep the ABI version as its major (a release of ABI 9 is 9.x.y)."""
+        header = os.path.join(self.recipe_folder, "native", "include", "eliza-inference-ffi.h")
+        found = _ABI_DEFINE.search(load(self, header))
+        if found is None:
+            raise ConanInvalidConfiguration(f"{header}: no '#define ELIZA_INFERENCE_ABI_VERSION <n>' line")
+        abi = found.group(1)
+        if not self.version:
+            self.version = f"{abi}.0.0"
+        elif str(self.version).split(".")[0] != abi:
+            raise ConanInvalidConfiguration(
+                f"version {self.version}: its major must be the ABI version {abi} of {header}"
+            )
 
     def _llama_version(self):
         return str(self.conf.get("user.eliza:llama_cpp_version", default="0.3.36"))
@@ -101,8 +149,10 @@ class ElizaInferenceConan(ConanFile):
     def requirements(self):
         self.requires(f"llama-cpp/{self._llama_version()}")
         for ref in self._runtimes().values():
-            # Shipped beside the library by its gate module, never linked into it.
-            self.requires(ref, run=True, headers=True, libs=False)
+            # Shipped beside the library by its gate module, never linked into it. Not
+            # visible: the package carries its own copy, so a consumer never resolves the
+            # runtime's package (its CMakeDeps would look for a CMake package it has none of).
+            self.requires(ref, run=True, headers=True, libs=False, visible=False)
 
     def layout(self):
         self.folders.source = "native"
@@ -153,3 +203,74 @@ class ElizaInferenceConan(ConanFile):
         cmake = CMake(self)
         cmake.configure()
         cmake.build()
+
+    def package_id(self):
+        # The test kit is built beside the library for the selector tests and never shipped:
+        # a package exported from a verified build tree (with it) and one built without it
+        # are the same package.
+        del self.info.options.with_test_kit
+
+    def package(self):
+        """The files the checks judged, copied byte for byte from the build folder (no
+        install step that could rewrite them: a release compares the packaged library's
+        sha256 with its evidence), so `conan export-pkg` of a verified cell ships exactly
+        what was verified; `native/CMakeLists.txt`'s install rules do the same for CMake
+        users without Conan."""
+        build, lib = self.build_folder, os.path.join(self.package_folder, "lib")
+        copy(self, "eliza-inference-ffi.h", os.path.join(self.source_folder, "include"),
+             os.path.join(self.package_folder, "include"))
+        for pattern in _SHIPPED_LIBRARIES:
+            copy(self, pattern, build, lib, keep_path=False)
+        for folder in _SHIPPED_RUNTIME_DIRS:
+            copy(self, "*", os.path.join(build, folder), os.path.join(lib, folder))
+        copy(self, "build-info.json", build, os.path.join(self.package_folder, "res"))
+        # The licenses of everything shipped: llama.cpp is linked in, the runtimes are copied.
+        for dep in self.dependencies.host.values():
+            copy(self, "*", os.path.join(dep.package_folder, "licenses"),
+                 os.path.join(self.package_folder, "licenses", dep.ref.name))
+        self._write_sbom()
+
+    def _write_sbom(self):
+        """A CycloneDX 1.6 SBOM from Conan's own tool, with what the graph does not know:
+        llama.cpp's upstream commit and source archive hash, the runtimes' pinned wheels,
+        the compiler. In the package's metadata folder: its timestamp and serial number
+        leave the package revision alone."""
+        from conan.tools.sbom import cyclonedx_1_6
+
+        extra = {}
+        for dep in self.dependencies.host.values():
+            facts = os.path.join(dep.package_folder, "res", "eliza-llama-build.json")
+            if os.path.isfile(facts):
+                source = json.loads(load(self, facts)).get("source", {})
+                reference = {"type": "source-distribution", "url": _pypi_purl(source.get("requirement", ""))}
+                if source.get("sha256"):
+                    reference["hashes"] = [{"alg": "SHA-256", "content": source["sha256"]}]
+                extra[dep.ref.name] = {
+                    "externalReferences": [reference, {"type": "vcs", "url": str(dep.url or "")}],
+                    "pedigree": {"commits": [{"uid": source.get("upstream_commit", "unknown"),
+                                              "url": str(dep.url or "")}]},
+                }
+                continue
+            pins = (dep.conan_data or {}).get("sources", {}).get(str(dep.ref.version), {})
+            pin = pins.get(f"{dep.settings.get_safe('os')}-{dep.settings.get_safe('arch')}")
+            if pin:
+                extra[dep.ref.name] = {"externalReferences": [{
+                    "type": "distribution", "comment": pin["wheel"],
+                    "url": _pypi_purl(pin["pip_requirement"]),
+                    "hashes": [{"alg": "SHA-256", "content": pin["sha256"]}],
+                }]}
+        sbom = cyclonedx_1_6(self, extra_info=extra)
+        compiler = self.settings.get_safe("compiler")
+        if compiler:
+            sbom["metadata"]["tools"]["components"].append(
+                {"type": "application", "name": str(compiler),
+                 "version": str(self.settings.get_safe("compiler.version") or "")})
+        save(self, os.path.join(self.package_metadata_folder, "sbom", "elizainference.cdx.json"),
+             json.dumps(sbom, indent=2, sort_keys=True) + "\n")
+
+    def package_info(self):
+        self.cpp_info.set_property("cmake_file_name", "elizainference")
+        self.cpp_info.set_property("cmake_target_name", "elizainference::elizainference")
+        self.cpp_info.set_property("pkg_config_name", "elizainference")
+        self.cpp_info.libs = ["elizainference"]
+        self.cpp_info.resdirs = ["res"]

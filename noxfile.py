@@ -198,6 +198,14 @@ def report(session: nox.Session) -> None:
     _use_case(session, report_session.parse_options, report_session.run)
 
 
+@nox.session(python=False)
+def release(session: nox.Session) -> None:
+    """Ship the verified cells: Conan package, archive, SBOM, signed provenance (`-- --version V`)."""
+    from eliza.app.sessions import release as release_session
+
+    _use_case(session, release_session.parse_options, release_session.run)
+
+
 @nox.session(name="keys", python=False)
 def keys_session(session: nox.Session) -> None:
     """This machine's evidence-signing public key and key id, and the matrix.yaml entry to trust it."""

@@ -1,0 +1,248 @@
+"""What a release may ship (pure): which cells are candidates, the verdict on each from the
+report and the library's bytes, the names of what a release writes, and its notes.
+
+A cell ships only when every check of its default bundle is VERIFIED, no other check of
+it says it is broken, and the library to package is byte for byte the one every record of
+the cell names. Anything else refuses the cell, with one line per reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from eliza.core.evidence import SubjectRole
+from eliza.core.matrix import Cell, Check, Matrix
+from eliza.core.report.compare import Since
+from eliza.core.report.model import Entry, Report
+from eliza.core.report.states import GridState
+
+# Semantic versions without build metadata: the Conan reference's version and the archive names.
+_VERSION = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$")
+PACKAGE = "elizainference"
+SUMS_FILE = "SHA256SUMS"
+NOTES_FILE = "RELEASE-NOTES.md"
+MANIFEST_FILE = "release.json"
+# A check of another bundle than the default one may be short of VERIFIED only for want of
+# hardware or of a host that can run it (the matrix says so: a real model is not decoded
+# under an emulator); the release notes name each such entry.
+_NOT_HERE_STATES = frozenset({GridState.NOT_RUNNABLE_HERE, GridState.DEVICE_GATED, GridState.NOT_APPLICABLE})
+
+
+def version_problem(version: str, abi_version: int) -> str:
+    """Why `version` cannot name a release of a library of this ABI version ("" when it can)."""
+    found = _VERSION.match(version)
+    if found is None:
+        return (
+            f"{version!r} is not a semantic version MAJOR.MINOR.PATCH[-PRERELEASE] (e.g. {abi_version}.0.0)"
+        )
+    if int(found.group(1)) != abi_version:
+        return (
+            f"{version}: the major version of a release is the library's ABI version, {abi_version} "
+            f"(ELIZA_INFERENCE_ABI_VERSION); use {abi_version}.x.y, or bump the ABI first"
+        )
+    return ""
+
+
+def archive_name(version: str, cell_id: str) -> str:
+    return f"{PACKAGE}-{version}-{cell_id}.tar.gz"
+
+
+def sbom_name(archive: str) -> str:
+    return f"{archive}.cdx.json"
+
+
+def provenance_name(archive: str) -> str:
+    return f"{archive}.intoto.jsonl"
+
+
+def candidates(matrix: Matrix, named: Sequence[str]) -> tuple[Cell, ...]:
+    """The cells a release considers: those named, else every cell of the default build
+    variant (a sanitizer build is a check's tool, never shipped). ValueError naming a cell
+    that is unknown or of a build variant."""
+    shippable = [c for c in matrix.cells if c.variant is None]
+    if not named:
+        return tuple(shippable)
+    known = {c.id: c for c in matrix.cells}
+    picked: list[Cell] = []
+    for cell_id in named:
+        cell = known.get(cell_id)
+        if cell is None:
+            raise ValueError(f"--cell {cell_id!r}: not a cell of {matrix.source}")
+        if cell.variant is not None:
+            raise ValueError(
+                f"--cell {cell_id!r}: a {cell.variant.id} build is never shipped; "
+                "name a cell of the default variant"
+            )
+        if cell not in picked:
+            picked.append(cell)
+    return tuple(picked)
+
+
+class Verdict(StrEnum):
+    SHIP = "ship"
+    REFUSED = "refused"
+    NOT_HERE = "not here"  # not built on this host and not buildable here: not a candidate here
+
+
+@dataclass(frozen=True, kw_only=True)
+class LibraryBytes:
+    """The library a release would package: its path as shown, and its sha256 (None: absent)."""
+
+    path: str
+    sha256: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellVerdict:
+    cell: str
+    verdict: Verdict
+    reasons: tuple[str, ...] = ()  # why it is refused (or not here), one line each
+    library: LibraryBytes | None = None
+    verified_checks: tuple[str, ...] = ()
+    # Checks of another bundle that are not VERIFIED for want of a host or device: "id: STATE (why)".
+    not_verified: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        if self.verdict is Verdict.SHIP:
+            sha = self.library.sha256 if self.library and self.library.sha256 else ""
+            extra = f"; not verified here: {'; '.join(self.not_verified)}" if self.not_verified else ""
+            return (
+                f"{self.cell}: ships ({len(self.verified_checks)} checks VERIFIED, "
+                f"library sha256 {sha[:16]}…){extra}"
+            )
+        return f"{self.cell}: {self.verdict.value}: {'; '.join(self.reasons)}"
+
+
+def _entry_text(entry: Entry) -> str:
+    reason = f" ({entry.reason})" if entry.reason else ""
+    return f"{entry.check}: {entry.state.label}{reason}"
+
+
+def _named_hashes(entries: Iterable[Entry], cell_id: str) -> dict[str, list[str]]:
+    """sha256 -> the checks whose record names it as this cell's library."""
+    named: dict[str, list[str]] = {}
+    for entry in entries:
+        if entry.evidence is None:
+            continue
+        for subject in entry.evidence.subjects:
+            if subject.role is SubjectRole.LIBRARY and subject.cell in ("", cell_id):
+                named.setdefault(subject.sha256, []).append(entry.check)
+    return named
+
+
+def judge_cell(
+    report: Report,
+    cell: Cell,
+    library: LibraryBytes,
+    *,
+    default_bundle: str,
+    can_build: bool,
+    build_reason: str,
+    named: bool,
+) -> CellVerdict:
+    """The verdict on one cell. `named`: the user asked for it (--cell), so a cell this host
+    neither built nor can build is refused rather than left out."""
+    if library.sha256 is None and not can_build:
+        why = f"not built here, and this host cannot build it: {build_reason}"
+        return CellVerdict(
+            cell=cell.id, verdict=Verdict.REFUSED if named else Verdict.NOT_HERE, reasons=(why,)
+        )
+    if library.sha256 is None:
+        why = (
+            f"its library {library.path} does not exist: "
+            f"build and verify it (nox -s verify -- --cell {cell.id})"
+        )
+        return CellVerdict(cell=cell.id, verdict=Verdict.REFUSED, reasons=(why,), library=library)
+    row = next((r for r in report.rows if r.cell == cell.id), None)
+    if row is None:
+        return CellVerdict(cell=cell.id, verdict=Verdict.REFUSED, reasons=("the report has no row for it",))
+    entries = [e for e in row.entries if e.state is not GridState.NOT_APPLICABLE]
+    reasons: list[str] = []
+    # The bytes first: a record that judged other bytes says nothing about these.
+    for sha, checks in sorted(_named_hashes(entries, cell.id).items()):
+        if sha != library.sha256:
+            reasons.append(
+                f"{library.path} has sha256 {library.sha256}, but the evidence of "
+                f"{', '.join(sorted(set(checks)))} names {sha}"
+            )
+    verified: list[str] = []
+    not_verified: list[str] = []
+    for entry in entries:
+        check = cell_check(cell, entry.check)
+        if entry.state is GridState.VERIFIED:
+            verified.append(entry.check)
+        elif check is not None and check.bundle != default_bundle and entry.state in _NOT_HERE_STATES:
+            not_verified.append(_entry_text(entry))
+        else:
+            reasons.append(_entry_text(entry))
+    if not verified:
+        reasons.append("no check of it is VERIFIED")
+    if reasons:
+        return CellVerdict(cell=cell.id, verdict=Verdict.REFUSED, reasons=tuple(reasons), library=library)
+    return CellVerdict(
+        cell=cell.id,
+        verdict=Verdict.SHIP,
+        library=library,
+        verified_checks=tuple(verified),
+        not_verified=tuple(not_verified),
+    )
+
+
+def cell_check(cell: Cell, check_id: str) -> Check | None:
+    return next((c for c in cell.checks if c.id == check_id), None)
+
+
+def sha256sums(files: Mapping[str, str]) -> str:
+    """The SHA256SUMS text (sha256sum's format, `sha256sum -c` reads it), sorted by name."""
+    return "".join(f"{sha}  {name}\n" for name, sha in sorted(files.items()))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShippedCell:
+    cell: str
+    archive: str
+    archive_sha256: str
+    archive_bytes: int
+    library_sha256: str
+    package_ref: str  # elizainference/V#rrev:package_id#prev
+    not_verified: tuple[str, ...] = ()
+
+
+def release_notes(
+    *,
+    version: str,
+    commit: str,
+    trust: str,
+    shipped: Sequence[ShippedCell],
+    refused: Sequence[CellVerdict],
+    since: Since | None,
+) -> str:
+    """RELEASE-NOTES.md: regressions since the previous release first, then what ships
+    (each archive and the library's sha256), what was refused and why, and what changed."""
+    lines = [f"# {PACKAGE} {version}", "", f"Built from commit `{commit}`. Evidence trusted: {trust}.", ""]
+    if since is not None:
+        lines += [f"## Since {since.old} (commit `{since.old_commit[:12]}`)", "", since.summary(), ""]
+        if since.regressions:
+            lines += ["### Regressions", ""] + [f"- {c.describe()}" for c in since.regressions] + [""]
+    else:
+        lines += ["No previous release's report to compare with (`--compare OLD/report.json`).", ""]
+    lines += ["## Shipped", ""]
+    if shipped:
+        lines += ["| cell | archive | library sha256 | archive bytes |", "|---|---|---|---|"]
+        lines += [f"| {s.cell} | `{s.archive}` | `{s.library_sha256}` | {s.archive_bytes} |" for s in shipped]
+        for s in shipped:
+            lines += [f"- {s.cell}: not verified here: {item}" for item in s.not_verified]
+    else:
+        lines += ["Nothing."]
+    lines.append("")
+    if refused:
+        lines += ["## Refused", ""] + [f"- {v.cell}: {'; '.join(v.reasons)}" for v in refused] + [""]
+    if since is not None and (since.newly_verified or since.other or since.metrics):
+        lines += ["## Other changes", ""]
+        lines += [f"- {c.describe()}" for c in (*since.newly_verified, *since.other)]
+        lines += [f"- {m.describe()}" for m in since.metrics]
+        lines.append("")
+    return "\n".join(lines)

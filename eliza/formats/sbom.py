@@ -1,0 +1,27 @@
+"""The CycloneDX SBOM a release ships beside each archive (Conan's `conan.tools.sbom` writes
+it in the package's metadata): checked against the CycloneDX JSON schema of its own spec
+version with cyclonedx-python-lib's strict validator before anything ships."""
+
+from __future__ import annotations
+
+import json
+
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+
+_VERSIONS = {"1.4": SchemaVersion.V1_4, "1.5": SchemaVersion.V1_5, "1.6": SchemaVersion.V1_6}
+
+
+def sbom_problem(text: str) -> str:
+    """Why the text is not a valid CycloneDX JSON SBOM ("" when it is)."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return f"not JSON: {exc}"
+    if not isinstance(data, dict) or data.get("bomFormat") != "CycloneDX":
+        return "not a CycloneDX document (bomFormat is not 'CycloneDX')"
+    version = _VERSIONS.get(str(data.get("specVersion")))
+    if version is None:
+        return f"specVersion {data.get('specVersion')!r} is not one of {', '.join(_VERSIONS)}"
+    error = JsonStrictValidator(version).validate_str(text)
+    return "" if error is None else f"does not validate against CycloneDX {data['specVersion']}: {error}"
