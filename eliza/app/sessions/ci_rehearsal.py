@@ -101,6 +101,8 @@ def runnable_here(pipeline: Pipeline, job: str, *, slow: bool) -> str | None:
     """Why this host does not run the job, or None when it does."""
     if job == REPORT_JOB:
         return None
+    if pipeline.release is not None and job == pipeline.release.id:
+        return "the release job runs only on a push of a version tag (here: nox -s release -- --version V)"
     if job == SLOW_TIER_JOB:
         return f"the slow test tier runs nightly or on a manual run with slow_tier ({SLOW_TIER_COMMAND})"
     build = next((b for b in pipeline.builds if b.id == job), None)
