@@ -256,7 +256,7 @@ def run(options: ReleaseOptions, ctx: Context) -> Path | None:
 
 def _judge(report: Report, options: ReleaseOptions, ctx: Context) -> list[policy.CellVerdict]:
     repo = ctx.project.repo
-    default_bundle = ctx.matrix.bundles[0].id if ctx.matrix.bundles else "tiny"
+    default_bundle = ctx.matrix.default_bundle.id
     verdicts = []
     for cell in policy.candidates(ctx.matrix, options.cells):
         file = library_path(cell.id, repo, library_file(cell.platform))
