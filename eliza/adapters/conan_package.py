@@ -39,6 +39,7 @@ class ExportedPackage:
     revision: str  # the package revision
     folder: Path
     metadata_folder: Path
+    install_arguments: tuple[str, ...] = ()  # consumer_arguments() of the cell's plan
 
     @property
     def pattern(self) -> str:
@@ -70,6 +71,22 @@ def export_argv(plan: CellBuildPlan, version: str, *, test_bundle: Path | None) 
     return argv
 
 
+def consumer_arguments(plan: CellBuildPlan) -> list[str]:
+    """What a consumer's `conan install --requires=elizainference/V` adds to get this cell's
+    package: the cell's profiles and build type, llama.cpp's options (its package id is part
+    of this one's), the gates, and the runtimes the gates bring."""
+    argv, found = list(plan.argv), []
+    for at, word in enumerate(argv[:-1]):
+        value = argv[at + 1]
+        if word in ("--profile:host", "--profile:build", "--settings:host"):
+            found += [word, value]
+        elif word == "-o" and not value.startswith("&:with_test_kit="):
+            found += [word, value.replace("&:", f"{PACKAGE}/*:", 1)]
+        elif word == "--conf" and value.startswith("user.eliza:runtimes="):
+            found += [word, value]
+    return found
+
+
 def export_package(
     plan: CellBuildPlan,
     version: str,
@@ -99,7 +116,12 @@ def export_package(
     folder = Path(str(root["package_folder"]))
     metadata = _cache_path(cache, f"{ref}:{package_id}#{revision}", "metadata")
     return ExportedPackage(
-        ref=ref, package_id=package_id, revision=revision, folder=folder, metadata_folder=metadata
+        ref=ref,
+        package_id=package_id,
+        revision=revision,
+        folder=folder,
+        metadata_folder=metadata,
+        install_arguments=tuple(consumer_arguments(plan)),
     )
 
 

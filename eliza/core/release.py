@@ -209,6 +209,45 @@ class ShippedCell:
     library_sha256: str
     package_ref: str  # elizainference/V#rrev:package_id#prev
     not_verified: tuple[str, ...] = ()
+    # `conan install --requires=<recipe ref>` plus these gets this package (profiles, options)
+    install_arguments: tuple[str, ...] = ()
+
+    @property
+    def recipe_ref(self) -> str:
+        return self.package_ref.split(":", 1)[0]
+
+    def install_command(self) -> str:
+        return " ".join(
+            ["conan install", f"--requires={self.recipe_ref}", *map(_quoted, self.install_arguments)]
+        )
+
+
+def _quoted(word: str) -> str:
+    return f"'{word}'" if any(c in word for c in "*&;, ") else word
+
+
+def manifest(
+    *, version: str, commit: str, trust: str, shipped: Sequence[ShippedCell], refused: Sequence[CellVerdict]
+) -> dict[str, object]:
+    """release.json: what the release holds, for tools (the consumer test, CI)."""
+    return {
+        "version": version,
+        "commit": commit,
+        "trust": trust,
+        "cells": [
+            {
+                "cell": s.cell,
+                "archive": s.archive,
+                "archive_sha256": s.archive_sha256,
+                "library_sha256": s.library_sha256,
+                "conan_package": s.package_ref,
+                "conan_install": [f"--requires={s.recipe_ref}", *s.install_arguments],
+                "not_verified_here": list(s.not_verified),
+            }
+            for s in shipped
+        ],
+        "refused": [{"cell": v.cell, "reasons": list(v.reasons)} for v in refused],
+    }
 
 
 def release_notes(
@@ -235,6 +274,8 @@ def release_notes(
         lines += [f"| {s.cell} | `{s.archive}` | `{s.library_sha256}` | {s.archive_bytes} |" for s in shipped]
         for s in shipped:
             lines += [f"- {s.cell}: not verified here: {item}" for item in s.not_verified]
+        lines += ["", "A consumer gets a cell's package from the Conan cache or remote with:", ""]
+        lines += [f"- {s.cell}: `{s.install_command()}`" for s in shipped]
     else:
         lines += ["Nothing."]
     lines.append("")

@@ -1,6 +1,7 @@
 /* generate BUNDLE_DIR MAX_TOKENS PROMPT: greedy text from a bundle through the C ABI.
- * Prints "tokens: <id> <id> ..." (the prompt's tokens, BOS first, are not included) and
- * "text: <generated text>"; exits 1 with the library's message on any error. */
+ * Prints "prompt: <id> ..." (the prompt's tokens, BOS first), "tokens: <id> ..." (the
+ * generated ones) and "text: <generated text>"; exits 1 with the library's message on any
+ * error. */
 #include <eliza-inference-ffi.h>
 
 #include <stdio.h>
@@ -43,7 +44,11 @@ int main(int argc, char ** argv) {
         static char text[1 << 16];
         char step_text[4096];
         size_t used = 0;
-        printf("tokens:");
+        printf("prompt:");
+        for (size_t i = 0; i < n_prompt; ++i) {
+            printf(" %d", prompt[i]);
+        }
+        printf("\ntokens:");
         for (;;) {
             int32_t ids[64];
             size_t n = 0;

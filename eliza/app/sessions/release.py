@@ -232,6 +232,14 @@ def run(options: ReleaseOptions, ctx: Context) -> Path | None:
                     since=report.since,
                 )
                 (tmp / policy.NOTES_FILE).write_text(notes)
+                facts = policy.manifest(
+                    version=options.version,
+                    commit=report.header.commit,
+                    trust=trust,
+                    shipped=shipped,
+                    refused=refused,
+                )
+                (tmp / policy.MANIFEST_FILE).write_text(json.dumps(facts, indent=2) + "\n")
                 sums = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.name != policy.SUMS_FILE}
                 (tmp / policy.SUMS_FILE).write_text(policy.sha256sums(sums))
 
@@ -358,6 +366,7 @@ def _write_cell_files(
         library_sha256=library_sha,
         package_ref=package.full_ref,
         not_verified=verdict.not_verified,
+        install_arguments=package.install_arguments,
     )
 
 
