@@ -270,7 +270,7 @@ def ci_rehearse(session: nox.Session) -> None:
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
     """ruff, mypy --strict, the import contract, drift of the generated CI files, actionlint."""
-    session.run("ruff", "check", "eliza", "tests", "noxfile.py", "conanfile.py")
+    session.run("ruff", "check", "eliza", "tests", "noxfile.py", "conanfile.py", "test_package")
     session.run("mypy", "--strict", "eliza")
     session.run("lint-imports", "--no-cache")
     session.run("python", "-m", "eliza.cli", "ci-files", "--check")

@@ -143,13 +143,18 @@ def judge_cell(
     build_reason: str,
     named: bool,
 ) -> CellVerdict:
-    """The verdict on one cell. `named`: the user asked for it (--cell), so a cell this host
-    neither built nor can build is refused rather than left out."""
+    """The verdict on one cell. `named`: the user asked for it (--cell), so a cell without a
+    library here is refused rather than left out when this host cannot build it, or when its
+    platform's build is a slow one verify does not start."""
     if library.sha256 is None and not can_build:
         why = f"not built here, and this host cannot build it: {build_reason}"
         return CellVerdict(
             cell=cell.id, verdict=Verdict.REFUSED if named else Verdict.NOT_HERE, reasons=(why,)
         )
+    if library.sha256 is None and cell.platform.slow_build and not named:
+        build = f"nox -s build-{cell.platform.id}"
+        why = f"not built here: a slow build verify does not start ({build}, then verify)"
+        return CellVerdict(cell=cell.id, verdict=Verdict.NOT_HERE, reasons=(why,))
     if library.sha256 is None:
         why = (
             f"its library {library.path} does not exist: "

@@ -5,6 +5,7 @@ cell is refused with a line per reason."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -151,6 +152,17 @@ def test_a_cell_neither_built_nor_buildable_here_is_left_out_unless_named() -> N
     assert named.verdict is release.Verdict.REFUSED and "needs Xcode" in named.reasons[0]
     unbuilt = judge(report, None)
     assert unbuilt.verdict is release.Verdict.REFUSED and "does not exist" in unbuilt.reasons[0]
+    # A slow platform's cell (CUDA) that verify did not build is left out, unless named.
+    slow = Cell(platform=replace(CPU, slow_build=True), gates=(), checks=CHECKS)
+    library = release.LibraryBytes(path="x", sha256=None)
+    left_out = release.judge_cell(
+        report, slow, library, default_bundle="tiny", can_build=True, build_reason="ok", named=False
+    )
+    assert left_out.verdict is release.Verdict.NOT_HERE and "slow build" in left_out.reasons[0]
+    named_slow = release.judge_cell(
+        report, slow, library, default_bundle="tiny", can_build=True, build_reason="ok", named=True
+    )
+    assert named_slow.verdict is release.Verdict.REFUSED and "does not exist" in named_slow.reasons[0]
 
 
 def test_candidates_are_the_default_variant_and_a_named_sanitizer_cell_is_refused() -> None:

@@ -373,15 +373,12 @@ def _write_cell_files(
 def _dependencies(cell: Cell, report: Report, repo: Path, tmp: Path) -> list[ResourceDescriptor]:
     """What the archive was made from: the source commit, llama.cpp's pinned source, the
     report and every record the verdict rests on."""
-    found = (
-        [
-            ResourceDescriptor(
-                name="source", uri=f"git+file://{repo}", digest={"gitCommit": report.header.commit}
-            )
-        ]
-        if len(report.header.commit) == 40
-        else []
-    )
+    found = []
+    if len(report.header.commit) == 40:  # "unknown" outside git
+        commit = report.header.commit
+        found.append(
+            ResourceDescriptor(name="source", uri=f"git+file://{repo}", digest={"gitCommit": commit})
+        )
     facts_file = library_path(cell.id, repo, "build-info.json")
     if facts_file.is_file():
         llama = (json.loads(facts_file.read_text()).get("llama_cpp") or {}).get("source", {})
@@ -392,7 +389,9 @@ def _dependencies(cell: Cell, report: Report, repo: Path, tmp: Path) -> list[Res
         }
         if digest:
             found.append(
-                ResourceDescriptor(name="llama.cpp", uri=str(llama.get("requirement", "")), digest=digest)
+                ResourceDescriptor(
+                    name="llama.cpp", uri=_pypi_purl(str(llama.get("requirement", ""))), digest=digest
+                )
             )
     row = next(r for r in report.rows if r.cell == cell.id)
     for entry in row.entries:
@@ -405,6 +404,14 @@ def _dependencies(cell: Cell, report: Report, repo: Path, tmp: Path) -> list[Res
             found.append(ResourceDescriptor(name=shown, digest={"sha256": sha256_file(record)}))
     found.append(ResourceDescriptor(name="report.json", digest={"sha256": sha256_file(tmp / "report.json")}))
     return found
+
+
+def _pypi_purl(requirement: str) -> str:
+    """A pip requirement "name==version" as pkg:pypi/name@version ("" for none)."""
+    name, _, version = requirement.partition("==")
+    if not name.strip():
+        return ""
+    return f"pkg:pypi/{name.strip().lower()}" + (f"@{version.strip()}" if version else "")
 
 
 def _source_epoch(env: Mapping[str, str]) -> int:
