@@ -116,6 +116,18 @@ class CellVerdict:
         return f"{self.cell}: {self.verdict.value}: {'; '.join(self.reasons)}"
 
 
+def not_here_lines(verdicts: Sequence[CellVerdict], matrix: Matrix) -> list[str]:
+    """One line per platform whose cells are not candidates on this host, with why."""
+    by_platform: dict[str, list[CellVerdict]] = {}
+    for verdict in verdicts:
+        if verdict.verdict is Verdict.NOT_HERE:
+            by_platform.setdefault(matrix.cell(verdict.cell).platform.id, []).append(verdict)
+    return [
+        f"not here: {platform} ({len(found)} cell(s)): {found[0].reasons[0]}"
+        for platform, found in by_platform.items()
+    ]
+
+
 def _entry_text(entry: Entry) -> str:
     reason = f" ({entry.reason})" if entry.reason else ""
     return f"{entry.check}: {entry.state.label}{reason}"

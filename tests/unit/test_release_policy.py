@@ -147,7 +147,11 @@ def test_a_failing_check_of_another_bundle_refuses_too() -> None:
 
 def test_a_cell_neither_built_nor_buildable_here_is_left_out_unless_named() -> None:
     report = report_of()
-    assert judge(report, None, can_build=False).verdict is release.Verdict.NOT_HERE
+    left_out = judge(report, None, can_build=False)
+    assert left_out.verdict is release.Verdict.NOT_HERE
+    assert release.not_here_lines([left_out], MATRIX) == [
+        "not here: linux-cpu (1 cell(s)): not built here, and this host cannot build it: needs Xcode"
+    ]
     named = judge(report, None, can_build=False, named=True)
     assert named.verdict is release.Verdict.REFUSED and "needs Xcode" in named.reasons[0]
     unbuilt = judge(report, None)

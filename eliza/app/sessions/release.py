@@ -189,7 +189,10 @@ def run(options: ReleaseOptions, ctx: Context) -> Path | None:
             trust = _trust_text(ctx, options.policy_only)
             verdicts = _judge(report, options, ctx)
             for verdict in verdicts:
-                log(verdict.line())
+                if verdict.verdict is not policy.Verdict.NOT_HERE:
+                    log(verdict.line())
+            for line in policy.not_here_lines(verdicts, matrix):
+                log(line)
             log(f"trust: {trust}")
             if report.since is not None:
                 log(report.since.summary())
