@@ -289,6 +289,7 @@ def release_notes(
     if shipped:
         lines += ["| cell | archive | library sha256 | archive bytes |", "|---|---|---|---|"]
         lines += [f"| {s.cell} | `{s.archive}` | `{s.library_sha256}` | {s.archive_bytes} |" for s in shipped]
+        lines.append("")
         for s in shipped:
             lines += [f"- {s.cell}: not verified here: {item}" for item in s.not_verified]
         lines += ["", "A consumer gets a cell's package from the Conan cache or remote with:", ""]
