@@ -107,7 +107,7 @@ def export_package(
         raise PackageError(
             f"{plan.cell_id}: conan export-pkg failed ({done.returncode}); log: {log_file}\n{tail}"
         )
-    # With a test stage, stdout holds two graphs' JSON... only the export's is printed.
+    # stdout is the export's graph only: Conan prints the test stage's output on stderr.
     graph = json.loads(done.stdout)
     root = graph["graph"]["nodes"]["0"]
     if not str(root.get("ref", "")).startswith(f"{PACKAGE}/"):

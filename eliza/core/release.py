@@ -28,7 +28,7 @@ MANIFEST_FILE = "release.json"
 # A check of another bundle than the default one may be short of VERIFIED only for want of
 # hardware or of a host that can run it (the matrix says so: a real model is not decoded
 # under an emulator); the release notes name each such entry.
-_NOT_HERE_STATES = frozenset({GridState.NOT_RUNNABLE_HERE, GridState.DEVICE_GATED, GridState.NOT_APPLICABLE})
+_NOT_HERE_STATES = frozenset({GridState.NOT_RUNNABLE_HERE, GridState.DEVICE_GATED})
 
 
 def version_problem(version: str, abi_version: int) -> str:
@@ -105,9 +105,14 @@ class CellVerdict:
     # Checks of another bundle that are not VERIFIED for want of a host or device: "id: STATE (why)".
     not_verified: tuple[str, ...] = ()
 
+    @property
+    def library_sha256(self) -> str:
+        """The sha256 of the library judged ("" when there was none)."""
+        return self.library.sha256 if self.library and self.library.sha256 else ""
+
     def line(self) -> str:
         if self.verdict is Verdict.SHIP:
-            sha = self.library.sha256 if self.library and self.library.sha256 else ""
+            sha = self.library_sha256
             extra = f"; not verified here: {'; '.join(self.not_verified)}" if self.not_verified else ""
             return (
                 f"{self.cell}: ships ({len(self.verified_checks)} checks VERIFIED, "

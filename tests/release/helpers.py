@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 # The other reasons a release refuses a cell: any of them is a failure of the test's premise.
@@ -16,3 +18,8 @@ def skip_when_perf_could_not_decide(cell: str, line: str) -> None:
         pytest.skip(
             f"the release rightly refuses {cell}: its perf was INCONCLUSIVE on this host ({line[:300]})"
         )
+
+
+def line_of(cell: str, done: subprocess.CompletedProcess[str]) -> str:
+    """The release's verdict line on the cell (else the end of its output, to show)."""
+    return next((line for line in done.stderr.splitlines() if f"{cell}: " in line), done.stderr[-2000:])

@@ -20,7 +20,7 @@ import pytest
 from eliza.core.c_abi import abi_version
 from eliza.formats.files import sha256_file
 from tests.ci.helpers import copy_tree
-from tests.release.helpers import skip_when_perf_could_not_decide
+from tests.release.helpers import line_of, skip_when_perf_could_not_decide
 
 pytestmark = pytest.mark.e2e
 
@@ -71,17 +71,13 @@ def release(repo: Path, env: dict[str, str], *extra: str) -> subprocess.Complete
     )
 
 
-def line_of(done: subprocess.CompletedProcess[str]) -> str:
-    return next((line for line in done.stderr.splitlines() if f"{CELL}: " in line), done.stderr[-2000:])
-
-
 def test_the_copy_ships_before_anything_is_changed(copy: tuple[Path, dict[str, str]]) -> None:
     # What the refusals below are measured against: unchanged, the cell ships.
     repo, env = copy
     done = release(repo, env, "--dry-run")
     assert done.returncode == 0, done.stderr[-3000:]
-    skip_when_perf_could_not_decide(CELL, line_of(done))
-    assert f"{CELL}: ships" in line_of(done)
+    skip_when_perf_could_not_decide(CELL, line_of(CELL, done))
+    assert f"{CELL}: ships" in line_of(CELL, done)
 
 
 def test_a_library_changed_by_one_byte_after_verify_is_refused_and_nothing_is_written(
@@ -100,7 +96,7 @@ def test_a_library_changed_by_one_byte_after_verify_is_refused_and_nothing_is_wr
     finally:
         library.write_bytes(original)
     assert done.returncode == 1, done.stderr[-3000:]
-    line = line_of(done)
+    line = line_of(CELL, done)
     assert "refused" in line and hashlib.sha256(changed).hexdigest() in line and verified in line
     # Neither the release folder nor a temporary of it: nothing of the cell was written.
     assert not out.parent.exists() or not any(out.parent.iterdir())
@@ -119,7 +115,7 @@ def test_a_check_whose_evidence_failed_is_refused_naming_it(copy: tuple[Path, di
         done = release(repo, env, "--dry-run")
     finally:
         record.write_bytes(kept)
-    line = line_of(done)
+    line = line_of(CELL, done)
     assert "refused" in line and "selector: FAILED" in line and "1 of 2 failed" in line
 
 
@@ -130,6 +126,6 @@ def test_evidence_signed_by_a_key_the_release_does_not_trust_is_refused(
     # Another machine's key: the copy's records are signed by this one, which it no longer trusts.
     other = base64.b64encode(hashlib.sha256(b"another machine").digest()).decode()
     done = release(repo, {**env, "ELIZA_SIGNING_KEY": other}, "--dry-run")
-    line = line_of(done)
+    line = line_of(CELL, done)
     assert "refused" in line and "UNTRUSTED" in line and "trust policy does not name" in line
     assert sha256_file(repo / LIBRARY) == sha256_file(REPO / LIBRARY)

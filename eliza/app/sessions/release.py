@@ -218,12 +218,19 @@ def run(options: ReleaseOptions, ctx: Context) -> Path | None:
                 for name in (paths.html, paths.markdown, paths.json):
                     shutil.copyfile(name, tmp / name.name)
                 cells = [matrix.cell(v.cell) for v in shipping]
+                packages.update(_package_cells(cells, shipping, options, ctx))
                 for cell, verdict in zip(cells, shipping, strict=True):
-                    package = _package_cell(cell, verdict, options, tmp, ctx)
-                    packages[cell.id] = package
                     shipped.append(
                         _write_cell_files(
-                            cell, verdict, package, report, options.version, tmp, started_on, trust
+                            cell,
+                            verdict,
+                            packages[cell.id],
+                            report,
+                            options.version,
+                            tmp,
+                            started_on,
+                            trust,
+                            ctx,
                         )
                     )
                 notes = policy.release_notes(
@@ -243,7 +250,12 @@ def run(options: ReleaseOptions, ctx: Context) -> Path | None:
                     refused=refused,
                 )
                 (tmp / policy.MANIFEST_FILE).write_text(json.dumps(facts, indent=2) + "\n")
-                sums = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.name != policy.SUMS_FILE}
+                hashed = {s.archive: s.archive_sha256 for s in shipped}  # the archives: hashed once
+                sums = {
+                    p.name: hashed.get(p.name) or sha256_file(p)
+                    for p in sorted(tmp.iterdir())
+                    if p.name != policy.SUMS_FILE
+                }
                 (tmp / policy.SUMS_FILE).write_text(policy.sha256sums(sums))
 
             try:
@@ -288,31 +300,40 @@ def _judge(report: Report, options: ReleaseOptions, ctx: Context) -> list[policy
     return verdicts
 
 
-def _package_cell(
-    cell: Cell, verdict: policy.CellVerdict, options: ReleaseOptions, tmp: Path, ctx: Context
-) -> ExportedPackage:
-    """The cell's Conan package from its verified build tree, its library checked against
-    the verdict's bytes once more (the package is what ships)."""
+def _package_cells(
+    cells: list[Cell], verdicts: list[policy.CellVerdict], options: ReleaseOptions, ctx: Context
+) -> dict[str, ExportedPackage]:
+    """Each cell's Conan package from its verified build tree, its library checked against
+    the verdict's bytes once more (the package is what ships). The Conan home is prepared,
+    llama.cpp's source resolved and the home's lock taken once for all of them."""
     project = ctx.project
-    with conan_home_lock(conan_home(project.cache), f"release {cell.id}", ctx.log):
-        prepare_conan_home(project.cache, project.repo, conan_profiles_for([cell.platform]))
+    bundle = ensure_tiny_bundle() if options.test_package else None
+    packages: dict[str, ExportedPackage] = {}
+    with conan_home_lock(conan_home(project.cache), "release", ctx.log):
+        prepare_conan_home(project.cache, project.repo, conan_profiles_for(c.platform for c in cells))
         source = resolve_llama_source(project.cache, project.env)
-        plan = plan_for(cell, ctx.matrix, source.version, platform_env(cell.platform))
-        log_file = plan.output_dir / "conan-export-pkg.log"
-        bundle = ensure_tiny_bundle() if options.test_package else None
-        package = export_package(
-            plan, options.version, project.cache, {**source.env, **plan.env}, log_file, test_bundle=bundle
-        )
-    packaged = package.folder / "lib" / library_file(cell.platform)
-    expected = verdict.library.sha256 if verdict.library else None
-    got = sha256_file(packaged) if packaged.is_file() else None
-    if got != expected:
-        raise ChecksFailed(
-            f"{cell.id}: the package's library {packaged} has sha256 {got}, the verified one {expected}: "
-            "nothing was released"
-        )
-    ctx.log(f"{cell.id}: packaged {package.full_ref}")
-    return package
+        envs: dict[str, dict[str, str]] = {}
+        for cell, verdict in zip(cells, verdicts, strict=True):
+            env = envs.setdefault(cell.platform.id, platform_env(cell.platform))
+            plan = plan_for(cell, ctx.matrix, source.version, env)
+            package = export_package(
+                plan,
+                options.version,
+                project.cache,
+                {**source.env, **plan.env},
+                plan.output_dir / "conan-export-pkg.log",
+                test_bundle=bundle,
+            )
+            packaged = package.folder / "lib" / library_file(cell.platform)
+            got = sha256_file(packaged) if packaged.is_file() else None
+            if got != verdict.library_sha256:
+                raise ChecksFailed(
+                    f"{cell.id}: the package's library {packaged} has sha256 {got}, the verified one "
+                    f"{verdict.library_sha256}: nothing was released"
+                )
+            ctx.log(f"{cell.id}: packaged {package.full_ref}")
+            packages[cell.id] = package
+    return packages
 
 
 def _write_cell_files(
@@ -324,8 +345,9 @@ def _write_cell_files(
     tmp: Path,
     started_on: str,
     trust: str,
+    ctx: Context,
 ) -> policy.ShippedCell:
-    project = current()
+    project = ctx.project
     archive_name = policy.archive_name(version, cell.id)
     archive = tmp / archive_name
     epoch = _source_epoch(project.env)
@@ -337,10 +359,10 @@ def _write_cell_files(
         raise ChecksFailed(f"{cell.id}: the SBOM {written}: {problem}; nothing was released")
     shutil.copyfile(written, sbom)
     archive_sha = sha256_file(archive)
-    library_sha = verdict.library.sha256 if verdict.library and verdict.library.sha256 else ""
+    library_sha = verdict.library_sha256
     statement = provenance_statement(
         subjects=[(archive_name, archive_sha)],
-        external_parameters={"version": version, "cell": cell.id, "matrix": Path(current().matrix_path).name},
+        external_parameters={"version": version, "cell": cell.id, "matrix": project.matrix_path.name},
         internal_parameters={
             "conan_package": package.full_ref,
             "library": {"path": verdict.library.path if verdict.library else "", "sha256": library_sha},
