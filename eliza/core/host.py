@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from eliza.core.lab import DeviceState
-from eliza.core.matrix import Bundle, Check, Platform, Requirement
+from eliza.core.matrix import SIMULATOR, Bundle, Check, Platform, Requirement
 
 __all__ = [
     "Capability",
@@ -21,6 +21,7 @@ __all__ = [
     "check_blockers",
     "decide",
     "emulator_found",
+    "simulated_cpu",
     "x86_64_level",
 ]
 
@@ -168,6 +169,10 @@ class Capability:
     # declared one is unreachable (device_error: why; its checks are NOT RUNNABLE HERE).
     device: str = ""
     device_error: str = ""
+    # The simulated-CPU instrument of the perf check (valgrind running the cell's binaries
+    # natively): the tool and its version ("valgrind 3.19.0"), or "" with why not.
+    simulator: str = ""
+    simulator_reason: str = ""
 
     @property
     def as_target(self) -> bool:
@@ -419,6 +424,8 @@ def on_device(can: Capability, platform: Platform, state: DeviceState) -> Capabi
     uname = state.identity.get("uname", "")
     return replace(
         can,
+        simulator="",
+        simulator_reason=f"its binaries run on {words}, where no valgrind runs: wall time alone judges",
         can_run=True,
         run_reason=f"{words}" + (f" ({uname})" if uname else ""),
         missing_run=(),
@@ -428,6 +435,31 @@ def on_device(can: Capability, platform: Platform, state: DeviceState) -> Capabi
         runner_words=words,
         device=words,
     )
+
+
+# The host architectures valgrind's callgrind runs natively here (its amd64 and arm64 ports).
+_SIMULATOR_ARCHES = ("x86_64", "arm64")
+
+
+def simulated_cpu(host: HostFacts, platform: Platform) -> tuple[str, str]:
+    """(tool, words) of the perf check's simulated instrument for the platform's cells on
+    this host: the tool and its version when valgrind runs their binaries natively, else ""
+    and why not (then wall time alone judges)."""
+    if platform.llama_backend != "cpu":
+        return "", (
+            f"decode runs on the {platform.llama_backend} device: instructions counted on the CPU "
+            "do not see it, so wall time alone judges"
+        )
+    if host.os != "linux" or host.arch not in _SIMULATOR_ARCHES:
+        return "", f"valgrind runs Linux x86-64 and aarch64 binaries; this host is {host.describe()}"
+    if (platform.os, platform.arch) != (host.os, host.arch):
+        return "", f"its binaries ({platform.os}/{platform.arch}) do not run natively on {host.describe()}"
+    if str(platform.llama_options.get("cpu_isa", "")) == "x86-64-v4":
+        return "", "valgrind does not run AVX-512 code (the build's cpu_isa is x86-64-v4)"
+    tool = host.programs.get(SIMULATOR)
+    if tool is None:
+        return "", "valgrind is not on PATH (Debian/Ubuntu: valgrind, which bash ci/setup.sh installs)"
+    return tool.describe(), f"{tool.describe()} at {tool.path}"
 
 
 def decide(host: HostFacts, platform: Platform, device: DeviceState | None = None) -> Capability:
@@ -482,4 +514,8 @@ def decide(host: HostFacts, platform: Platform, device: DeviceState | None = Non
         can_run_fallback=can_fallback,
         fallback_reason=fallback_reason,
     )
+    simulator, simulator_reason = simulated_cpu(host, platform)
+    if emulated:
+        simulator, simulator_reason = "", "timings and counts under an emulator say nothing of the target"
+    can = replace(can, simulator=simulator, simulator_reason=simulator_reason)
     return can if device is None else on_device(can, platform, device)

@@ -63,6 +63,23 @@ class Direction(StrEnum):
     LOWER = "lower"  # lower is better (latency, memory)
 
 
+class Instrument(StrEnum):
+    """What measured a perf metric (docs/perf.md)."""
+
+    WALL_TIME = "wall time"  # the AB/BA rounds' clocks
+    MEMORY = "memory"  # the rounds' peak resident memory
+    SIMULATED = "simulated CPU"  # callgrind's counts, one run per side, exact
+
+
+# The metrics of the wall-time rounds (eliza.app.checks.perf.run_metrics) and what each is.
+ROUND_METRICS: Mapping[str, Instrument] = {
+    "decode_tok_s": Instrument.WALL_TIME,
+    "prefill_tok_s": Instrument.WALL_TIME,
+    "first_token_ms": Instrument.WALL_TIME,
+    "peak_rss_kb": Instrument.MEMORY,
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class MetricRule:
     """The pass rule of one perf metric (a perf check's `metrics` in matrix.yaml): the ratio
@@ -75,6 +92,7 @@ class MetricRule:
     min_samples: int = 3  # rounds per side; fewer is inconclusive
     max_interval: float | None = None  # widest interval (high - low) that can decide; None: 4 x bound
     alpha: float = 0.05  # a failure also needs a Mann-Whitney U p below this
+    instrument: Instrument = Instrument.WALL_TIME
 
     @property
     def threshold(self) -> float:
@@ -92,6 +110,69 @@ class MetricRule:
     def describe(self) -> str:
         side = "below" if self.direction is Direction.HIGHER else "above"
         return f"a regression is an interval wholly {side} {self.threshold:g} with p < {self.alpha:g}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheGeometry:
+    """One simulated cache: size in bytes, associativity, line size (valgrind's --I1 form)."""
+
+    size: int
+    ways: int
+    line: int
+
+    def flag(self) -> str:
+        return f"{self.size},{self.ways},{self.line}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CycleWeights:
+    """What a miss costs in the simulated CPU's cycle estimate, in instructions' worth."""
+
+    l1_miss: int
+    ll_miss: int
+
+
+# The simulated CPU's program; its tool is callgrind (valgrind's, with cachegrind's cache
+# simulator and, unlike cachegrind in valgrind 3.19, the call graph that splits the phases).
+SIMULATOR = "valgrind"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimulatedInstrument:
+    """A perf check's `simulated:` entry: how its simulated-CPU run is made (valgrind's
+    callgrind with the cache simulation on a fixed geometry, one thread, one run per side)
+    and the rule of each metric it judges (eliza.core.simulated_cpu)."""
+
+    max_tokens: int  # the run's token budget per prompt (a bundle's bench may size its own)
+    i1: CacheGeometry
+    d1: CacheGeometry
+    ll: CacheGeometry
+    weights: CycleWeights
+    metrics: tuple[MetricRule, ...]
+
+    def tool_argv(self, out: str) -> list[str]:
+        """valgrind's command line before the bench tool's: callgrind with the cache simulation
+        on the declared geometry (never the host's own caches, which valgrind would otherwise
+        read from CPUID: the counts must not depend on the machine), names uncompressed so
+        eliza.formats.callgrind reads them directly."""
+        return [
+            SIMULATOR, "--tool=callgrind", "--cache-sim=yes",
+            f"--I1={self.i1.flag()}", f"--D1={self.d1.flag()}", f"--LL={self.ll.flag()}",
+            "--compress-strings=no", "--compress-pos=no", f"--callgrind-out-file={out}",
+        ]  # fmt: skip
+
+    def identity(self, tool_version: str) -> str:
+        """What the counts depend on besides the binaries, the bundle and the prompts."""
+        return (
+            f"callgrind:{tool_version};I1={self.i1.flag()};D1={self.d1.flag()};LL={self.ll.flag()};"
+            f"weights={self.weights.l1_miss},{self.weights.ll_miss};max_tokens={self.max_tokens}"
+        )
+
+    def describe(self) -> str:
+        return (
+            f"callgrind with simulated caches I1 {self.i1.flag()}, D1 {self.d1.flag()}, LL {self.ll.flag()}; "
+            f"cycles = instructions + {self.weights.l1_miss} x L1 misses + {self.weights.ll_miss} x LL misses"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,6 +294,7 @@ class Check:
     run_requires: tuple[Requirement, ...] = ()
     metrics: tuple[MetricRule, ...] = ()  # perf: the pass rule of each metric
     rounds: int = 0  # perf: interleaved candidate/reference rounds by default
+    simulated: SimulatedInstrument | None = None  # perf: the simulated-CPU instrument, if declared
     # perf: what is timed. "library": the cell's library against a reference library (the
     # declared baseline); "backend": each gate's runtime, hard-selected, against the llama.cpp
     # path of the same library and bundle (the seam's faster-or-justified).
@@ -256,6 +338,7 @@ class BundleBench:
     perf_max_tokens: int = 0  # perf rounds; 0: the perf check's default
     perf_repeats: int = 0
     perf_rounds: int = 0  # 0: the perf check's declared rounds
+    perf_simulated_max_tokens: int = 0  # 0: the perf check's simulated.max_tokens
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,22 +16,26 @@ from typing import Any
 
 from eliza.core.matrix import (
     DEFAULT_BUNDLES,
+    ROUND_METRICS,
     Agreement,
     BackendAgreement,
     Baseline,
     Bundle,
     BundleBench,
     BundleChunk,
+    CacheGeometry,
     Cell,
     Check,
     CheckKind,
     ChecklistScope,
+    CycleWeights,
     DeviceGatedItem,
     Direction,
     Emulator,
     ExitBox,
     ExitChecklist,
     Gate,
+    Instrument,
     Matrix,
     MatrixError,
     MetricRule,
@@ -39,6 +43,7 @@ from eliza.core.matrix import (
     Platform,
     Problem,
     Requirement,
+    SimulatedInstrument,
     Toolchain,
     Variant,
     VerifiableItem,
@@ -345,11 +350,18 @@ class MatrixRules:
                     f"perf check {check['id']!r} declares no metrics",
                     "add metrics: {decode_tok_s: {better: higher, bound: 0.05}, ...}",
                 )
-            for key in ("metrics", "rounds"):
+            for key in ("metrics", "rounds", "simulated"):
                 if not perf and key in check:
                     self.error(
                         ("checks", i, key), f"only a perf check has {key}", f"kind is {check['kind']!r}"
                     )
+            if perf and "simulated" in check and check.get("subject") == "backend":
+                self.error(
+                    ("checks", i, "simulated"),
+                    f"backend perf check {check['id']!r} declares a simulated instrument",
+                    "instruction counts of two runtimes are not comparable: a backend check stays on "
+                    "wall time (remove simulated:)",
+                )
 
     def perf_waivers(self, cells: Sequence[Cell]) -> tuple[PerfWaiver, ...]:
         """Each waiver names a metric some perf check judges and exactly one expiry; a
@@ -358,7 +370,7 @@ class MatrixRules:
             name
             for c in self.data["checks"]
             if c["kind"] == CheckKind.PERF.value
-            for name in c.get("metrics", {})
+            for name in (*c.get("metrics", {}), *c.get("simulated", {}).get("metrics", {}))
         }
         ids = [c.id for c in cells]
         out: list[PerfWaiver] = []
@@ -749,8 +761,18 @@ def _expand(raw_checks: Sequence[Mapping[str, Any]], bundles: tuple[Bundle, ...]
         for bid in c.get("bundles", [first])[1:]:
             bundle = by_id[bid]
             rounds = bundle.bench.perf_rounds if check.rounds and bundle.bench.perf_rounds else check.rounds
+            simulated = check.simulated
+            if simulated is not None and bundle.bench.perf_simulated_max_tokens:
+                simulated = replace(simulated, max_tokens=bundle.bench.perf_simulated_max_tokens)
             out.append(
-                replace(check, id=f"{check.id}.{bid}", bundle=bid, declared_id=check.id, rounds=rounds)
+                replace(
+                    check,
+                    id=f"{check.id}.{bid}",
+                    bundle=bid,
+                    declared_id=check.id,
+                    rounds=rounds,
+                    simulated=simulated,
+                )
             )
     return tuple(out)
 
@@ -777,6 +799,7 @@ def _bundle(b: Mapping[str, Any]) -> Bundle:
             perf_max_tokens=bench.get("perf_max_tokens", 0),
             perf_repeats=bench.get("perf_repeats", 0),
             perf_rounds=bench.get("perf_rounds", 0),
+            perf_simulated_max_tokens=bench.get("perf_simulated_max_tokens", 0),
         ),
         gated_cells=b.get("gated_cells", True),
         emulated=b.get("emulated", True),
@@ -818,11 +841,37 @@ def _check(c: Mapping[str, Any], bundle: str) -> Check:
                 min_samples=rule.get("min_samples", 3),
                 max_interval=float(rule["max_interval"]) if "max_interval" in rule else None,
                 alpha=float(rule.get("alpha", 0.05)),
+                instrument=ROUND_METRICS[name],
             )
             for name, rule in c.get("metrics", {}).items()
         ),
+        simulated=_simulated(c["simulated"]) if "simulated" in c else None,
         rounds=c.get("rounds", 0),
         subject=c.get("subject", "library"),
+    )
+
+
+def _simulated(x: Mapping[str, Any]) -> SimulatedInstrument:
+    def geometry(g: Mapping[str, Any]) -> CacheGeometry:
+        return CacheGeometry(size=g["size"], ways=g["ways"], line=g["line"])
+
+    caches = x["caches"]
+    return SimulatedInstrument(
+        max_tokens=x["max_tokens"],
+        i1=geometry(caches["I1"]),
+        d1=geometry(caches["D1"]),
+        ll=geometry(caches["LL"]),
+        weights=CycleWeights(l1_miss=x["cycle_weights"]["l1_miss"], ll_miss=x["cycle_weights"]["ll_miss"]),
+        metrics=tuple(
+            MetricRule(
+                metric=name,
+                direction=Direction(rule["better"]),
+                bound=float(rule["bound"]),
+                min_samples=1,
+                instrument=Instrument.SIMULATED,
+            )
+            for name, rule in x["metrics"].items()
+        ),
     )
 
 

@@ -15,6 +15,10 @@ that into a verdict:
   beyond the bound is ruled out), or otherwise one narrow enough to decide. An unchanged
   tree's interval straddles 1, so it never fails.
 
+A deterministic count (the simulated CPU's instructions and estimated cycles, one figure per
+side: see eliza.core.simulated_cpu) is compared by `exact`: its ratio is exact, so it is
+FAILED when beyond the bound and VERIFIED otherwise, never inconclusive.
+
 Pure: the samples come in, nothing is read or timed here.
 """
 
@@ -38,6 +42,7 @@ __all__ = [
     "MetricRule",
     "Verdict",
     "compare",
+    "exact",
     "judge",
     "rounds_needed",
 ]
@@ -66,6 +71,9 @@ class Comparison:
     high: float
     p_value: float  # two-sided Mann-Whitney U
     confidence: float = CONFIDENCE
+    # A deterministic count (the simulated CPU): one figure per side, the ratio is exact and
+    # the interval is that ratio; no p-value applies.
+    exact: bool = False
 
     @property
     def width(self) -> float:
@@ -76,6 +84,11 @@ class Comparison:
         return min(len(self.candidate), len(self.reference))
 
     def describe(self) -> str:
+        if self.exact:
+            return (
+                f"{self.metric} ratio {self.ratio:.4f} "
+                f"(exact count: {_figure(self.candidate[0])} against {_figure(self.reference[0])})"
+            )
         return (
             f"{self.metric} ratio {self.ratio:.3f} "
             f"({self.confidence:.0%} CI {self.low:.3f}..{self.high:.3f}, p={self.p_value:.3g}, "
@@ -108,11 +121,17 @@ class Judgement:
             "reference": [_round(v) for v in c.reference],
             "words": self.words,
             "rounds_suggested": self.rounds_suggested,
+            **({"exact": True} if c.exact else {}),
         }
 
 
 def _round(value: float, digits: int = 4) -> float:
     return round(float(value), digits)
+
+
+def _figure(value: float) -> str:
+    """A count as a reader compares them: "3,817,442" (whole), else three decimals."""
+    return f"{value:,.0f}" if float(value).is_integer() or abs(value) >= 1000 else f"{value:,.3f}"
 
 
 def _median_ratio(candidate: Sequence[float], reference: Sequence[float]) -> float:
@@ -174,6 +193,28 @@ def compare(
     )
 
 
+def exact(metric: str, candidate: float, reference: float) -> Comparison:
+    """A deterministic metric's comparison: one count per side, the exact ratio (its interval
+    is the ratio itself; the same inputs always give the same counts, so there is no noise
+    to bound)."""
+    if not (math.isfinite(candidate) and math.isfinite(reference)):
+        raise ValueError(f"{metric}: counts must be finite numbers")
+    if reference <= 0:
+        raise ValueError(f"{metric}: the reference's count must be positive (a ratio divides by it)")
+    ratio = float(candidate) / float(reference)
+    return Comparison(
+        metric=metric,
+        candidate=(float(candidate),),
+        reference=(float(reference),),
+        ratio=ratio,
+        low=ratio,
+        high=ratio,
+        p_value=0.0,
+        confidence=1.0,
+        exact=True,
+    )
+
+
 def rounds_needed(comparison: Comparison, rule: MetricRule) -> int:
     """Rounds that would likely narrow the interval enough to decide: the width shrinks
     with the square root of the rounds; at least one more than now, at most 50."""
@@ -193,6 +234,13 @@ def rounds_needed(comparison: Comparison, rule: MetricRule) -> int:
 def judge(comparison: Comparison, rule: MetricRule) -> Judgement:
     """The verdict of one metric under its rule, in words naming ratio, interval, p and bound."""
     c = comparison
+    if c.exact:
+        # One count per side and no noise: the ratio itself is beyond the bound or not.
+        side = "above" if rule.direction is Direction.LOWER else "below"
+        said = f"{c.describe()}; bound {rule.bound:g} (a regression is a ratio {side} {rule.threshold:g})"
+        if rule.beyond(c.ratio):
+            return Judgement(comparison=c, rule=rule, verdict=Verdict.FAILED, words=f"{said}: REGRESSION")
+        return Judgement(comparison=c, rule=rule, verdict=Verdict.VERIFIED, words=f"{said}: within the bound")
     said = f"{c.describe()}; bound {rule.bound:g} ({rule.describe()})"
 
     def inconclusive(why: str) -> Judgement:

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from eliza.core.matrix import Direction, PerfWaiver
+from eliza.core.matrix import Direction, Instrument, PerfWaiver
 
-__all__ = ["PerfPolicy", "PerfState", "holds", "judge_with_waivers"]
+__all__ = ["PerfPolicy", "PerfState", "holds", "instrument_of", "judge_with_waivers"]
 
 FAILED = "failed"
 INCONCLUSIVE = "inconclusive"
@@ -38,6 +38,29 @@ class PerfState:
     words: str  # the reason: the failing or undecided metrics, or what passed
     waived: tuple[str, ...] = ()  # "decode_tok_s: <reason>" of each waived failure
     warnings: tuple[str, ...] = ()  # expired waivers that would have applied
+    # The instruments whose metrics made the verdict (Instrument values: "simulated CPU",
+    # "wall time", "memory"): the failing ones' when failed, else those that decided.
+    decided_by: tuple[str, ...] = ()
+    # Wall-time metrics that could not decide where the simulated CPU did (their words).
+    undecided_wall: tuple[str, ...] = ()
+
+    def decision(self) -> str:
+        """Which instrument decided, in words, for the report and the record."""
+        if self.verdict == INCONCLUSIVE:
+            return "no instrument could decide"
+        said = " and ".join(self.decided_by) or "no metric"
+        if self.undecided_wall:
+            said += " (wall time could not decide: " + "; ".join(self.undecided_wall) + ")"
+        return said
+
+
+def instrument_of(metric: Mapping[str, Any]) -> str:
+    """A judged metric's instrument; a record made before instruments were named carries
+    none: its peak RSS is memory, every other metric wall time."""
+    named = metric.get("instrument")
+    if named:
+        return str(named)
+    return Instrument.MEMORY.value if metric.get("metric") == "peak_rss_kb" else Instrument.WALL_TIME.value
 
 
 def holds(waiver: PerfWaiver, today: date, milestone: str) -> bool:
@@ -64,20 +87,29 @@ def judge_with_waivers(
     cell: str, metrics: Sequence[Mapping[str, Any]], policy: PerfPolicy, check: str | None = None
 ) -> PerfState:
     """The verdict of a perf record's per-metric judgements (as the runner recorded them:
-    metric, verdict, ratio, ci_low, ci_high, direction, words) under today's waivers: a
-    failure is waived when a waiver of its cell and metric holds and the interval does not
-    lie wholly beyond the waiver's bound; an undecided metric is settled by such a waiver
-    when its interval lies wholly inside the waiver's bound (the regression it may hide is
-    one the waiver accepts). Any other failure fails; any other undecided metric leaves the
-    whole inconclusive. A waiver that names a check covers that perf check only."""
+    metric, verdict, ratio, ci_low, ci_high, direction, words, instrument) under today's
+    waivers: a failure is waived when a waiver of its cell and metric holds and the interval
+    does not lie wholly beyond the waiver's bound; an undecided metric is settled by such a
+    waiver when its interval lies wholly inside the waiver's bound (the regression it may
+    hide is one the waiver accepts). Any other failure fails. An undecided wall-time metric
+    leaves the whole inconclusive unless the simulated CPU judged the same record (its
+    counts decide the work; wall time still fails a decisive regression, such as a sleep,
+    that adds none); any other undecided metric leaves it inconclusive. A waiver that names
+    a check covers that perf check only."""
     failed: list[str] = []
     undecided: list[str] = []
+    undecided_wall: list[str] = []
     waived: list[str] = []
     warnings: list[str] = []
+    failing: set[str] = set()
+    deciding: set[str] = set()
+    simulated = any(instrument_of(m) == Instrument.SIMULATED.value for m in metrics)
     for m in metrics:
         name = str(m.get("metric", "?"))
         verdict = str(m.get("verdict", ""))
+        instrument = instrument_of(m)
         if verdict not in (FAILED, INCONCLUSIVE):
+            deciding.add(instrument)
             continue
         matching = [
             w
@@ -95,25 +127,41 @@ def judge_with_waivers(
         else:
             accepting = next((w for w in live if not _wholly_beyond(m, w.bound)), None)
         if accepting is not None:
+            deciding.add(instrument)
             waived.append(
                 f"{name}: {accepting.reason} (accepted bound {accepting.bound:g}, {accepting.expiry()})"
             )
+        elif verdict == INCONCLUSIVE and simulated and instrument == Instrument.WALL_TIME.value:
+            undecided_wall.append(str(m.get("words", name)))
         elif verdict == INCONCLUSIVE:
             undecided.append(str(m.get("words", name)))
-        elif live:
-            failed.append(f"{m.get('words', name)}; beyond even the waiver's bound {live[0].bound:g}")
         else:
-            failed.append(str(m.get("words", name)))
+            failing.add(instrument)
+            failed.append(
+                f"{m.get('words', name)}; beyond even the waiver's bound {live[0].bound:g}"
+                if live
+                else str(m.get("words", name))
+            )
+    order = [i.value for i in Instrument]
+
+    def state(verdict: str, words: str, decided_by: set[str]) -> PerfState:
+        return PerfState(
+            verdict=verdict,
+            words=words,
+            waived=tuple(waived),
+            warnings=tuple(warnings),
+            decided_by=tuple(i for i in order if i in decided_by),
+            undecided_wall=tuple(undecided_wall),
+        )
+
     if failed:
-        return PerfState(
-            verdict=FAILED, words="; ".join(failed), waived=tuple(waived), warnings=tuple(warnings)
-        )
+        return state(FAILED, "; ".join(failed), failing)
     if undecided:
-        return PerfState(
-            verdict=INCONCLUSIVE, words="; ".join(undecided), waived=tuple(waived), warnings=tuple(warnings)
-        )
+        return state(INCONCLUSIVE, "; ".join(undecided), set())
     judged = ", ".join(str(m.get("metric")) for m in metrics)
     words = f"every metric within its bound ({judged})"
     if waived:
         words = "waived: " + "; ".join(waived)
-    return PerfState(verdict=VERIFIED, words=words, waived=tuple(waived), warnings=tuple(warnings))
+    if undecided_wall:
+        words += f"; wall time could not decide {len(undecided_wall)} metric(s), the simulated CPU decided"
+    return state(VERIFIED, words, deciding)

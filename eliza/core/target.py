@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from eliza.core.matrix import Matrix, Platform
+from eliza.core.matrix import SIMULATOR, Matrix, Platform
 
 LIBRARY_STEM = "libelizainference"
 TEST_KIT_STEM = "libelizainference_testkit"
@@ -106,7 +106,8 @@ def runs_natively(platform: Platform, host_os: str, host_arch: str) -> bool:
 
 def probe_targets(matrix: Matrix) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(programs, directories) the host probe looks for beyond its usual tools: each
-    platform's cross compilers and binutils, its emulator and the emulator's sysroot."""
+    platform's cross compilers and binutils, its emulator and the emulator's sysroot, the
+    checks' runtimes and the perf check's simulator."""
     programs: set[str] = set()
     dirs: set[str] = set()
     for platform in matrix.platforms:
@@ -120,6 +121,8 @@ def probe_targets(matrix: Matrix) -> tuple[tuple[str, ...], tuple[str, ...]]:
     for check in matrix.checks:
         for req in check.run_requires:
             programs.update(CHECK_PROGRAMS.get(req.value, ()))
+        if check.simulated is not None:
+            programs.add(SIMULATOR)
     return tuple(sorted(programs)), tuple(sorted(dirs))
 
 

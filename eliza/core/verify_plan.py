@@ -45,6 +45,7 @@ __all__ = [
     "VerifyPlan",
     "perf_identity",
     "plan",
+    "simulated_identity",
 ]
 
 # The byte-identity checks share one bench run of the platform's cells.
@@ -96,9 +97,17 @@ class Run:
     how: str = "native"  # "native", "emulated: ...", "CPU fallback, without nvidia-gpu"
     needs: tuple[CellId, ...] = ()  # other cells' libraries it reads (references)
     baseline_commit: str = ""  # byte-identity-baseline: the commit compared with
+    # perf with a simulated instrument: the simulator that runs it here ("valgrind 3.19.0"),
+    # or "" and why it does not (wall time alone judges)
+    simulator: str = ""
+    simulator_reason: str = ""
 
     def describe(self) -> str:
         where = "" if self.how == "native" else f" [{self.how}]"
+        if self.simulator:
+            where += f" [simulated CPU: {self.simulator}]"
+        elif self.simulator_reason:
+            where += f" [wall time alone: {self.simulator_reason}]"
         return f"run    {self.check}{where}: {self.reason}"
 
 
@@ -266,10 +275,21 @@ def cpu_fallback_reference(matrix: Matrix, platform: Platform, facts: PlanFacts)
     return None
 
 
-def perf_identity(reference: str, rounds: int) -> str:
+def perf_identity(reference: str, rounds: int, simulated: str = "") -> str:
     """What a perf record was measured against, as its fingerprint's `reference` part:
-    the reference (a commit, "library:<sha256>", or BACKEND_PERF_REFERENCE) and the rounds."""
-    return f"{reference};rounds={rounds}"
+    the reference (a commit, "library:<sha256>", or BACKEND_PERF_REFERENCE), the rounds and,
+    for a check with a simulated instrument, that instrument's identity here
+    (simulated_identity)."""
+    return f"{reference};rounds={rounds}" + (f";simulated={simulated}" if simulated else "")
+
+
+def simulated_identity(check: Check, simulator: str) -> str:
+    """The simulated instrument's part of a perf identity: "" for a check without one, "none"
+    where it cannot run (so that a host gaining valgrind runs the check again), else what its
+    counts depend on (the simulator's version, the cache geometry, the weights, the tokens)."""
+    if check.simulated is None:
+        return ""
+    return check.simulated.identity(simulator) if simulator else "none"
 
 
 # A backend perf check's reference: the llama.cpp path of the cell's own library.
@@ -425,7 +445,7 @@ class _Planner:
         """What the check's fingerprint compares with: the perf identity, the baseline
         commit, or nothing."""
         if check.kind is CheckKind.PERF:
-            return self.perf_identity_of(check)
+            return self.perf_identity_of(check, self.facts.capabilities[cell.platform.id])
         return (self.selection.baseline_commit or "") if compares_with_baseline(cell, check) else ""
 
     def plan_platform(self, platform: Platform) -> None:
@@ -566,11 +586,11 @@ class _Planner:
             return f"library:{selection.perf_reference_library}"
         return selection.perf_reference_commit or selection.baseline_commit or ""
 
-    def perf_identity_of(self, check: Check) -> str:
+    def perf_identity_of(self, check: Check, can: Capability) -> str:
         rounds = self.selection.perf_rounds or check.rounds
         if check.subject == "backend":
             return perf_identity(BACKEND_PERF_REFERENCE, rounds)
-        return perf_identity(self.perf_reference(), rounds)
+        return perf_identity(self.perf_reference(), rounds, simulated_identity(check, can.simulator))
 
     def perf_blocker(self, can: Capability, check: Check) -> tuple[GridState, str, bool] | None:
         """Why the perf check does not run here: timed under an emulator, --no-bench, or no
@@ -680,6 +700,8 @@ class _Planner:
                     how=can.how_it_runs(check.device_free),
                     needs=self._runtime_needs(cell, check, reference, group),
                     baseline_commit=builds_commit(cell, check),
+                    simulator=can.simulator if check.simulated is not None else "",
+                    simulator_reason=can.simulator_reason if check.simulated is not None else "",
                 )
             )
 

@@ -1,5 +1,6 @@
 """The perf chart: for each metric, every cell's ratio candidate / reference with its 95 %
-interval, a line at 1 and the metric's bound; SVG for the HTML report, PNG beside the
+interval (a diamond without one for the simulated CPU's exact counts), a line at 1 and the
+metric's bound, one row of panels per instrument; SVG for the HTML report, PNG beside the
 Markdown. matplotlib with the Agg backend (no display)."""
 
 from __future__ import annotations
@@ -32,37 +33,55 @@ def _pyplot() -> Any:
     return pyplot
 
 
+# The chart's rows of panels, top to bottom: the instrument that decides first.
+_INSTRUMENT_ORDER = ("simulated CPU", "wall time", "memory")
+
+
 def _figure(plt: Any, rows: Sequence[PerfRow]) -> Any:
-    metrics = list(dict.fromkeys(r.metric for r in rows))
+    """One row of panels per instrument (the simulated CPU's exact ratios above the wall
+    time ones, then memory), one panel per metric, every cell on the same axis."""
+    instruments = sorted(
+        dict.fromkeys(r.instrument for r in rows),
+        key=lambda i: _INSTRUMENT_ORDER.index(i) if i in _INSTRUMENT_ORDER else len(_INSTRUMENT_ORDER),
+    )
+    by_instrument = {i: list(dict.fromkeys(r.metric for r in rows if r.instrument == i)) for i in instruments}
     cells = list(dict.fromkeys(r.cell for r in rows))
+    columns = max(len(m) for m in by_instrument.values())
     height = 0.9 + 0.32 * len(cells)
     fig, axes = plt.subplots(
-        1, len(metrics), figsize=(3.2 * len(metrics), height), sharey=True, squeeze=False
+        len(instruments),
+        columns,
+        figsize=(3.4 * columns, height * len(instruments) + 0.3),
+        sharey=True,
+        squeeze=False,
     )
-    for ax, metric in zip(axes[0], metrics, strict=True):
-        mine = [r for r in rows if r.metric == metric]
-        for r in mine:
-            y = cells.index(r.cell)
-            colour = COLOURS.get(r.verdict, "#57606a")
-            ax.errorbar(
-                r.ratio,
-                y,
-                xerr=[[r.ratio - r.ci_low], [r.ci_high - r.ratio]],
-                fmt="o",
-                color=colour,
-                capsize=3,
-                markersize=4,
-            )
-        ax.axvline(1.0, color="#24292f", linewidth=0.8)
-        thresholds = sorted({r.threshold for r in mine})
-        for t in thresholds:
-            ax.axvline(t, color="#cf222e", linewidth=0.8, linestyle="--")
-        better = "higher" if mine and mine[0].direction == "higher" else "lower"
-        ax.set_title(f"{metric}\n({better} is better)", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.set_xlabel("candidate / reference", fontsize=7)
-        ax.grid(axis="x", linewidth=0.3)
-    axes[0][0].set_yticks(range(len(cells)), cells)
+    for line, instrument in enumerate(instruments):
+        metrics = by_instrument[instrument]
+        for column in range(len(metrics), columns):
+            axes[line][column].set_visible(False)
+        for ax, metric in zip(axes[line], metrics, strict=False):
+            mine = [r for r in rows if r.metric == metric and r.instrument == instrument]
+            for r in mine:
+                y = cells.index(r.cell)
+                colour = COLOURS.get(r.verdict, "#57606a")
+                ax.errorbar(
+                    r.ratio,
+                    y,
+                    xerr=[[r.ratio - r.ci_low], [r.ci_high - r.ratio]],
+                    fmt="D" if r.exact else "o",
+                    color=colour,
+                    capsize=3,
+                    markersize=4,
+                )
+            ax.axvline(1.0, color="#24292f", linewidth=0.8)
+            for t in sorted({r.threshold for r in mine}):
+                ax.axvline(t, color="#cf222e", linewidth=0.8, linestyle="--")
+            better = "higher" if mine and mine[0].direction == "higher" else "lower"
+            ax.set_title(f"{instrument}: {metric}\n({better} is better)", fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.set_xlabel("candidate / reference", fontsize=7)
+            ax.grid(axis="x", linewidth=0.3)
+        axes[line][0].set_yticks(range(len(cells)), cells)
     axes[0][0].invert_yaxis()
     fig.tight_layout()
     return fig

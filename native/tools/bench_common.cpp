@@ -166,7 +166,7 @@ Parsed parse_options(int argc, char ** argv, const char * tool, bool needs_libra
                      "usage: %s --bundle DIR --prompts FILE [--out FILE|-]%s [--cell ID]\n"
                      "       [--max-tokens N] [--repeats N] [--temperature T] [--top-k K] [--top-p P]\n"
                      "       [--repeat-penalty R] [--seed S]%s\n",
-                     tool, needs_library ? " --library PATH" : "",
+                     tool, needs_library ? " --library PATH [--library-sha256 HEX]" : "",
                      needs_library ? " [--streams N,N,...]\n       [--drafter GGUF] [--draft-min N] [--draft-max N]" : "");
     };
     auto usage = [&](const std::string & why) {
@@ -192,6 +192,11 @@ Parsed parse_options(int argc, char ** argv, const char * tool, bool needs_libra
             else if (flag == "--prompts") opt.prompts = value;
             else if (flag == "--out") opt.out = value;
             else if (flag == "--library") opt.library = value;
+            else if (flag == "--library-sha256" && needs_library) {
+                if (value.size() != 64 || value.find_first_not_of("0123456789abcdef") != std::string::npos)
+                    return usage("--library-sha256 takes 64 lowercase hex digits, not '" + value + "'");
+                opt.library_sha256 = value;
+            }
             else if (flag == "--cell") opt.cell = value;
             else if (flag == "--max-tokens") opt.max_tokens = std::stoi(value);
             else if (flag == "--repeats") opt.repeats = std::stoi(value);

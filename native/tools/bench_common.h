@@ -39,6 +39,9 @@ struct Options {
     std::string prompts;
     std::string out;           // "-" = stdout
     std::string library;       // e2e_loop_bench: the libelizainference to dlopen
+    // e2e_loop_bench: the library's sha256 as the caller computed it; empty: the tool hashes
+    // the file itself (under a CPU simulator that costs more than the run it precedes)
+    std::string library_sha256;
     std::string cell = "unknown";
     int max_tokens = 64;
     int repeats = 1;

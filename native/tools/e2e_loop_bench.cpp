@@ -244,8 +244,9 @@ int main(int argc, char ** argv) {
     // The backend every stream was asked for: a hard selection either serves every stream
     // with that backend or fails the open, so a record that names one was served by it.
     const char * backend = std::getenv("ELIZA_LLM_BACKEND");
+    const std::string sha256 = opt.library_sha256.empty() ? bench::sha256_file(opt.library) : opt.library_sha256;
     const std::string identity = "{\"library\": " + bench::json_string(opt.library) + ", \"library_sha256\": " +
-                                 bench::json_string(bench::sha256_file(opt.library)) +
+                                 bench::json_string(sha256) +
                                  ", \"llm_backend\": " + (backend ? bench::json_string(backend) : std::string("null")) +
                                  ", \"info\": " + (info.empty() ? std::string("null") : bench::one_line(info)) + "}";
 

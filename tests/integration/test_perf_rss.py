@@ -1,10 +1,13 @@
-"""Peak RSS under a plain verify's conditions: `nox -s verify` in a copy of the repository,
-its nox process as large as a full verify's, judging the copy's perf check against the
-copy's own unchanged library (`--perf-reference DIR`).
+"""Peak RSS and the simulated CPU under a plain verify's conditions: `nox -s verify` in a copy
+of the repository, its nox process as large as a full verify's, judging the copy's perf
+check against the copy's own unchanged library (`--perf-reference DIR`).
 
 - The unchanged tree's peak RSS is VERIFIED, and its figure is the bench process's own
-  (tens of MB on the tiny bundle), not the nox process's.
-- 64 MB more resident memory at `_create` FAILS peak RSS, naming the ratio.
+  (tens of MB on the tiny bundle), not the nox process's; its simulated counts equal the
+  reference's to the last instruction (the same bytes, counted twice).
+- 64 MB more resident memory at `_create` FAILS peak RSS, naming the ratio; about 10 % more
+  work per decoded token planted beside it FAILS the simulated decode instructions, and
+  leaves the prefill's counts alone.
 
 Until the bench tools read VmHWM, both sides of every round reported nox's own size (Linux
 carries getrusage's peak over through fork and exec) and the plant read ratio 1.000."""
@@ -20,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.ci.helpers import copy_tree, env_for, run_only
-from tests.plants import plant_memory_growth
+from tests.plants import plant_memory_growth, plant_more_work_per_token
 from tests.signing import predicate
 
 CELL = "linux-cpu.none"
@@ -59,9 +62,9 @@ def nox(repo: Path, env: dict[str, str], *argv: str) -> subprocess.CompletedProc
 
 
 def only_peak_rss(repo: Path) -> None:
-    """The copy's perf check judges peak RSS alone: four rounds decide it (three cannot
-    reach p < 0.05; the timing metrics would need the declared nine on this host), and it is
-    what this test is about."""
+    """The copy's perf check judges peak RSS and the simulated CPU: four rounds decide peak
+    RSS (three cannot reach p < 0.05; the timing metrics could need more on a busy host),
+    and they are what this test is about."""
     matrix = repo / "matrix.yaml"
     text = matrix.read_text(encoding="utf-8")
     timing = (
@@ -96,7 +99,19 @@ def verify(repo: Path, env: dict[str, str], reference: Path) -> tuple[int, str, 
     return done.returncode, done.stdout + done.stderr, record
 
 
-def test_memory_planted_at_create_fails_peak_rss_and_the_unchanged_tree_passes(tmp_path: Path) -> None:
+SIMULATED = (
+    "decode_instructions_per_token",
+    "decode_cycles_per_token",
+    "prefill_instructions_per_token",
+    "prefill_cycles_per_token",
+)
+
+
+def judged(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["metric"]: m for m in record["details"]["perf"]["metrics"]}
+
+
+def test_planted_memory_and_work_fail_their_instruments_and_the_unchanged_tree_passes(tmp_path: Path) -> None:
     repo = copy_tree(tmp_path / "repo")
     run_only(repo, ["build", "perf"])
     only_peak_rss(repo)
@@ -115,13 +130,29 @@ def test_memory_planted_at_create_fails_peak_rss_and_the_unchanged_tree_passes(t
     # The bench process's own peak on the tiny bundle, far below the nox process it was
     # started from (which holds PARENT_MB and more).
     assert 0 < own_kb < PARENT_MB * 1024 / 2, own_kb
+    metrics = judged(record)
+    for name in SIMULATED:
+        assert metrics[name]["instrument"] == "simulated CPU" and metrics[name]["exact"], metrics[name]
+        assert metrics[name]["ratio"] == 1.0, metrics[name]["words"]
+    counts = record["details"]["perf"]["simulated"]
+    for phase in ("prefill", "decode"):
+        assert counts["candidate"][phase] == counts["reference"][phase], phase
+    assert record["details"]["perf"]["decided_by"] == ["simulated CPU", "memory"]
 
     plant_memory_growth(repo)
+    plant_more_work_per_token(repo)
     code, out, record = verify(repo, env, reference)
     assert record["status"] == "failed" and code == 1, out[-3000:]
-    (rss,) = record["details"]["perf"]["metrics"]
-    assert rss["metric"] == "peak_rss_kb" and rss["verdict"] == "failed", rss
+    metrics = judged(record)
+    rss, decode = metrics["peak_rss_kb"], metrics["decode_instructions_per_token"]
+    assert rss["verdict"] == "failed", rss
     assert "peak_rss_kb ratio" in record["reason"] and "REGRESSION" in record["reason"], record["reason"]
-    print(f"64 MB at _create: {record['reason']}")  # the figure, for whoever reads the output (-s)
+    assert decode["verdict"] == "failed" and 1.05 < decode["ratio"] < 1.25, decode["words"]
+    assert metrics["prefill_instructions_per_token"]["ratio"] == 1.0, metrics[
+        "prefill_instructions_per_token"
+    ]
+    assert record["details"]["perf"]["decided_by"] == ["simulated CPU", "memory"]
+    # the figures, for whoever reads the test's output (-s)
+    print(f"64 MB at _create and a loop per token: {record['reason']}")
     # 64 MB on top of the library's own few tens of MB: far beyond the 5 % bound.
     assert record["metrics"]["peak_rss_kb"] - own_kb > 60 * 1024, record["metrics"]

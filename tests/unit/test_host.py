@@ -189,7 +189,11 @@ def test_missing_requirements_are_listed_for_callers() -> None:
         # No fallback declared: device-free checks need what every run needs.
         can_run_fallback=False,
         fallback_reason=cap.run_reason,
+        # decode runs on the GPU: no simulated CPU, and the reason says so
+        simulator="",
+        simulator_reason=cap.simulator_reason,
     )
+    assert "do not see it" in cap.simulator_reason
 
 
 CUDA_WITH_FALLBACK = replace(LINUX_CUDA, fallback_run_requires=(R.X86_64_V3_CPU,))

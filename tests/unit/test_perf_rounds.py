@@ -60,7 +60,7 @@ def fake_measure(calls: list[int], noisy_first: bool) -> Any:
         calls.append(rounds)
         noisy = noisy_first and len(calls) == 1
         candidate = {
-            name: [value * (1 / 3 if noisy and i % 2 else 1.0) * (1 + 0.001 * i) for i in range(rounds)]
+            name: [value * (1 / 3 if noisy and i == 1 else 1.0) * (1 + 0.001 * i) for i in range(rounds)]
             for name, value in STEADY.items()
         }
         reference = {name: [value * (1 + 0.001 * i) for i in range(rounds)] for name, value in STEADY.items()}

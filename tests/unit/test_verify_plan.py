@@ -29,6 +29,7 @@ from eliza.core.verify_plan import (
     compares_with_baseline,
     perf_identity,
     plan,
+    simulated_identity,
 )
 from eliza.formats.matrix_yaml import load_matrix
 
@@ -102,9 +103,12 @@ def evidence_for(
         cell = matrix.cell(cell_id)
         for check in cell.checks:
             commit = baseline if compares_with_baseline(cell, check) else ""
-            if check.kind is CheckKind.PERF:
-                reference = BACKEND_PERF_REFERENCE if check.subject == "backend" else baseline
-                commit = perf_identity(reference, check.rounds)
+            if check.kind is CheckKind.PERF and check.subject == "backend":
+                commit = perf_identity(BACKEND_PERF_REFERENCE, check.rounds)
+            elif check.kind is CheckKind.PERF:
+                # as the planner names it on HOST (the simulated CPU's part included)
+                simulator = decide(HOST, cell.platform).simulator
+                commit = perf_identity(baseline, check.rounds, simulated_identity(check, simulator))
             extra: dict[str, object] = {"compared_with_no_gate": True} if check.kind is CheckKind.ABI else {}
             record = EvidenceRecord(
                 cell=cell.id,

@@ -1,10 +1,18 @@
-"""The perf check: interleaved rounds of a cell's library and a reference library (the
+"""The perf check: two instruments comparing a cell's library with a reference library (the
 declared baseline's build, or --perf-reference REF|DIR) through the cell's own
-e2e_loop_bench, with the same bundle, prompts and decode threads; each metric judged by
-its matrix rule (eliza.core.perf_stats) and the matrix's waivers (eliza.core.perf_waivers)."""
+e2e_loop_bench, with the same bundle, prompts and decode threads:
+
+- the simulated CPU (where the check declares it and valgrind runs the cell's binaries
+  natively): one run per side under callgrind, its counts per decoded and per prompt token
+  (eliza.core.simulated_cpu), judged on the exact ratio;
+- wall time: interleaved rounds, each metric judged by its matrix rule with statistics
+  (eliza.core.perf_stats).
+
+Then the matrix's waivers, and which instrument decided (eliza.core.perf_waivers)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -20,11 +28,20 @@ from eliza.app.services.clock import Stopwatch, now
 from eliza.app.services.run import Run
 from eliza.core.bench_records import BenchRun
 from eliza.core.evidence import Status
-from eliza.core.matrix import Cell, Check
+from eliza.core.matrix import Cell, Check, SimulatedInstrument
 from eliza.core.outcome import CheckOutcome, outcome
-from eliza.core.perf_stats import Judgement, Verdict, compare, judge
+from eliza.core.perf_stats import Judgement, Verdict, compare, exact, judge
 from eliza.core.perf_waivers import PerfPolicy, judge_with_waivers
-from eliza.core.verify_plan import BACKEND_PERF_REFERENCE, perf_identity
+from eliza.core.simulated_cpu import (
+    DECODE_FUNCTION,
+    LOAD_FUNCTION,
+    PREFILL_FUNCTION,
+    SimulatedRun,
+    simulated_run,
+)
+from eliza.core.verify_plan import BACKEND_PERF_REFERENCE, perf_identity, simulated_identity
+from eliza.core.verify_plan import Run as PlanRun
+from eliza.formats.callgrind import load_profile
 from eliza.formats.files import atomic_write_text, sha256_file
 
 Log = Callable[[str], None]
@@ -117,6 +134,130 @@ def measure(
     return samples
 
 
+@dataclass(frozen=True, kw_only=True)
+class Simulated:
+    """Both sides' simulated-CPU counts of one comparison."""
+
+    candidate: SimulatedRun
+    reference: SimulatedRun
+    instrument: SimulatedInstrument
+    simulator: str  # "valgrind 3.19.0"
+    reference_shared: bool  # the reference's counts were measured for another cell of this run
+
+    def figures(self) -> tuple[dict[str, float], dict[str, float]]:
+        weights = self.instrument.weights
+        return self.candidate.figures(weights), self.reference.figures(weights)
+
+    def as_dict(self) -> dict[str, object]:
+        weights = self.instrument.weights
+        return {
+            "simulator": self.simulator,
+            "how": self.instrument.describe(),
+            "max_tokens": self.instrument.max_tokens,
+            "candidate": self.candidate.as_dict(weights),
+            "reference": self.reference.as_dict(weights),
+            "reference_shared": self.reference_shared,
+        }
+
+
+def simulated_key(
+    tool: Path, side: Side, library_sha256: str, settings: BenchSettings, identity: str, tool_sha256: str
+) -> str:
+    """Everything a side's simulated counts depend on: the bench tool and the library (their
+    bytes), the bench settings (bundle, prompts, tokens), the environment the side adds and
+    the instrument's identity (simulator version, caches, weights)."""
+    said = json.dumps(
+        {
+            "tool": [str(tool.name), tool_sha256],
+            "library": library_sha256,
+            "settings": settings.flags(),
+            "env": dict(sorted(side.env.items())),
+            "instrument": identity,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(said.encode()).hexdigest()
+
+
+def _simulate(
+    tool_dir: Path,
+    side: Side,
+    settings: BenchSettings,
+    instrument: SimulatedInstrument,
+    out: Path,
+    name: str,
+    library_sha256: str,
+    threads: int,
+) -> SimulatedRun:
+    """One run of the bench tool under callgrind (natively: the plan gives the simulated
+    instrument only to cells whose binaries run here) and its counts per phase."""
+    profile = out / f"{name}.callgrind.out"
+    records = out / f"{name}.jsonl"
+    out.mkdir(parents=True, exist_ok=True)
+    part = profile.with_name(profile.name + ".part")
+    argv = [
+        *instrument.tool_argv(str(part)),
+        *bench_argv(tool_dir, side.library, settings, f"{name} (simulated CPU)", records),
+        "--library-sha256",
+        library_sha256,
+    ]
+    try:
+        run = run_tool(argv, records, {"ELIZA_N_THREADS": str(threads), **side.env})
+        part.replace(profile)
+    finally:
+        part.unlink(missing_ok=True)
+    counts = load_profile(profile)
+    return simulated_run(
+        counts.totals,
+        {fn: counts.inclusive(fn) for fn in (DECODE_FUNCTION, PREFILL_FUNCTION, LOAD_FUNCTION)},
+        prompt_tokens=sum(len(p.prompt_tokens) for p in run.prompts),
+        decoded_tokens=sum(len(p.tokens) for p in run.prompts),
+        source=str(profile),
+    )
+
+
+def measure_simulated(
+    cell: Cell,
+    c: Comparison,
+    instrument: SimulatedInstrument,
+    simulator: str,
+    threads: int,
+    evidence: Run,
+) -> Simulated:
+    """Candidate and reference under the simulator, one run each with the same bundle,
+    prompts, token budget and threads; a side whose counts this run already has (the same
+    reference library for every cell of a platform) is not run again."""
+    settings = replace(perf_settings(c.opts), max_tokens=instrument.max_tokens, repeats=1)
+    tool_dir = c.candidate.library.parent
+    tool_sha = evidence.file_hashes.sha256(tool_dir / "e2e_loop_bench")
+    identity = instrument.identity(simulator)
+    measured: dict[str, SimulatedRun] = {}
+    shared = False
+    for name, side in (("candidate", c.candidate), ("reference", c.reference)):
+        library_sha = evidence.file_hashes.sha256(side.library)
+        key = simulated_key(tool_dir / "e2e_loop_bench", side, library_sha, settings, identity, tool_sha)
+        known = evidence.simulated_counts.get(key)
+        if known is None:
+            known = _simulate(
+                tool_dir, side, settings, instrument, c.out / "simulated", name, library_sha, threads
+            )
+            evidence.simulated_counts[key] = known
+        elif name == "reference":
+            shared = True
+        measured[name] = known
+    evidence.detail(
+        f"{cell.id}: perf: simulated CPU ({simulator}), "
+        + ("the reference's counts measured once for this run's cells" if shared else "both sides run")
+    )
+    return Simulated(
+        candidate=measured["candidate"],
+        reference=measured["reference"],
+        instrument=instrument,
+        simulator=simulator,
+        reference_shared=shared,
+    )
+
+
 # A backend's rounds are shorter than the library check's: a runtime several times slower
 # than llama.cpp (MLX on Linux's reference BLAS) decides its ratios in fewer tokens, and the
 # rounds stay within a fresh verify's budget.
@@ -181,17 +322,28 @@ def perf_outcome(
     watch: Stopwatch,
     about: dict[str, object],
     artifacts: tuple[Path, ...] = (),
+    simulated: Simulated | None = None,
 ) -> CheckOutcome:
     """Each metric of the check's rules judged, for each series (one per backend of a
-    backend check, labelled with its factory; one unlabelled series otherwise); the
-    record's status: failed when any (unwaived) metric regressed, inconclusive when any
-    could not decide, else passed."""
+    backend check, labelled with its factory; one unlabelled series otherwise), and each
+    simulated metric on its exact ratio; the record's status: failed when any (unwaived)
+    metric regressed, inconclusive when one that must decide could not (a wall-time metric
+    only where the simulated CPU did not run), else passed."""
     judgements: list[tuple[str, Judgement]] = []
+    if simulated is not None:
+        candidate, reference = simulated.figures()
+        for rule in simulated.instrument.metrics:
+            judgements.append(
+                ("", judge(exact(rule.metric, candidate[rule.metric], reference[rule.metric]), rule))
+            )
     for label, samples in series:
         for rule in check.metrics:
             comparison = compare(rule.metric, samples.candidate[rule.metric], samples.reference[rule.metric])
             judgements.append((label, judge(comparison, rule)))
-    rows = [{**j.as_dict(), **({"backend": label} if label else {})} for label, j in judgements]
+    rows = [
+        {**j.as_dict(), "instrument": j.rule.instrument.value, **({"backend": label} if label else {})}
+        for label, j in judgements
+    ]
     state = judge_with_waivers(cell.id, rows, policy, check.id)
     metrics: dict[str, float | int | str] = {}
     for label, j in judgements:
@@ -205,7 +357,15 @@ def perf_outcome(
     verified = sum(1 for _, j in judgements if j.verdict is Verdict.VERIFIED)
     details = {
         "summary": state.words,
-        "perf": {**about, "metrics": rows, "waived": list(state.waived), "warnings": list(state.warnings)},
+        "perf": {
+            **about,
+            **({"simulated": simulated.as_dict()} if simulated is not None else {}),
+            "metrics": rows,
+            "waived": list(state.waived),
+            "warnings": list(state.warnings),
+            "decided_by": list(state.decided_by),
+            "decision": state.decision(),
+        },
     }
     log_tail = "\n".join(f"{label}: {j.words}" if label else j.words for label, j in judgements)[-4000:]
     span = watch.span()
@@ -258,6 +418,18 @@ def _sources(measured: Sequence[tuple[str, Samples]]) -> str:
     return ",".join(sorted(set().union(*(s.peak_rss_sources for _, s in measured))))
 
 
+def _instruments(check: Check, step: PlanRun, rounds: int) -> dict[str, str]:
+    """What each instrument was here, in words, for the record and the report."""
+    said = {"wall time": f"{rounds} interleaved rounds"}
+    if check.simulated is not None:
+        said["simulated CPU"] = (
+            f"{step.simulator}: one run per side, {check.simulated.max_tokens} tokens per prompt"
+            if step.simulator
+            else f"NOT RUNNABLE HERE: {step.simulator_reason}"
+        )
+    return said
+
+
 def run(job: Job, evidence: Run) -> list[CheckOutcome]:
     """One cell's perf check (the plan gives each cell its own step)."""
     opts = job.bench
@@ -280,6 +452,11 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 outcome(cell.id, check.id, ran=0, passed=0, span=watch.span(), reason=str(exc), error=True)
             )
             continue
+        simulated = None
+        if check.simulated is not None and step.simulator and series:
+            simulated = measure_simulated(
+                cell, series[0], check.simulated, step.simulator, opts.overhead_threads, evidence
+            )
         measured = [
             (c.label, measure(cell, c.candidate, c.reference, c.opts, rounds, evidence.detail, out=c.out))
             for c in series
@@ -287,7 +464,8 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         settings = perf_settings(series[0].opts if series else opts)
         about: dict[str, object] = {
             "reference": words,
-            "reference_identity": perf_identity(identity, rounds),
+            "reference_identity": perf_identity(identity, rounds, simulated_identity(check, step.simulator)),
+            "instruments": _instruments(check, step, rounds),
             "rounds": rounds,
             "rounds_run": rounds,
             "threads": opts.overhead_threads,
@@ -301,7 +479,9 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             about["bundle"] = str(series[0].opts.settings.bundle) if series else ""
         milestone = job.matrix.exit_checklist.milestone if job.matrix.exit_checklist else ""
         policy = PerfPolicy(waivers=job.matrix.perf_waivers, today=now().date(), milestone=milestone)
-        done = perf_outcome(cell, check, measured, policy, watch=watch, about=about, artifacts=artifacts)
+        done = perf_outcome(
+            cell, check, measured, policy, watch=watch, about=about, artifacts=artifacts, simulated=simulated
+        )
         if done.status is Status.INCONCLUSIVE and opts.perf_rounds is None:
             # The declared rounds could not decide (a noisy host): as many again, once, still
             # interleaved, then the verdict of all of them. --rounds N runs exactly N.
@@ -319,8 +499,18 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                     )
                 )
             about["rounds_run"] = 2 * rounds
+            about["instruments"] = _instruments(check, step, 2 * rounds)
             about["peak_rss_source"] = _sources(measured)
-            done = perf_outcome(cell, check, measured, policy, watch=watch, about=about, artifacts=artifacts)
+            done = perf_outcome(
+                cell,
+                check,
+                measured,
+                policy,
+                watch=watch,
+                about=about,
+                artifacts=artifacts,
+                simulated=simulated,
+            )
         for c, (_, samples) in zip(series, measured, strict=True):
             atomic_write_text(
                 c.out / "perf.json",

@@ -23,6 +23,7 @@ from eliza.core.host import HostFacts
 from eliza.core.layout import default_prompts
 from eliza.core.matrix import Check, Matrix
 from eliza.core.outcome import CheckOutcome
+from eliza.core.simulated_cpu import SimulatedRun
 from eliza.core.trust import TrustPolicy, judge_signature
 from eliza.core.verify_plan import KnownRecord
 from eliza.formats.attestation import SigningKey
@@ -64,6 +65,10 @@ class Run:
     file_hashes: recording.ArtifactHashes = field(default_factory=recording.ArtifactHashes)
     # The other bundles (matrix.yaml `bundles` after the first), by id: (folder, prompt file)
     other_bundles: dict[str, tuple[Path, Path]] = field(default_factory=dict)
+    # The perf check's simulated-CPU counts measured in this run, by everything they depend
+    # on (eliza.app.checks.perf.simulated_key): a reference library that several cells
+    # compare with is run under the simulator once.
+    simulated_counts: dict[str, SimulatedRun] = field(default_factory=dict)
 
     def detail(self, line: str) -> None:
         """A runner's line of detail: shown when details are (a bench session), or -v."""

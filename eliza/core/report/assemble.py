@@ -28,7 +28,7 @@ from eliza.core.report.model import (
     cell_anchor,
     entry_anchor,
 )
-from eliza.core.report.perf import perf_entry, perf_rows, report_date
+from eliza.core.report.perf import decision, perf_entry, perf_rows, report_date
 from eliza.core.report.states import GridState
 from eliza.core.trust import TrustPolicy
 
@@ -169,7 +169,7 @@ def build_report(
                 standing = BuildStanding.of(cell, entry, judged_from)
             entry = perf_entry(entry, judged_from, policy)
             if judged_from is not None and entry.kind is CheckKind.PERF and entry.evidence is not None:
-                perf += perf_rows(entry, judged_from, cell.platform.id)
+                perf += perf_rows(entry, judged_from, cell.platform.id, decision(entry, judged_from, policy))
             judged[check.id] = entry
         entries = [judged[c.id] for c in matrix.checks]
         rows.append(

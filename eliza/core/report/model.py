@@ -4,7 +4,7 @@ current fingerprints and artifacts) and the frozen values the renderers show."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -280,6 +280,9 @@ class PerfRow:
     measured_at: str
     state: GridState  # the entry's state (waivers applied)
     anchor: str
+    instrument: str = "wall time"  # what measured it: "simulated CPU", "wall time" or "memory"
+    exact: bool = False  # one count per side (the simulated CPU): no interval, no p
+    decided_by: str = ""  # the entry's: which instrument decided, in words
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -322,6 +325,13 @@ class Report:
     problems: tuple[LoadProblem, ...]
     perf: tuple[PerfRow, ...] = ()  # one row per (cell, metric) of the perf evidence
     since: Since | None = None  # --compare OLD: what changed since an older report
+
+    def perf_decisions(self, rows: Sequence[PerfRow]) -> list[tuple[PerfRow, str]]:
+        """One (first row, which instrument decided) per perf entry among `rows`, in order."""
+        seen: dict[tuple[str, str], tuple[PerfRow, str]] = {}
+        for r in rows:
+            seen.setdefault((r.cell, r.check), (r, r.decided_by))
+        return list(seen.values())
 
     def perf_platforms(self) -> list[tuple[str, list[PerfRow]]]:
         """The perf rows grouped by platform, in row order."""

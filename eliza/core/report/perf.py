@@ -11,11 +11,11 @@ from typing import Any
 
 from eliza.core.evidence import EvidenceRecord
 from eliza.core.matrix import CheckKind
-from eliza.core.perf_waivers import FAILED, INCONCLUSIVE, PerfPolicy, judge_with_waivers
+from eliza.core.perf_waivers import FAILED, INCONCLUSIVE, PerfPolicy, instrument_of, judge_with_waivers
 from eliza.core.report.model import WAIVED_PREFIX, Entry, PerfRow
 from eliza.core.report.states import GridState
 
-__all__ = ["perf_entry", "perf_rows", "report_date"]
+__all__ = ["decision", "perf_entry", "perf_rows", "report_date"]
 
 
 def report_date(generated_at: str) -> date:
@@ -40,7 +40,7 @@ def perf_entry(entry: Entry, record: EvidenceRecord | None, policy: PerfPolicy) 
     state = judge_with_waivers(
         entry.cell, [m for m in metrics if isinstance(m, Mapping)], policy, entry.check
     )
-    notes = (*entry.notes, *state.warnings)
+    notes = (*entry.notes, *state.warnings, f"decided by {state.decision()}")
     if state.verdict == FAILED:
         return replace(entry, state=GridState.FAILED, reason=f"failed: {state.words}", notes=notes)
     if state.verdict == INCONCLUSIVE:
@@ -53,7 +53,15 @@ def perf_entry(entry: Entry, record: EvidenceRecord | None, policy: PerfPolicy) 
     return replace(entry, state=GridState.VERIFIED, reason=reason, notes=notes)
 
 
-def perf_rows(entry: Entry, record: EvidenceRecord, platform: str) -> list[PerfRow]:
+def decision(entry: Entry, record: EvidenceRecord, policy: PerfPolicy) -> str:
+    """Which instrument decided the entry, in words (judged as perf_entry judges it)."""
+    metrics = [m for m in _perf(record).get("metrics", []) if isinstance(m, Mapping)]
+    if not metrics:
+        return ""
+    return judge_with_waivers(entry.cell, metrics, policy, entry.check).decision()
+
+
+def perf_rows(entry: Entry, record: EvidenceRecord, platform: str, decided_by: str = "") -> list[PerfRow]:
     perf = _perf(record)
     rows: list[PerfRow] = []
     for m in perf.get("metrics", []):
@@ -78,15 +86,27 @@ def perf_rows(entry: Entry, record: EvidenceRecord, platform: str) -> list[PerfR
                 verdict=str(m["verdict"]),
                 candidate=_median(candidate),
                 reference=_median(reference),
-                rounds=int(perf.get("rounds_run", perf.get("rounds", len(candidate)))),
+                rounds=1
+                if m.get("exact")
+                else int(perf.get("rounds_run", perf.get("rounds", len(candidate)))),
                 against=str(perf.get("reference", "")),
                 ran_on=f"{perf.get('ran_on', 'native')} on {record.host.cpu} ({record.host.os})",
                 measured_at=record.finished_at,
                 state=entry.state,
                 anchor=entry.anchor,
+                instrument=instrument_of(m),
+                exact=bool(m.get("exact", False)),
+                decided_by=decided_by,
             )
         )
     return rows
+
+
+def _rounds(metric: Mapping[str, Any], perf: Mapping[str, Any], samples: int) -> int:
+    """The rounds behind a metric: one run per side for an exact count, else the rounds run."""
+    if metric.get("exact"):
+        return 1
+    return int(perf.get("rounds_run", perf.get("rounds", samples)))
 
 
 def _median(values: Sequence[float]) -> float:

@@ -1,0 +1,63 @@
+"""The perf check's simulated CPU on a real build: e2e_loop_bench under valgrind's callgrind,
+through the perf runner's own adapter, twice with other output paths and labels; the counts
+of every phase are the same to the last instruction and miss. And the bench tool's
+--library-sha256, which spares the simulator hashing the library file."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from eliza.adapters.bench_tools import BenchSettings, BenchToolError, bench_argv, run_tool
+from eliza.app.checks.perf import Side, _simulate
+from eliza.app.project import load_project_matrix
+
+pytestmark = pytest.mark.skipif(shutil.which("valgrind") is None, reason="no valgrind on PATH")
+
+
+@pytest.fixture(scope="module")
+def two_prompts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("prompts") / "p.txt"
+    path.write_text("Once upon a time there was\nThe quick brown fox jumps over the lazy dog and then\n")
+    return path
+
+
+def test_two_runs_count_the_same_phases_exactly(library_path: Path, tiny_bundle: Path, two_prompts: Path,
+                                                 tmp_path: Path) -> None:  # fmt: skip
+    instrument = load_project_matrix().check("perf").simulated
+    assert instrument is not None
+    settings = BenchSettings(bundle=tiny_bundle, prompts=two_prompts, max_tokens=6, repeats=1)
+    sha = hashlib.sha256(library_path.read_bytes()).hexdigest()
+    runs = [
+        _simulate(library_path.parent, Side(library_path), settings, instrument, tmp_path / out, name, sha, 1)
+        for out, name in (("a", "candidate"), ("a/much/longer/folder", "another-label"))
+    ]
+    first, second = runs
+    assert first.decoded_tokens == second.decoded_tokens == 2 * 6
+    assert first.prompt_tokens == second.prompt_tokens > 2
+    for phase in ("load", "prefill", "decode"):
+        assert getattr(first, phase) == getattr(second, phase), phase
+    figures = first.figures(instrument.weights)
+    assert figures == second.figures(instrument.weights)
+    # a decode step of the tiny model is millions of instructions, its cycles more
+    assert 1e6 < figures["decode_instructions_per_token"] < figures["decode_cycles_per_token"]
+    # The tool's own work (the process's start, its records) lies outside the phases.
+    assert (
+        first.total.instructions
+        > first.load.instructions + first.prefill.instructions + first.decode.instructions
+    )
+
+
+def test_the_bench_tool_takes_the_callers_hash_and_refuses_a_malformed_one(
+    library_path: Path, tiny_bundle: Path, two_prompts: Path, tmp_path: Path
+) -> None:
+    settings = BenchSettings(bundle=tiny_bundle, prompts=two_prompts, max_tokens=2, repeats=1)
+    given = "ab" * 32
+    argv = bench_argv(library_path.parent, library_path, settings, "t", tmp_path / "r.jsonl")
+    run = run_tool([*argv, "--library-sha256", given], tmp_path / "r.jsonl")
+    assert run.header["build"]["library_sha256"] == given
+    with pytest.raises(BenchToolError, match="--library-sha256 takes 64 lowercase hex digits"):
+        run_tool([*argv, "--library-sha256", "XYZ"], tmp_path / "bad.jsonl")
