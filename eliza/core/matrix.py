@@ -66,9 +66,9 @@ class Direction(StrEnum):
 class Instrument(StrEnum):
     """What measured a perf metric (docs/perf.md)."""
 
+    SIMULATED = "simulated CPU"  # callgrind's counts, one run per side, exact
     WALL_TIME = "wall time"  # the AB/BA rounds' clocks
     MEMORY = "memory"  # the rounds' peak resident memory
-    SIMULATED = "simulated CPU"  # callgrind's counts, one run per side, exact
 
 
 # The metrics of the wall-time rounds (eliza.app.checks.perf.run_metrics) and what each is.

@@ -48,7 +48,8 @@ class PerfState:
         """Which instrument decided, in words, for the report and the record."""
         if self.verdict == INCONCLUSIVE:
             return "no instrument could decide"
-        said = " and ".join(self.decided_by) or "no metric"
+        *first, last = self.decided_by or ("no metric",)
+        said = f"{', '.join(first)} and {last}" if first else last
         if self.undecided_wall:
             said += " (wall time could not decide: " + "; ".join(self.undecided_wall) + ")"
         return said
