@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,13 +50,30 @@ def node_modules_env(cache: Path, env: Mapping[str, str]) -> dict[str, str]:
     return {"ELIZA_NODE_CONSUMER_MODULES": str(modules)}
 
 
+# What the JVM consumer was built from and into by this process: a verify's consumer checks
+# (each cell, each bundle) share one build, made by the first of them, the others waiting.
+_JNI_BUILT: set[tuple[Path, Path, tuple[tuple[str, int], ...]]] = set()
+_JNI_LOCK = threading.Lock()
+
+
 def build_jni(repo: Path, out: Path) -> Path:
-    """The JVM consumer's glue library, classes and launcher, built into `out`."""
-    done = proc.run(["bash", repo / "native" / "consumers" / "jni" / "build.sh", out], cwd=repo, timeout=300)
-    if not done.ok:
-        raise ToolError(
-            f"native/consumers/jni/build.sh exited {done.returncode}: {done.stderr.strip()[-1500:]}"
-        )
+    """The JVM consumer's glue library, classes and launcher, built into `out`; built again
+    only when its sources (native/consumers/jni, the public header) changed since this
+    process built it."""
+    sources = repo / "native" / "consumers" / "jni"
+    stamp = tuple(
+        (str(f), f.stat().st_mtime_ns)
+        for f in sorted([*sources.rglob("*"), repo / "native" / "include" / "eliza-inference-ffi.h"])
+        if f.is_file()
+    )
+    with _JNI_LOCK:
+        if (repo, out, stamp) not in _JNI_BUILT or not (out / "jni-consumer").is_file():
+            done = proc.run(["bash", sources / "build.sh", out], cwd=repo, timeout=300)
+            if not done.ok:
+                raise ToolError(
+                    f"native/consumers/jni/build.sh exited {done.returncode}: {done.stderr.strip()[-1500:]}"
+                )
+            _JNI_BUILT.add((repo, out, stamp))
     return out / "jni-consumer"
 
 

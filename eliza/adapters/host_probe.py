@@ -103,6 +103,15 @@ def probe_host(
         return facts
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one, which a
+    container or `taskset` narrows), at least 1."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:
+        return max(1, len(affinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
 # --- helpers ------------------------------------------------------------------------------
 
 

@@ -1,12 +1,23 @@
 """Carries out a VerifyPlan: builds each planned cell once, hands every check runner the
 libraries its steps need, and records each outcome. It decides nothing the plan has not
 decided; the loop that turns a runner's failure into error evidence is written once here,
-for every check kind."""
+for every check kind.
+
+Runner calls go side by side, up to `jobs` at once (most checks are one process on one
+core). A step the plan marks `alone` measures wall time: its runner measures inside
+`Job.alone()`, which waits for every other running call to end and lets none start until
+the measurement is over; the rest of its work (identity runs, the simulated CPU) shares the
+machine. Outcomes are recorded, and their lines printed, by this thread in plan order
+whatever finishes first, so the output and the evidence do not depend on the number of
+jobs."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -53,6 +64,8 @@ class Execution:
     libraries: dict[CellId, Path] = field(default_factory=dict)
     build_failures: dict[CellId, str] = field(default_factory=dict)
     timings: Timings = field(default_factory=Timings)  # builds and checks, for the table
+    # held while a runner call's libraries and target are prepared (they fill shared maps)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def failed(self) -> list[CheckOutcome]:
@@ -80,6 +93,52 @@ def _errors(steps: Sequence[RunStep], reason: str) -> list[CheckOutcome]:
     ]
 
 
+class Quiet:
+    """Lets runner calls share the machine, except while one of them measures wall time:
+    `alone()`, entered from within a running call, waits for the other running calls to end,
+    and no call starts or resumes until it is over."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._running = 0  # calls sharing the machine now
+        self._alone = False
+        self._waiting = 0  # calls waiting to measure alone: no call starts meanwhile
+
+    def _share(self) -> None:
+        self._changed.wait_for(lambda: not self._alone and self._waiting == 0)
+        self._running += 1
+
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        """A runner call: it shares the machine with the other calls."""
+        with self._changed:
+            self._share()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._running -= 1
+                self._changed.notify_all()
+
+    @contextmanager
+    def alone(self) -> Iterator[None]:
+        """Within a call: nothing else runs until the block ends."""
+        with self._changed:
+            self._running -= 1
+            self._waiting += 1
+            self._changed.notify_all()
+            self._changed.wait_for(lambda: not self._alone and self._running == 0)
+            self._waiting -= 1
+            self._alone = True
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._alone = False
+                self._changed.notify_all()
+                self._share()
+
+
 def _group_key(step: RunStep, matrix: Matrix) -> tuple[str, str, str]:
     """Steps one runner call serves: a platform's group on one bundle, or one cell's check."""
     group = PLATFORM_GROUPS.get(step.kind)
@@ -97,8 +156,12 @@ def execute(
     runners: Mapping[CheckKind, Callable[[Job, Run], list[CheckOutcome]]] = RUNNERS,
     describe_build: Callable[[BuiltCell], str] | None = None,
     devices: Mapping[str, Callable[[], Target]] | None = None,
+    jobs: int = 1,
 ) -> Execution:
-    """`devices`: platform id -> how to open the lab device its checks run on."""
+    """`devices`: platform id -> how to open the lab device its checks run on; `jobs`: runner
+    calls at once (1: one after another)."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, not {jobs}")
     matrix: Matrix = run.matrix
     done = Execution(plan=plan)
     at = now()
@@ -136,19 +199,31 @@ def execute(
     groups: dict[tuple[str, str, str], list[RunStep]] = {}
     for run_step in plan.runs:
         groups.setdefault(_group_key(run_step, matrix), []).append(run_step)
-    for key, steps in groups.items():
-        watch = Stopwatch()
-        outcomes, libraries = _run_group(
-            steps, run, builder, capabilities, done, baselines, bench, runners, devices or {}
-        )
-        done.timings.add("checks", _timing_label(steps[0], key[2], matrix), watch.seconds())
-        # Each record names the libraries its step read (its cell's and its references'):
-        # the report counts it only while they are the ones its cell's build evidence names.
-        judged = {
-            (str(s.cell), s.check): {c: libraries[c] for c in (s.cell, *s.needs) if c in libraries}
-            for s in steps
-        }
-        done.written += run.record(outcomes, judged)
+    quiet = Quiet()
+
+    def call(steps: list[RunStep]) -> tuple[list[CheckOutcome], Mapping[CellId, Path], float]:
+        with quiet.call():
+            watch = Stopwatch()
+            outcomes, libraries = _run_group(
+                steps, run, builder, capabilities, done, baselines, bench, runners, devices or {}, quiet
+            )
+            return outcomes, libraries, watch.seconds()
+
+    checks = Stopwatch()
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="check") as pool:
+        calls = [(key, steps, pool.submit(call, steps)) for key, steps in groups.items()]
+        for key, steps, pending in calls:
+            outcomes, libraries, seconds = pending.result()
+            done.timings.add("checks", _timing_label(steps[0], key[2], matrix), seconds)
+            # Each record names the libraries its step read (its cell's and its references'):
+            # the report counts it only while they are the ones its cell's build evidence names.
+            judged = {
+                (str(s.cell), s.check): {c: libraries[c] for c in (s.cell, *s.needs) if c in libraries}
+                for s in steps
+            }
+            done.written += run.record(outcomes, judged)
+    if calls:
+        done.timings.wall("checks", checks.seconds(), jobs)
     return done
 
 
@@ -174,6 +249,7 @@ def _run_group(
     bench: BenchOptions | None,
     runners: Mapping[CheckKind, Callable[[Job, Run], list[CheckOutcome]]],
     devices: Mapping[str, Callable[[], Target]],
+    quiet: Quiet | None = None,
 ) -> tuple[list[CheckOutcome], Mapping[CellId, Path]]:
     """One runner call: the steps' libraries, then the runner; a library that failed to
     build, or a runner that broke, becomes error evidence for exactly these steps.
@@ -188,7 +264,8 @@ def _run_group(
             return _errors(steps, f"build failed: {done.build_failures[first]}"), {}
         return _errors(steps, f"not run: {first} failed to build: {done.build_failures[first][-600:]}"), {}
     try:
-        libraries = {c: _library(c, matrix, builder, done) for c in needed}
+        with done.lock:
+            libraries = {c: _library(c, matrix, builder, done) for c in needed}
     except RUN_ERRORS as exc:
         return _errors(steps, f"not run: a library it needs is not here: {str(exc)[-1500:]}"), {}
     can = capabilities[platform.id]
@@ -202,11 +279,13 @@ def _run_group(
     if how != "native":
         run.ran_on[platform.id] = how
     target: Target | None = None
-    if can.device and platform.id in devices:
-        target = devices[platform.id]()
-    elif can.emulated:
-        emulated_by = TargetRunner(prefix=can.runner, words=can.runner_words)
-        target = LocalTarget(with_sysroot_overlay(emulated_by, run.project.build_root / "emulator-sysroots"))
+    with done.lock:  # a device's connection, an emulator's sysroot overlay: made one at a time
+        if can.device and platform.id in devices:
+            target = devices[platform.id]()
+        elif can.emulated:
+            emulated_by = TargetRunner(prefix=can.runner, words=can.runner_words)
+            overlays = run.project.build_root / "emulator-sysroots"
+            target = LocalTarget(with_sysroot_overlay(emulated_by, overlays))
     job = Job(
         matrix=matrix,
         platform=platform,
@@ -216,6 +295,7 @@ def _run_group(
         baselines={commit: path for (pid, commit), path in baselines.items() if pid == platform.id},
         target=target,
         bench=bench,
+        alone=quiet.alone if quiet is not None else nullcontext,
     )
     runner = runners[steps[0].kind]
     try:

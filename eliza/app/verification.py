@@ -12,6 +12,7 @@ from pathlib import Path
 
 from eliza.adapters import conan
 from eliza.adapters.errors import ToolError
+from eliza.adapters.host_probe import usable_cores
 from eliza.app.context import Context
 from eliza.app.errors import ChecksFailed, ElizaError, NotHere, UsageError
 from eliza.app.executor import Builder, Execution, execute
@@ -51,6 +52,7 @@ class VerifyOptions:
     lab: Lab | None = None  # --devices / ELIZA_DEVICES: devices that run their platforms' checks
     rounds: int | None = None  # --rounds N: the perf check's rounds
     perf_reference: str | None = None  # --perf-reference REF|DIR
+    jobs: int | None = None  # --jobs N: check runs at once; None: the cores this process may use
 
 
 def parser(prog: str = "nox -s verify --") -> Parser:
@@ -73,6 +75,13 @@ def parser(prog: str = "nox -s verify --") -> Parser:
         metavar="REF|DIR",
         help="the perf check's reference: a commit (built like the baseline) or a directory holding a "
         "previous release's library, instead of the matrix's baseline",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="check runs side by side (default: the cores this process may use); a run that "
+        "measures wall time always runs alone",
     )
     p.add_argument(
         "--cell",
@@ -298,6 +307,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
             ),
             describe_build=describe_build,
             devices=lab.device_targets(ctx),
+            jobs=options.jobs or usable_cores(),
         )
         ctx.log(f"verify: {done.summary()}")
         done.timings.add("bundles", "ensured", bundle_seconds)

@@ -2,7 +2,8 @@
 builds (llama.cpp per platform, the library), checks by kind, the report, and the rest.
 
 Pure: the caller adds each measured span with its phase and label; `lines` renders them,
-longest first within a phase, and what no span covers as "other".
+longest first within a phase, and what no span covers as "other". A phase whose spans ran
+side by side also has its own wall time, which its line shows beside the spans' sum.
 """
 
 from __future__ import annotations
@@ -17,6 +18,14 @@ PHASES = ("bundles", "builds", "checks", "report")
 class Timings:
     # (phase, label) -> [seconds, how many spans]
     spans: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    # phase -> (wall seconds, jobs) of a phase whose spans ran side by side
+    walls: dict[str, tuple[float, int]] = field(default_factory=dict)
+
+    def wall(self, phase: str, seconds: float, jobs: int) -> None:
+        """The phase's own wall time, when its spans overlapped (`jobs` at once)."""
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r} (one of {', '.join(PHASES)})")
+        self.walls[phase] = (max(0.0, seconds), jobs)
 
     def add(self, phase: str, label: str, seconds: float) -> None:
         if phase not in PHASES:
@@ -25,8 +34,14 @@ class Timings:
         entry[0] += max(0.0, seconds)
         entry[1] += 1
 
-    def phase_seconds(self, phase: str) -> float:
+    def summed_seconds(self, phase: str) -> float:
         return sum(v[0] for (p, _), v in self.spans.items() if p == phase)
+
+    def phase_seconds(self, phase: str) -> float:
+        """The phase's wall time: its own where its spans overlapped, else their sum."""
+        if phase in self.walls:
+            return self.walls[phase][0]
+        return self.summed_seconds(phase)
 
     def lines(self, total_s: float, *, min_s: float = 0.5) -> list[str]:
         """The table: one line per phase with its total, then its largest parts (those of
@@ -44,6 +59,9 @@ class Timings:
             words = [f"{label} {_clock(s)}" + (f" ({n}x)" if n > 1 else "") for label, s, n in shown]
             if rest:
                 words.append(f"{len(rest)} more {_clock(sum(p[1] for p in rest))}")
+            if phase in self.walls:
+                jobs = self.walls[phase][1]
+                words.insert(0, f"[steps summed {_clock(self.summed_seconds(phase))}, {jobs} at once]")
             out.append(f"  {phase:<8} {_clock(self.phase_seconds(phase)):>7}  " + ", ".join(words))
         covered = sum(self.phase_seconds(p) for p in PHASES)
         out.append(f"  {'other':<8} {_clock(max(0.0, total_s - covered)):>7}  planning, evidence, the sample")

@@ -101,6 +101,9 @@ class Run:
     # or "" and why it does not (wall time alone judges)
     simulator: str = ""
     simulator_reason: str = ""
+    # It measures wall time on this host (perf's rounds, the bench's seam overhead and
+    # drafter speedup): it runs with nothing beside it.
+    alone: bool = False
 
     def describe(self) -> str:
         where = "" if self.how == "native" else f" [{self.how}]"
@@ -108,6 +111,8 @@ class Run:
             where += f" [simulated CPU: {self.simulator}]"
         elif self.simulator_reason:
             where += f" [wall time alone: {self.simulator_reason}]"
+        if self.alone:
+            where += " [runs alone: it measures wall time]"
         return f"run    {self.check}{where}: {self.reason}"
 
 
@@ -273,6 +278,16 @@ def cpu_fallback_reference(matrix: Matrix, platform: Platform, facts: PlanFacts)
             if cell is not None and can is not None and can.can_build:
                 return cell
     return None
+
+
+def measures_wall_time(check: Check, can: Capability) -> bool:
+    """Whether a check's figures include wall time measured on this host, so that nothing
+    may run beside it: perf's rounds (both subjects), and the bench group's seam overhead and
+    drafter speedup where the platform runs natively (under an emulator or on a device the
+    time is not this host's to protect, and the bench there judges identity only)."""
+    if check.kind is CheckKind.PERF:
+        return True
+    return check.kind in IDENTITY_KINDS and not can.as_target
 
 
 def perf_identity(reference: str, rounds: int, simulated: str = "") -> str:
@@ -702,6 +717,7 @@ class _Planner:
                     baseline_commit=builds_commit(cell, check),
                     simulator=can.simulator if check.simulated is not None else "",
                     simulator_reason=can.simulator_reason if check.simulated is not None else "",
+                    alone=measures_wall_time(check, can),
                 )
             )
 

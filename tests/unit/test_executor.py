@@ -200,3 +200,119 @@ def test_outcomes_for_steps_not_asked_for_are_not_recorded(
     p = cpu_plan(matrix, baseline_commit=None, kinds=frozenset({broken}))
     run, _ = run_plan(matrix, tmp_path, p, FakeBuilder(tmp_path / "b"), Chatty())
     assert {o.check for o in run.written} == {broken.value}
+
+
+class OverlapRunners(FakeRunners):
+    """Passes every step after a short wait, counting how many runner calls overlap; a step
+    the plan marks `alone` measures inside Job.alone(), which records what ran beside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import threading
+
+        self.lock = threading.Lock()
+        self.running: set[str] = set()
+        self.measuring = False
+        self.most = 0
+        self.beside_alone: list[tuple[str, set[str]]] = []
+
+    def __call__(self, job: Job, evidence: Run) -> list[CheckOutcome]:
+        import time
+
+        name = f"{job.steps[0].cell} {job.steps[0].check}"
+        with self.lock:
+            assert not self.measuring, f"{name} started while a measurement ran"
+            self.running.add(name)
+            self.most = max(self.most, len(self.running))
+        time.sleep(0.01)
+        if any(s.alone for s in job.steps):
+            with self.lock:
+                self.running.discard(name)  # from here it waits: it runs nothing
+            with job.alone():
+                with self.lock:
+                    self.running.add(name)
+                with self.lock:
+                    self.measuring = True
+                    self.beside_alone.append((name, self.running - {name}))
+                time.sleep(0.02)
+                with self.lock:
+                    self.beside_alone.append((name, self.running - {name}))
+                    self.measuring = False
+                    self.running.discard(name)  # leaving: it may wait to share again
+            with self.lock:
+                self.running.add(name)
+        with self.lock:
+            self.running.discard(name)
+        return super().__call__(job, evidence)
+
+
+def test_jobs_run_side_by_side_with_the_same_evidence_and_lines_and_alone_steps_alone(
+    matrix: Matrix, tmp_path: Path
+) -> None:
+    p = cpu_plan(matrix, baseline_commit=BASELINE)
+    assert any(r.alone for r in p.runs) and any(not r.alone for r in p.runs)
+    results = {}
+    for jobs in (1, 4):
+        runners = OverlapRunners()
+        lines: list[str] = []
+        run = evidence_run(matrix, tmp_path / f"jobs-{jobs}")
+        run.log = lines.append
+        caps = {pl.id: decide(HOST, pl) for pl in matrix.platforms}
+        done = execute(
+            p, run, FakeBuilder(tmp_path / f"lib-{jobs}"), caps, runners=runners.table(), jobs=jobs
+        )
+        records = read_records([run.evidence_dir], {})
+        states = sorted((r.record.cell, r.record.check, r.record.status.value) for r in records if r.record)
+        fingerprints = sorted(
+            (r.record.cell, r.record.check, r.record.fingerprint.key) for r in records if r.record
+        )
+        results[jobs] = (states, fingerprints, [line for line in lines if line.startswith("  ")])
+        assert runners.beside_alone and all(not beside for _, beside in runners.beside_alone)
+        assert runners.most == 1 if jobs == 1 else runners.most > 1
+        assert "checks" in done.timings.walls
+    assert results[1] == results[4]
+
+
+def test_a_measurement_waits_for_the_running_calls_and_holds_back_new_ones() -> None:
+    import threading
+    import time
+
+    from eliza.app.executor import Quiet
+
+    quiet = Quiet()
+    events: list[str] = []
+    started = threading.Event()
+
+    def shared(name: str, hold: float) -> None:
+        with quiet.call():
+            events.append(f"{name} start")
+            started.set()
+            time.sleep(hold)
+            events.append(f"{name} end")
+
+    def measuring() -> None:
+        with quiet.call():
+            events.append("m start")
+            with quiet.alone():
+                events.append("m alone")
+                time.sleep(0.03)
+                events.append("m shares again")
+            events.append("m end")
+
+    first = threading.Thread(target=shared, args=("a", 0.1))
+    first.start()
+    started.wait()
+    lone = threading.Thread(target=measuring)
+    lone.start()
+    time.sleep(0.03)  # the measurement is waiting for a: a new call must wait behind it
+    late = threading.Thread(target=shared, args=("b", 0.0))
+    late.start()
+    for t in (first, lone, late):
+        t.join()
+    assert events.index("a end") < events.index("m alone") < events.index("m shares again")
+    assert events.index("m shares again") < events.index("b start")
+
+
+def test_zero_jobs_is_refused(matrix: Matrix, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="jobs must be at least 1"):
+        execute(VerifyPlan(steps=()), evidence_run(matrix, tmp_path), FakeBuilder(tmp_path), {}, jobs=0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from eliza.formats.bench_jsonl import load_run
 from eliza.formats.files import atomic_write_text, sha256_file
 from eliza.formats.tiny_gguf import draft_model
 
+Alone = Callable[[], AbstractContextManager[None]]  # where timed runs have the host to themselves
 Log = Callable[[str], None]
 
 
@@ -191,10 +193,12 @@ def bench_platform(
     baseline_library: Callable[[str, Cell], tuple[Path, bool]] | None = None,
     reference_run: Callable[[str], tuple[BenchRun, Path]] | None = None,
     only: frozenset[str] | None = None,
+    alone: Alone = nullcontext,
 ) -> tuple[list[CheckOutcome], dict[str, object] | None]:
     """reference_run(platform id): the no-gate FFI run of another platform with the same
     settings, for cross-arch-agreement. `only`: the check ids to judge (a verify's steps:
-    one bundle's checks); None: every byte-identity check of the cells."""
+    one bundle's checks); None: every byte-identity check of the cells. `alone`: where the
+    runs are timed (the seam overhead, the drafter speedup), nothing else may run."""
     # Cells without a byte-identity check (a sanitizer variant's) are not benched here.
     cells = tuple(
         c
@@ -239,13 +243,16 @@ def bench_platform(
                 # stats) on gated cells, whose llama.cpp path is the same code
                 # (byte-identity-gates); a bench session measures every cell.
                 rounds = opts.drafter_pairs if not cell.gates or opts.speedup_on_every_cell else 1
-                outcomes.append(drafter_outcome(r, check.id, opts, log, rounds))
+                outcomes.append(drafter_outcome(r, check.id, opts, log, rounds, alone))
             elif check.kind is CheckKind.CROSS_ARCH_AGREEMENT:
                 outcomes.append(agreement_outcome(r, check.id, reference_run, log))
     emulated = opts.runner is not None and opts.runner.emulated
     if emulated:
         log(f"{platform_id}: seam overhead not measured: timings under an emulator say nothing of the target")
-    overhead = measure_overhead(none, opts, log) if none is not None and not emulated else None
+    overhead = None
+    if none is not None and not emulated:
+        with alone():
+            overhead = measure_overhead(none, opts, log)
     if overhead is not None and none is not None:
         outcomes = [
             _with_overhead(o, overhead) if _is_reference_check(o, none.cell, matrix) else o for o in outcomes
@@ -392,7 +399,14 @@ def drafter_rounds(
     return done
 
 
-def drafter_outcome(runs: CellRuns, check_id: str, opts: BenchOptions, log: Log, rounds: int) -> CheckOutcome:
+def drafter_outcome(
+    runs: CellRuns,
+    check_id: str,
+    opts: BenchOptions,
+    log: Log,
+    rounds: int,
+    alone: Alone = nullcontext,
+) -> CheckOutcome:
     """Greedy with each drafter vs greedy without, byte for byte, in every round; the
     drafter stats checked; acceptance, and with 3 rounds or more the speedup (decode tok/s
     with / without, one ratio per round), as metrics. Where identity breaks, each drafter's
@@ -403,7 +417,9 @@ def drafter_outcome(runs: CellRuns, check_id: str, opts: BenchOptions, log: Log,
     if not drafters:
         why = f"bundle {opts.settings.bundle} has no text model to draft with"
         return skipped(cell.id, check_id, why, now())
-    done = drafter_rounds(runs, drafters, opts, rounds)
+    # With 3 rounds or more the rounds time the speedup: nothing may run beside them.
+    with alone() if rounds >= 3 else nullcontext():
+        done = drafter_rounds(runs, drafters, opts, rounds)
     ran = passed = tokens = 0
     problems: list[str] = []
     reasons: list[str] = []
@@ -526,5 +542,6 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         baseline_library,
         reference_run,
         only=frozenset(s.check for s in job.steps),
+        alone=job.alone,
     )
     return outcomes

@@ -5,6 +5,7 @@ builds, never decides freshness and never records (the executor does)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,9 @@ class Job:
     baselines: Mapping[str, Path] = field(default_factory=dict)  # commit -> this platform's baseline library
     target: Target | None = None  # the emulator or the lab device, when the platform's binaries run there
     bench: BenchOptions | None = None  # the bench's settings, for the byte-identity runner
+    # Where a runner measures wall time: nothing else runs on the host until the block ends
+    # (the executor's; outside an executor nothing runs beside anyway).
+    alone: Callable[[], AbstractContextManager[None]] = nullcontext
 
     @property
     def cells(self) -> tuple[Cell, ...]:

@@ -457,10 +457,11 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             simulated = measure_simulated(
                 cell, series[0], check.simulated, step.simulator, opts.overhead_threads, evidence
             )
-        measured = [
-            (c.label, measure(cell, c.candidate, c.reference, c.opts, rounds, evidence.detail, out=c.out))
-            for c in series
-        ]
+        with job.alone():  # the wall-time rounds: nothing else runs on the host meanwhile
+            measured = [
+                (c.label, measure(cell, c.candidate, c.reference, c.opts, rounds, evidence.detail, out=c.out))
+                for c in series
+            ]
         settings = perf_settings(series[0].opts if series else opts)
         about: dict[str, object] = {
             "reference": words,
@@ -485,19 +486,20 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         if done.status is Status.INCONCLUSIVE and opts.perf_rounds is None:
             # The declared rounds could not decide (a noisy host): as many again, once, still
             # interleaved, then the verdict of all of them. --rounds N runs exactly N.
-            for c, (_, samples) in zip(series, measured, strict=True):
-                samples.extend(
-                    measure(
-                        cell,
-                        c.candidate,
-                        c.reference,
-                        c.opts,
-                        rounds,
-                        evidence.detail,
-                        first=rounds,
-                        out=c.out,
+            with job.alone():
+                for c, (_, samples) in zip(series, measured, strict=True):
+                    samples.extend(
+                        measure(
+                            cell,
+                            c.candidate,
+                            c.reference,
+                            c.opts,
+                            rounds,
+                            evidence.detail,
+                            first=rounds,
+                            out=c.out,
+                        )
                     )
-                )
             about["rounds_run"] = 2 * rounds
             about["instruments"] = _instruments(check, step, 2 * rounds)
             about["peak_rss_source"] = _sources(measured)

@@ -34,8 +34,10 @@ class BenchOptions:
     # --perf-reference DIR (None: the commit's build), and the bench settings of a round
     perf_rounds: int | None = None
     perf_reference_dir: Path | None = None
-    perf_max_tokens: int = 128
-    perf_repeats: int = 5
+    # Sized for the wall-time rounds' part since the simulated CPU judges the work: a round
+    # still decodes hundreds of tokens per side, enough for a sleep or a lock to show.
+    perf_max_tokens: int = 64
+    perf_repeats: int = 3
     verbose: bool = False
     dry_run: bool = False  # print the plan, do nothing
     json: bool = False  # the plan as JSON

@@ -5,6 +5,7 @@ C ABI."""
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -136,11 +137,20 @@ def ensure_litertlm(bundle: Path) -> Path:
 RUNTIME_STAGERS: dict[str, Callable[[Path], Path]] = {"mlx": ensure_mlx_weights, "litert": ensure_litertlm}
 
 
+# Checks that run side by side stage the same runtime bundle: one stages it, the others wait.
+_STAGING = threading.Lock()
+
+
 def ensure_runtime_bundle(bundle: Path, gates: Iterable[Gate]) -> Path:
     """`<bundle>-runtimes`: the bundle's text GGUF and, for every gate that has a stager, its
     runtime's artifact converted from that GGUF (text/mlx/ for MLX). The checks that judge a
     second runtime run on it; every other check keeps the bundle itself, whose GGUF alone
     makes each compiled-in gate fall through to llama.cpp."""
+    with _STAGING:
+        return _stage_runtime_bundle(bundle, gates)
+
+
+def _stage_runtime_bundle(bundle: Path, gates: Iterable[Gate]) -> Path:
     gguf = _one_gguf(bundle)
     out = bundle.with_name(bundle.name + "-runtimes")
     text = out / "text"

@@ -27,6 +27,8 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
         p.error("--json goes with --dry-run (the plan as JSON)")
     if args.rounds is not None and not 3 <= args.rounds <= 50:
         p.error(f"--rounds {args.rounds}: must be between 3 and 50")
+    if args.jobs is not None and not 1 <= args.jobs <= 256:
+        p.error(f"--jobs {args.jobs}: must be between 1 and 256")
     try:
         cells = tuple(CellId.parse(c) for c in args.cell)
     except CellIdError as exc:
@@ -43,6 +45,7 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
         lab=lab_from(args.devices, env, matrix),
         rounds=args.rounds,
         perf_reference=args.perf_reference,
+        jobs=args.jobs,
     )
 
 
