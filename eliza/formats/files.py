@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import tempfile
@@ -89,6 +90,36 @@ def atomic_write_bytes(path: Path, data: bytes) -> Path:
         raise
     _fsync_directory(path.parent)
     return path
+
+
+def file_identity(path: Path) -> tuple[int, int, int]:
+    """(size, modification time in ns, inode): what tells a file's bytes changed without
+    reading them (a rewrite gets a new mtime, an atomic replace a new inode)."""
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def remembered_sha256(path: Path, memo: Path) -> str:
+    """The file's sha256, hashed once per file identity (size, mtime, inode): `memo` (a JSON
+    file) keeps what was hashed, so a pin of a few hundred MB that nothing rewrote is
+    checked without reading it again. A file that changed in any of the three is hashed
+    anew; a memo that cannot be read or written only costs the hash."""
+    key = str(path.resolve())
+    identity = list(file_identity(path))
+    try:
+        known = json.loads(memo.read_text(encoding="utf-8"))
+        if not isinstance(known, dict):
+            known = {}
+    except (OSError, ValueError):
+        known = {}
+    entry = known.get(key)
+    if isinstance(entry, list) and len(entry) == 4 and entry[:3] == identity:
+        return str(entry[3])
+    digest = sha256_file(path)
+    known[key] = [*identity, digest]
+    with contextlib.suppress(OSError):
+        atomic_write_text(memo, json.dumps(known, sort_keys=True) + "\n")
+    return digest
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

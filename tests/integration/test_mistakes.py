@@ -70,6 +70,11 @@ def corpus(scratch: Path) -> list[Mistake]:
             env=(("ELIZA_CACHE_DIR", str(bad_cache)),),
         ),
         Mistake(
+            "verify: no jobs",
+            [*NOX, "-s", "verify", "--", "--jobs", "0"],
+            ("--jobs 0: must be between 1 and 256",),
+        ),
+        Mistake(
             "bench: missing prompt file",
             [*NOX, "-s", f"bench-{HOST}", "--", "--prompts", "/nonexistent/p.txt"],
             ("--prompts /nonexistent/p.txt", "no such file"),

@@ -5,6 +5,7 @@ wrong stops everything with one line naming it."""
 from __future__ import annotations
 
 import hashlib
+import os
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -228,3 +229,30 @@ def test_the_timing_table_sums_phases_and_names_the_largest_parts() -> None:
     assert other.strip().startswith("other") and "11s" in other  # 160 - 149.2
     with pytest.raises(ValueError, match="unknown phase"):
         timings.add("lunch", "x", 1.0)
+
+
+def test_a_pin_is_hashed_once_per_file_identity_and_again_when_the_file_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eliza.formats import files
+
+    path = tmp_path / "chunk.whl"
+    path.write_bytes(b"the chunk's bytes")
+    memo = tmp_path / "memo.json"
+    hashed: list[Path] = []
+    real = files.sha256_file
+    monkeypatch.setattr(files, "sha256_file", lambda p: hashed.append(p) or real(p))
+    first = files.remembered_sha256(path, memo)
+    assert first == hashlib.sha256(b"the chunk's bytes").hexdigest()
+    assert files.remembered_sha256(path, memo) == first and len(hashed) == 1  # read once
+    path.write_bytes(b"other bytes, same length")  # a rewrite: new size and mtime
+    assert files.remembered_sha256(path, memo) == hashlib.sha256(b"other bytes, same length").hexdigest()
+    replacement = tmp_path / "new.whl"
+    replacement.write_bytes(b"other bytes, same length")
+    stat = path.stat()
+    os.utime(replacement, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    replacement.replace(path)  # same size and mtime, another inode: hashed again
+    files.remembered_sha256(path, memo)
+    assert len(hashed) == 3
+    memo.write_text("not json")  # a damaged memo costs a hash, nothing else
+    assert files.remembered_sha256(path, memo) == hashlib.sha256(b"other bytes, same length").hexdigest()
