@@ -7,19 +7,12 @@ from pathlib import Path
 
 FFI = "native/src/ffi.cpp"
 INCLUDES = "#include <cstddef>\n"
-MORE_INCLUDES = "#include <chrono>\n#include <cstddef>\nstatic char * volatile planted_rss = nullptr;\n"
+MORE_INCLUDES = "#include <cstddef>\nstatic char * volatile planted_rss = nullptr;\n"
 
-# The decode step spins 18 % of its own time longer.
+# The decode step as the library has it.
 NEXT = "        return report(fn, out_error, stream->llama->next(out, message), message);"
-SLOWER_NEXT = """        const auto planted_t0 = std::chrono::steady_clock::now();
-        const int planted_rc = stream->llama->next(out, message);
-        const auto planted_until = std::chrono::steady_clock::now() +
-                                   (std::chrono::steady_clock::now() - planted_t0) * 18 / 100;
-        while (std::chrono::steady_clock::now() < planted_until) {
-        }
-        return report(fn, out_error, planted_rc, message);"""
 
-# About 10 % more work per decoded token on the tiny bundle (its decode step is about 3.7 M
+# About 10 % more work per decoded token on the tiny bundle (its decode step is about 4.0 M
 # instructions): a counted loop on a volatile the compiler must keep, about 6 instructions
 # an iteration, no memory traffic beyond the stack.
 MORE_WORK_NEXT = """        for (volatile unsigned planted = 0; planted < 64000u; planted = planted + 1u) {

@@ -3,11 +3,13 @@ cache; only libelizainference is rebuilt), against the copy's own unchanged libr
 `--perf-reference DIR`:
 
 - the unchanged tree is VERIFIED in three consecutive runs (other rounds each time, so
-  only perf re-runs), and a verify with nothing changed keeps that evidence;
-- a planted per-token delay (the decode step spins 18 % of its own time longer) FAILS
-  decode tok/s, and `nox -s report -- --compare OLD/report.json --fail-on-regression`
-  lists it and exits 1;
+  only perf re-runs), its simulated counts the same each time, and a verify with nothing
+  changed keeps that evidence;
+- a planted 2 ms sleep per decoded token FAILS decode tok/s on wall time while the
+  simulated CPU sees no change (a sleep executes nothing), and `nox -s report -- --compare
+  OLD/report.json --fail-on-regression` lists it and exits 1;
 - a perf_waivers entry turns the failure into VERIFIED (waived), and its expiry back;
+- about 10 % more work per decoded token FAILS the simulated CPU's instructions;
 - 64 MB more resident memory at `_create` FAILS peak RSS (the default tiers' e2e test
   tests/integration/test_perf_rss.py shows it under a plain verify's conditions too).
 
@@ -30,9 +32,12 @@ from tests.plants import (
     FFI,
     INCLUDES,
     MORE_INCLUDES,
+    MORE_WORK_NEXT,
     NEXT,
-    SLOWER_NEXT,
+    SLEEP_INCLUDES,
+    SLEEPY_NEXT,
     edit,
+    plant_more_work_per_token,
 )
 from tests.signing import predicate
 
@@ -108,12 +113,20 @@ def test_planted_slowdown_and_memory_growth_fail_and_the_unchanged_tree_never_do
     shutil.copy2(repo / "build" / "linux-cpu" / "none" / "build" / "libelizainference.so", reference)
 
     # The unchanged tree, three times: other rounds each time re-run perf only.
+    counts = []
     for rounds in (9, 10, 11):
         code, out = verify(repo, env, reference, "--rounds", str(rounds))
         record = perf_record(repo)
         say(f"unchanged, {rounds} rounds", record)
         assert record["status"] == "passed", out[-3000:]
         assert code == 0, failures(repo)
+        counts.append(
+            {
+                side: record["details"]["perf"]["simulated"][side]["decode"]
+                for side in ("candidate", "reference")
+            }
+        )
+    assert counts[0] == counts[1] == counts[2]
     # Nothing changed: the fresh perf evidence is kept, like any other.
     code, out = verify(repo, env, reference, "--rounds", "11")
     assert code == 0 and perf_record(repo)["finished_at"] == record["finished_at"], out[-3000:]
@@ -139,15 +152,17 @@ def test_planted_slowdown_and_memory_growth_fail_and_the_unchanged_tree_never_do
     old = tmp_path / "old-report.json"
     shutil.copy2(repo / "build" / "report" / "report.json", old)
 
-    # A per-token delay in the library.
-    edit(repo, FFI, INCLUDES, MORE_INCLUDES)
-    edit(repo, FFI, NEXT, SLOWER_NEXT)
+    # A sleep per token in the library: time, and no work.
+    edit(repo, FFI, INCLUDES, SLEEP_INCLUDES)
+    edit(repo, FFI, NEXT, SLEEPY_NEXT)
     code, out = verify(repo, env, reference, "--rounds", "9")
     record = perf_record(repo)
-    say("per-token delay", record)
+    say("per-token sleep", record)
     assert record["status"] == "failed", out[-3000:]
     assert code == 1 and [f for f in failures(repo) if f.startswith("perf:")], failures(repo)
     assert verdicts(record)["decode_tok_s"] == "failed"
+    assert verdicts(record)["decode_instructions_per_token"] == "verified"
+    assert record["details"]["perf"]["decided_by"] == ["wall time"]
     assert "decode_tok_s ratio" in record["reason"] and "REGRESSION" in record["reason"]
 
     compared = run(
@@ -168,7 +183,7 @@ def test_planted_slowdown_and_memory_growth_fail_and_the_unchanged_tree_never_do
             for metric in ("decode_tok_s", "first_token_ms")
         )
 
-    edit(repo, "matrix.yaml", "perf_waivers: []\n", "perf_waivers:\n" + waivers("2999-12-31"))
+    edit(repo, "matrix.yaml", "\nperf_waivers:\n", "\nperf_waivers:\n" + waivers("2999-12-31"))
     assert run(repo, "-m", "nox", "-s", "report", env=env).returncode == 0
     entry = report_state(repo)
     assert entry["state"] == "verified" and entry["reason"].startswith(
@@ -178,10 +193,22 @@ def test_planted_slowdown_and_memory_growth_fail_and_the_unchanged_tree_never_do
     assert run(repo, "-m", "nox", "-s", "report", env=env).returncode == 0
     entry = report_state(repo)
     assert entry["state"] == "failed" and any("expired" in n for n in entry["notes"])
-    edit(repo, "matrix.yaml", "perf_waivers:\n" + waivers("2000-01-01"), "perf_waivers: []\n")
+    edit(repo, "matrix.yaml", "\nperf_waivers:\n" + waivers("2000-01-01"), "\nperf_waivers:\n")
 
-    # 64 MB more resident memory at _create, without the delay.
-    edit(repo, FFI, SLOWER_NEXT, NEXT)
+    # More work per token, without the sleep.
+    edit(repo, FFI, SLEEPY_NEXT, NEXT)
+    edit(repo, FFI, SLEEP_INCLUDES, INCLUDES)
+    plant_more_work_per_token(repo)
+    code, out = verify(repo, env, reference, "--rounds", "9")
+    record = perf_record(repo)
+    say("10 % more work per token", record)
+    assert record["status"] == "failed" and code == 1, out[-3000:]
+    assert verdicts(record)["decode_instructions_per_token"] == "failed"
+    assert "simulated CPU" in record["details"]["perf"]["decided_by"]
+    edit(repo, FFI, MORE_WORK_NEXT, NEXT)
+
+    # 64 MB more resident memory at _create, without the rest.
+    edit(repo, FFI, INCLUDES, MORE_INCLUDES)
     edit(repo, FFI, CREATED, BIGGER_CREATE)
     code, out = verify(repo, env, reference, "--rounds", "9")
     record = perf_record(repo)
