@@ -3,8 +3,8 @@ of the repository, its nox process as large as a full verify's, judging the copy
 check against the copy's own unchanged library (`--perf-reference DIR`).
 
 - The unchanged tree's peak RSS is VERIFIED, and its figure is the bench process's own
-  (tens of MB on the tiny bundle), not the nox process's; its simulated counts equal the
-  reference's to the last instruction (the same bytes, counted twice).
+  (tens of MB on the tiny bundle), not the nox process's; its simulated counts are the
+  reference's within 0.1 % (the same bytes at another path, counted twice).
 - 64 MB more resident memory at `_create` FAILS peak RSS, naming the ratio; about 10 % more
   work per decoded token planted beside it FAILS the simulated decode instructions, and
   leaves the prefill's counts alone.
@@ -133,10 +133,8 @@ def test_planted_memory_and_work_fail_their_instruments_and_the_unchanged_tree_p
     metrics = judged(record)
     for name in SIMULATED:
         assert metrics[name]["instrument"] == "simulated CPU" and metrics[name]["exact"], metrics[name]
-        assert metrics[name]["ratio"] == 1.0, metrics[name]["words"]
-    counts = record["details"]["perf"]["simulated"]
-    for phase in ("prefill", "decode"):
-        assert counts["candidate"][phase] == counts["reference"][phase], phase
+        # The same bytes at another path: the heap's addresses move, the counts barely.
+        assert abs(metrics[name]["ratio"] - 1.0) < 1e-3, metrics[name]["words"]
     assert record["details"]["perf"]["decided_by"] == ["simulated CPU", "memory"]
 
     plant_memory_growth(repo)
@@ -148,9 +146,8 @@ def test_planted_memory_and_work_fail_their_instruments_and_the_unchanged_tree_p
     assert rss["verdict"] == "failed", rss
     assert "peak_rss_kb ratio" in record["reason"] and "REGRESSION" in record["reason"], record["reason"]
     assert decode["verdict"] == "failed" and 1.05 < decode["ratio"] < 1.25, decode["words"]
-    assert metrics["prefill_instructions_per_token"]["ratio"] == 1.0, metrics[
-        "prefill_instructions_per_token"
-    ]
+    prefill = metrics["prefill_instructions_per_token"]
+    assert prefill["verdict"] == "verified" and abs(prefill["ratio"] - 1.0) < 1e-3, prefill["words"]
     assert record["details"]["perf"]["decided_by"] == ["simulated CPU", "memory"]
     # the figures, for whoever reads the test's output (-s)
     print(f"64 MB at _create and a loop per token: {record['reason']}")
