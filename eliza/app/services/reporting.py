@@ -18,12 +18,14 @@ from eliza.app.services.bench_options import bundle_inputs, default_settings_des
 from eliza.app.services.bundle import ensure_tiny_bundle
 from eliza.app.services.clock import now
 from eliza.app.services.inputs import fuzz_inputs, input_hashes
+from eliza.app.services.shipping import cell_verdicts
 from eliza.app.services.signing import report_trust
 from eliza.core.evidence import Artifact, InputFingerprint, utc_timestamp
 from eliza.core.fingerprint import InputHashes, fingerprint_for
 from eliza.core.host import Capability, bundle_blockers, check_blockers
 from eliza.core.layout import default_prompts
 from eliza.core.matrix import Cell, Check, Matrix
+from eliza.core.release import ship_view
 from eliza.core.report import GridState, HeaderFacts, PlatformCapability, Report, build_report
 from eliza.core.report.compare import compare_reports
 from eliza.core.report.model import Figure, LoadProblem, cell_anchor
@@ -96,9 +98,11 @@ def render(
         return fresh if tools is None else InputFingerprint.of({**fresh.parts, "tools": tools})
 
     judged = {}
+    decided = {}
     for platform in matrix.platforms:
         # A lab's devices (verify's capabilities) decide where a platform's checks run.
         can = capabilities[platform.id] if capabilities is not None else capability(platform)
+        decided[platform.id] = can
         blockers = {
             **check_blockers(host, matrix.checks, platform),
             **bundle_blockers(matrix.checks, matrix.bundles, can),
@@ -121,6 +125,8 @@ def render(
         trust=trust,
     )
     report = with_fuzz_figures(report, project.build_root / "fuzz" / "summary.json", project.repo)
+    verdicts = cell_verdicts(report, matrix, project.repo, decided)
+    report = replace(report, would_ship=tuple(ship_view(v) for v in verdicts))
     if compare_with is not None:
         source, old = compare_with
         report = replace(report, since=compare_reports(old, report_to_dict(report), old_source=source))
