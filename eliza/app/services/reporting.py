@@ -179,9 +179,18 @@ def summary_line(report: Report) -> str:
     return f"{header.verified} of {header.declared} checks verified ({states})"
 
 
+# Wide enough for a grid column of the widest state label, tall enough for any matrix's
+# grid and the perf chart; the white canvas left over is trimmed.
+_COLUMN_PX, _CELL_COLUMN_PX, _MIN_WIDTH = 112, 260, 1400
+_HEIGHT = 9000
+
+
 def report_screenshot(html: Path, png: Path, report: Report) -> Path | None:
-    """The report's screenshot: the grid, and the perf chart below it when there is one."""
-    return screenshot(html, png, height=3000 if report.perf else 2000)
+    """The report's screenshot: the page's overview (#overview: the header, the whole grid with
+    every column and row and what would ship, the perf chart at its own size)."""
+    columns = len(report.columns) + (1 if report.would_ship else 0)
+    width = max(_MIN_WIDTH, _CELL_COLUMN_PX + _COLUMN_PX * columns)
+    return screenshot(html, png, width=width, height=_HEIGHT, fragment="overview", trim=True)
 
 
 def render_and_say(
