@@ -47,11 +47,13 @@ def _figure(plt: Any, rows: Sequence[PerfRow]) -> Any:
     by_instrument = {i: list(dict.fromkeys(r.metric for r in rows if r.instrument == i)) for i in instruments}
     cells = list(dict.fromkeys(r.cell for r in rows))
     columns = max(len(m) for m in by_instrument.values())
-    height = 0.9 + 0.32 * len(cells)
+    # Sized to be read at its own size (the screenshot shows it so): 9-10 pt text, a panel
+    # about 4 inches wide, a cell's row a third of an inch.
+    height = 1.2 + 0.36 * len(cells)
     fig, axes = plt.subplots(
         len(instruments),
         columns,
-        figsize=(3.4 * columns, height * len(instruments) + 0.3),
+        figsize=(4.2 * columns + 1.2, height * len(instruments) + 0.4),
         sharey=True,
         squeeze=False,
     )
@@ -71,15 +73,15 @@ def _figure(plt: Any, rows: Sequence[PerfRow]) -> Any:
                     fmt="D" if r.exact else "o",
                     color=colour,
                     capsize=3,
-                    markersize=4,
+                    markersize=5,
                 )
             ax.axvline(1.0, color="#24292f", linewidth=0.8)
             for t in sorted({r.threshold for r in mine}):
                 ax.axvline(t, color="#cf222e", linewidth=0.8, linestyle="--")
             better = "higher" if mine and mine[0].direction == "higher" else "lower"
-            ax.set_title(f"{instrument}: {metric}\n({better} is better)", fontsize=8)
-            ax.tick_params(labelsize=7)
-            ax.set_xlabel("candidate / reference", fontsize=7)
+            ax.set_title(f"{instrument}: {metric}\n({better} is better)", fontsize=10)
+            ax.tick_params(labelsize=9)
+            ax.set_xlabel("candidate / reference", fontsize=9)
             ax.grid(axis="x", linewidth=0.3)
         axes[line][0].set_yticks(range(len(cells)), cells)
     axes[0][0].invert_yaxis()

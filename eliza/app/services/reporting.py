@@ -185,12 +185,17 @@ _COLUMN_PX, _CELL_COLUMN_PX, _MIN_WIDTH = 112, 260, 1400
 _HEIGHT = 9000
 
 
+def overview_window(report: Report) -> tuple[int, int]:
+    """(width, height) of the window the screenshot is taken in."""
+    columns = len(report.columns) + (1 if report.would_ship else 0)
+    return max(_MIN_WIDTH, _CELL_COLUMN_PX + _COLUMN_PX * columns), _HEIGHT
+
+
 def report_screenshot(html: Path, png: Path, report: Report) -> Path | None:
     """The report's screenshot: the page's overview (#overview: the header, the whole grid with
     every column and row and what would ship, the perf chart at its own size)."""
-    columns = len(report.columns) + (1 if report.would_ship else 0)
-    width = max(_MIN_WIDTH, _CELL_COLUMN_PX + _COLUMN_PX * columns)
-    return screenshot(html, png, width=width, height=_HEIGHT, fragment="overview", trim=True)
+    width, height = overview_window(report)
+    return screenshot(html, png, width=width, height=height, fragment="overview", trim=True)
 
 
 def render_and_say(
