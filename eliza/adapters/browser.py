@@ -18,6 +18,7 @@ _QUIET_FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    "--hide-scrollbars",  # a screenshot shows the page, not the window's controls
 )
 
 

@@ -1,7 +1,7 @@
 """The perf chart: for each metric, every cell's ratio candidate / reference with its 95 %
 interval (a diamond without one for the simulated CPU's exact counts), a line at 1 and the
-metric's bound, one row of panels per instrument; SVG for the HTML report, PNG beside the
-Markdown. matplotlib with the Agg backend (no display)."""
+metric's bound, one row of panels per instrument (wrapped at MAX_COLUMNS); SVG for the
+HTML report, PNG beside the Markdown. matplotlib with the Agg backend (no display)."""
 
 from __future__ import annotations
 
@@ -37,28 +37,38 @@ def _pyplot() -> Any:
 _INSTRUMENT_ORDER = ("simulated CPU", "wall time", "memory")
 
 
+# At most this many panels side by side: more wrap onto the next row, so a panel keeps
+# its size however many metrics an instrument has.
+MAX_COLUMNS = 4
+
+
 def _figure(plt: Any, rows: Sequence[PerfRow]) -> Any:
     """One row of panels per instrument (the simulated CPU's exact ratios above the wall
-    time ones, then memory), one panel per metric, every cell on the same axis."""
+    time ones, then memory; an instrument of more than MAX_COLUMNS metrics on several rows),
+    one panel per metric, every cell on the same axis."""
     instruments = sorted(
         dict.fromkeys(r.instrument for r in rows),
         key=lambda i: _INSTRUMENT_ORDER.index(i) if i in _INSTRUMENT_ORDER else len(_INSTRUMENT_ORDER),
     )
     by_instrument = {i: list(dict.fromkeys(r.metric for r in rows if r.instrument == i)) for i in instruments}
+    lines = [
+        (instrument, metrics[at : at + MAX_COLUMNS])
+        for instrument, metrics in by_instrument.items()
+        for at in range(0, len(metrics), MAX_COLUMNS)
+    ]
     cells = list(dict.fromkeys(r.cell for r in rows))
-    columns = max(len(m) for m in by_instrument.values())
+    columns = max(len(m) for _, m in lines)
     # Sized to be read at its own size (the screenshot shows it so): 9-10 pt text, a panel
     # about 4 inches wide, a cell's row a third of an inch.
     height = 1.2 + 0.36 * len(cells)
     fig, axes = plt.subplots(
-        len(instruments),
+        len(lines),
         columns,
-        figsize=(4.2 * columns + 1.2, height * len(instruments) + 0.4),
+        figsize=(4.2 * columns + 1.2, height * len(lines) + 0.4),
         sharey=True,
         squeeze=False,
     )
-    for line, instrument in enumerate(instruments):
-        metrics = by_instrument[instrument]
+    for line, (instrument, metrics) in enumerate(lines):
         for column in range(len(metrics), columns):
             axes[line][column].set_visible(False)
         for ax, metric in zip(axes[line], metrics, strict=False):
@@ -104,12 +114,14 @@ def render_chart(rows: Sequence[PerfRow]) -> tuple[str, bytes]:
 
 
 def chart_key(rows: Sequence[PerfRow]) -> str:
-    """What the chart is drawn from: its rows and the matplotlib that draws them."""
+    """What the chart is drawn from: its rows, the matplotlib that draws them and this
+    module, which lays it out (a chart drawn by an older layout is drawn again)."""
     try:
         version = importlib.metadata.version("matplotlib")
     except importlib.metadata.PackageNotFoundError:
         version = ""
-    return hashlib.sha256(f"{version}\n{rows!r}".encode()).hexdigest()
+    layout = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    return hashlib.sha256(f"{version}\n{layout}\n{rows!r}".encode()).hexdigest()
 
 
 def drawn_before(memo: Path, png: Path, key: str) -> str | None:

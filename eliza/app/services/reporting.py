@@ -179,9 +179,10 @@ def summary_line(report: Report) -> str:
     return f"{header.verified} of {header.declared} checks verified ({states})"
 
 
-# Wide enough for a grid column of the widest state label, tall enough for any matrix's
-# grid and the perf chart; the white canvas left over is trimmed.
-_COLUMN_PX, _CELL_COLUMN_PX, _MIN_WIDTH = 112, 260, 1400
+# Wide enough for a grid column of the widest state label and for the perf chart
+# (perf_chart.MAX_COLUMNS panels), tall enough for any matrix's grid and the chart; the
+# white canvas left over is trimmed.
+_COLUMN_PX, _CELL_COLUMN_PX, _MIN_WIDTH = 112, 260, 1900
 _HEIGHT = 9000
 
 
