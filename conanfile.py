@@ -341,6 +341,11 @@ class ElizaInferenceConan(ConanFile):
                     "hashes": [{"alg": "SHA-256", "content": pin["sha256"]}],
                 }]}
         sbom = cyclonedx_1_6(self, extra_info=extra)
+        # The root component is this package: Conan's tool names it only by name and type.
+        root = sbom["metadata"]["component"]
+        root["version"] = str(self.version)
+        root["purl"] = f"pkg:conan/{self.name}@{self.version}"
+        root["licenses"] = [{"license": {"id": self.license}}]
         compiler = self.settings.get_safe("compiler")
         if compiler:
             sbom["metadata"]["tools"]["components"].append(

@@ -274,8 +274,8 @@ def test_an_empty_conan_home_installs_the_release_with_its_own_defaults_and_buil
     project = consumer_project(tmp_path / "consumer")
     nodes = consumer_install(consumer_home, project / "build")
     # The package alone: llama.cpp is linked in and never part of a consumer's graph.
-    assert [n["ref"].split("#")[0] for n in nodes.values() if n["ref"]] == [f"elizainference/{VERSION}"]
-    (node,) = [n for n in nodes.values() if n["ref"]]
+    assert [n["ref"].split("#")[0] for n in nodes.values() if n["recipe"] != "Cli"] == [f"elizainference/{VERSION}"]
+    (node,) = [n for n in nodes.values() if n["recipe"] != "Cli"]
     assert node["binary"] == "Download", node["binary"]
     assert node["package_id"] == cell["conan_package"].split(":")[1].split("#")[0]
     # Neither the C++ standard, the standard library nor the build type selects another binary.
@@ -284,7 +284,7 @@ def test_an_empty_conan_home_installs_the_release_with_its_own_defaults_and_buil
         ["-s", "build_type=Debug"],
     ):
         again = consumer_install(consumer_home, tmp_path / "again", *settings)
-        assert [n["package_id"] for n in again.values() if n["ref"]] == [node["package_id"]]
+        assert [n["package_id"] for n in again.values() if n["recipe"] != "Cli"] == [node["package_id"]]
     # The remote holds this package's recipe and binaries, nothing of llama.cpp.
     stored = {p.relative_to(server.storage).parts[0] for p in server.storage.iterdir()}
     assert stored == {"elizainference"}, stored
@@ -310,7 +310,7 @@ def test_the_mlx_option_gets_the_mlx_cells_package(
         "elizainference/*:with_mlx=True",
     ]
     nodes = consumer_install(consumer_home, tmp_path / "mlx", "-o", "elizainference/*:with_mlx=True")
-    (node,) = [n for n in nodes.values() if n["ref"]]
+    (node,) = [n for n in nodes.values() if n["recipe"] != "Cli"]
     assert node["binary"] == "Download" and node["options"]["with_mlx"] == "True"
     assert node["package_id"] == cell["conan_package"].split(":")[1].split("#")[0]
     assert node["package_id"] != shipped_cell(released, CELL)["conan_package"].split(":")[1].split("#")[0]
