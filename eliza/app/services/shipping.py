@@ -16,6 +16,12 @@ from eliza.core.target import library_file
 from eliza.formats.files import sha256_file
 
 
+def candidate_libraries(matrix: Matrix, repo: Path) -> list[Path]:
+    """The library file of every cell a release considers by default (present or not): what
+    the report's "would ship" reads besides the evidence."""
+    return [library_path(c.id, repo, library_file(c.platform)) for c in policy.candidates(matrix, ())]
+
+
 def library_bytes(cell_id: str, matrix: Matrix, repo: Path) -> policy.LibraryBytes:
     """The library a release of the cell would package (its sha256 None when it is absent)."""
     file = library_path(cell_id, repo, library_file(matrix.cell(cell_id).platform))
