@@ -75,8 +75,37 @@ def _read_matrix():
         return yaml.safe_load(f) or {}
 
 
-GATE_TABLE = gate_table(_read_matrix())
+def llama_choices(matrix):
+    """{option: default} of llama.cpp's choices a consumer may want (the keys of the
+    platforms' llama_options, and with_cuda): this package's own options, because llama.cpp
+    is linked in and never part of a consumer's graph. A default is the value the first
+    platform of the matrix that sets it chooses (every platform's build passes its own);
+    with_cuda's is False (the CPU build)."""
+    found = {}
+    for platform in matrix.get("platforms") or []:
+        for key, value in (platform.get("llama_options") or {}).items():
+            found.setdefault(str(key), str(value))
+    return {"with_cuda": False, **dict(sorted(found.items()))}
+
+
+def llama_choices_by_arch(matrix):
+    """{option: {Conan arch, ...}}: the architectures whose platforms set the option (an
+    instruction-set level means nothing on another architecture)."""
+    arches = {"x86_64": "x86_64", "arm64": "armv8"}
+    found = {}
+    for platform in matrix.get("platforms") or []:
+        for key in platform.get("llama_options") or {}:
+            found.setdefault(str(key), set()).add(arches.get(str(platform.get("arch")), str(platform.get("arch"))))
+    return found
+
+
+_MATRIX_DATA = _read_matrix()
+GATE_TABLE = gate_table(_MATRIX_DATA)
 GATES = {g["conan_option"]: g["cmake_option"] for g in GATE_TABLE}  # Conan option -> CMake option
+LLAMA_CHOICES = llama_choices(_MATRIX_DATA)
+LLAMA_CHOICE_ARCHES = llama_choices_by_arch(_MATRIX_DATA)
+# Only with CUDA do its architectures choose anything.
+_CUDA_ONLY = ("cuda_architectures",)
 
 
 # The public header's ABI version is the package's major version (set_version).
@@ -100,10 +129,16 @@ def _pypi_purl(requirement):
 class ElizaInferenceConan(ConanFile):
     name = "elizainference"
     description = "On-device inference behind one C ABI: llama.cpp in-process, other runtimes behind gates"
+    license = "MIT"
     package_type = "shared-library"
+    # llama.cpp is linked in and the runtimes are copied beside the library: a consumer's
+    # graph is this package alone (its requirements are never expanded there, nor part of
+    # its package id), so a consumer needs neither their recipes nor their options.
+    # Packaging it again from source needs tools.graph:vendor=build.
+    vendor = True
     # The recipe reads the gate table from the matrix, in the cache too; the sources are the
     # native tree only (layout: folders.source = "native").
-    exports = "matrix.yaml"
+    exports = "matrix.yaml", "LICENSE"
     exports_sources = (
         "native/CMakeLists.txt",
         "native/cmake/*",
@@ -117,8 +152,10 @@ class ElizaInferenceConan(ConanFile):
         "with_test_kit": [True, False],
         # A build variant's sanitizers (matrix.yaml `variants`), as llama-cpp's option.
         "sanitize": ["none", "address", "undefined", "address+undefined"],
-    }
-    default_options = {gate: False for gate in GATES} | {"with_test_kit": False, "sanitize": "none"}
+    } | {key: ([True, False] if isinstance(value, bool) else ["ANY"]) for key, value in LLAMA_CHOICES.items()}
+    default_options = (
+        {gate: False for gate in GATES} | {"with_test_kit": False, "sanitize": "none"} | LLAMA_CHOICES
+    )
 
     def set_version(self):
         """The header's ABI version as <abi>.0.0, unless the command line names a version;
@@ -145,6 +182,21 @@ class ElizaInferenceConan(ConanFile):
         value = str(self.conf.get("user.eliza:runtimes", default="") or "")
         pairs = [item.split("=", 1) for item in value.split(",") if item.strip()]
         return {gate.strip(): ref.strip() for gate, ref in pairs}
+
+    def config_options(self):
+        for key, arches in LLAMA_CHOICE_ARCHES.items():
+            if str(self.settings.arch) not in arches:
+                self.options.rm_safe(key)
+
+    def configure(self):
+        if not self.options.get_safe("with_cuda"):
+            for key in _CUDA_ONLY:
+                self.options.rm_safe(key)
+        # llama.cpp's choices are this package's options, passed on to the package linked in.
+        for key in LLAMA_CHOICES:
+            value = self.options.get_safe(key)
+            if value is not None:
+                setattr(self.options["llama-cpp"], key, value)
 
     def requirements(self):
         self.requires(f"llama-cpp/{self._llama_version()}")
@@ -174,6 +226,13 @@ class ElizaInferenceConan(ConanFile):
         )
         tc.cache_variables["ELIZA_SANITIZE"] = str(self.options.sanitize)
         llama = self.dependencies["llama-cpp"]
+        for key in LLAMA_CHOICES:  # a command line's llama-cpp/* option would win over configure()
+            ours, linked = self.options.get_safe(key), llama.options.get_safe(key)
+            if ours is not None and str(ours) != str(linked):
+                raise ConanInvalidConfiguration(
+                    f"option {key}: elizainference's is {ours}, llama-cpp's {linked}; set "
+                    f"elizainference/*:{key} (it is passed on to llama-cpp), not llama-cpp/*:{key}"
+                )
         tc.cache_variables["ELIZA_LLAMA_BUILD_FACTS"] = os.path.join(
             llama.package_folder, "res", "eliza-llama-build.json"
         ).replace("\\", "/")
@@ -209,6 +268,13 @@ class ElizaInferenceConan(ConanFile):
         # a package exported from a verified build tree (with it) and one built without it
         # are the same package.
         del self.info.options.with_test_kit
+        # A C ABI with everything C++ linked in or kept local: the consumer's compiler, C++
+        # standard and standard library do not select the binary (Conan Center's rule for a
+        # C library). Neither does the build type, except where it selects a C runtime
+        # (MSVC's debug one), which none of the matrix's platforms has.
+        del self.info.settings.compiler
+        if self.info.settings.get_safe("os") != "Windows":
+            del self.info.settings.build_type
 
     def package(self):
         """The files the checks judged, copied byte for byte from the build folder (no
@@ -224,6 +290,21 @@ class ElizaInferenceConan(ConanFile):
         for folder in _SHIPPED_RUNTIME_DIRS:
             copy(self, "*", os.path.join(build, folder), os.path.join(lib, folder))
         copy(self, "build-info.json", build, os.path.join(self.package_folder, "res"))
+        # What a user without Conan needs, as the build wrote it (native/CMakeLists.txt), at
+        # the places `cmake --install` puts it: the CMake package (config, version, the
+        # exported target, whose paths are relative to its own folder) and the pkg-config
+        # file (relative to ${pcfiledir}). A Conan consumer's CMakeDeps and PkgConfigDeps
+        # write their own and never look here.
+        cmake_dir = os.path.join(lib, "cmake", "elizainference")
+        for pattern in ("elizainferenceConfig.cmake", "elizainferenceConfigVersion.cmake"):
+            copy(self, pattern, build, cmake_dir, keep_path=False)
+        copy(self, "*elizainferenceTargets*.cmake", os.path.join(build, "CMakeFiles", "Export"), cmake_dir,
+             keep_path=False)
+        copy(self, "elizainference.pc", build, os.path.join(lib, "pkgconfig"), keep_path=False)
+        # The project's own license, at the top (an unpacked archive shows it) and where
+        # Conan's tools look, beside those of what it ships.
+        for folder in (self.package_folder, os.path.join(self.package_folder, "licenses")):
+            copy(self, "LICENSE", self.recipe_folder, folder, keep_path=False)
         # The licenses of everything shipped: llama.cpp is linked in, the runtimes are copied.
         for dep in self.dependencies.host.values():
             copy(self, "*", os.path.join(dep.package_folder, "licenses"),
@@ -260,6 +341,11 @@ class ElizaInferenceConan(ConanFile):
                     "hashes": [{"alg": "SHA-256", "content": pin["sha256"]}],
                 }]}
         sbom = cyclonedx_1_6(self, extra_info=extra)
+        # The root component is this package: Conan's tool names it only by name and type.
+        root = sbom["metadata"]["component"]
+        root["version"] = str(self.version)
+        root["purl"] = f"pkg:conan/{self.name}@{self.version}"
+        root["licenses"] = [{"license": {"id": self.license}}]
         compiler = self.settings.get_safe("compiler")
         if compiler:
             sbom["metadata"]["tools"]["components"].append(

@@ -31,6 +31,8 @@ if [ "$os" = Darwin ]; then
     command -v ninja >/dev/null || missing+=(ninja)
     command -v ccache >/dev/null || missing+=(ccache)
     command -v node >/dev/null || missing+=(node)
+    # pkg-config: the release tests build a Makefile against an unpacked archive's .pc file.
+    command -v pkg-config >/dev/null || missing+=(pkg-config)
     command -v javac >/dev/null || say "no javac: the JNI consumer needs a JDK (brew install openjdk, then put its bin on PATH)"
     command -v c++ >/dev/null || { say "no C++ compiler: install Xcode or its command line tools (xcode-select --install)"; exit 1; }
     if ((${#missing[@]})); then
@@ -54,6 +56,8 @@ else
         command -v qemu-aarch64 >/dev/null || missing+=(qemu-user)
     fi
     command -v node >/dev/null || missing+=(nodejs)
+    # pkg-config: the release tests build a Makefile against an unpacked archive's .pc file.
+    command -v pkg-config >/dev/null || missing+=(pkg-config)
     command -v npm >/dev/null || missing+=(npm)
     # javac and jni.h: the JNI consumer's glue and classes (native/consumers/jni/build.sh).
     command -v javac >/dev/null || missing+=(default-jdk-headless)

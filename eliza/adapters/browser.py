@@ -18,6 +18,7 @@ _QUIET_FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    "--hide-scrollbars",  # a screenshot shows the page, not the window's controls
 )
 
 
@@ -25,8 +26,12 @@ def find_chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-def screenshot(html: Path, png: Path, *, width: int = 1400, height: int = 2000) -> Path | None:
-    """The page rendered to `png`; None when no Chromium is installed or it wrote nothing."""
+def screenshot(
+    html: Path, png: Path, *, width: int = 1400, height: int = 2000, fragment: str = "", trim: bool = False
+) -> Path | None:
+    """The page rendered to `png` (opened at `#fragment` when given); None when no Chromium is
+    installed or it wrote nothing. `trim`: the white margin right and below the page's
+    content cut off, so a window sized for the largest page leaves no empty canvas."""
     browser = find_chromium()
     if browser is None:
         return None
@@ -38,8 +43,28 @@ def screenshot(html: Path, png: Path, *, width: int = 1400, height: int = 2000) 
                 f"--user-data-dir={profile}",
                 f"--screenshot={png}",
                 f"--window-size={width},{height}",
-                html.resolve().as_uri(),
+                html.resolve().as_uri() + (f"#{fragment}" if fragment else ""),
             ],
             timeout=120,
         )
-    return png if png.is_file() else None
+    if not png.is_file():
+        return None
+    if trim:
+        _trim(png)
+    return png
+
+
+def _trim(png: Path, margin: int = 24) -> None:
+    """Crops the white right and bottom of the image, keeping `margin` pixels."""
+    from PIL import Image, ImageChops
+
+    with Image.open(png) as image:
+        rgb = image.convert("RGB")
+    box = ImageChops.difference(rgb, Image.new("RGB", rgb.size, (255, 255, 255))).getbbox()
+    if box is None:
+        return
+    right, bottom = min(rgb.width, box[2] + margin), min(rgb.height, box[3] + margin)
+    if (right, bottom) != rgb.size:
+        tmp = png.with_name(f".{png.name}.tmp")
+        rgb.crop((0, 0, right, bottom)).save(tmp, format="PNG")
+        tmp.replace(png)

@@ -40,6 +40,9 @@ class ExportedPackage:
     folder: Path
     metadata_folder: Path
     install_arguments: tuple[str, ...] = ()  # consumer_arguments() of the cell's plan
+    # The settings that select the binary ({"os": "Linux", "arch": "x86_64"}): a consumer's
+    # host profile has these (its own default one on such a machine)
+    settings: tuple[tuple[str, str], ...] = ()
 
     @property
     def pattern(self) -> str:
@@ -71,19 +74,18 @@ def export_argv(plan: CellBuildPlan, version: str, *, test_bundle: Path | None) 
     return argv
 
 
-def consumer_arguments(plan: CellBuildPlan) -> list[str]:
-    """What a consumer's `conan install --requires=elizainference/V` adds to get this cell's
-    package: the cell's profiles and build type, llama.cpp's options (its package id is part
-    of this one's), the gates, and the runtimes the gates bring."""
+def consumer_arguments(plan: CellBuildPlan, defaults: Mapping[str, str]) -> list[str]:
+    """What a consumer's `conan install --requires=elizainference/V`, on its own default
+    profile, adds to get this cell's package: the package's options the cell sets to other
+    than their defaults (the gates it turns on, llama.cpp's choices where the platform's
+    differ). Nothing else selects the binary (conanfile.py package_id)."""
     argv, found = list(plan.argv), []
     for at, word in enumerate(argv[:-1]):
         value = argv[at + 1]
-        if word in ("--profile:host", "--profile:build", "--settings:host"):
-            found += [word, value]
-        elif word == "-o" and not value.startswith("&:with_test_kit="):
-            found += [word, value.replace("&:", f"{PACKAGE}/*:", 1)]
-        elif word == "--conf" and value.startswith("user.eliza:runtimes="):
-            found += [word, value]
+        if word == "-o" and value.startswith("&:"):
+            key, _, chosen = value.removeprefix("&:").partition("=")
+            if key != "with_test_kit" and defaults.get(key) != chosen:
+                found += ["-o", f"{PACKAGE}/*:{key}={chosen}"]
     return found
 
 
@@ -95,6 +97,7 @@ def export_package(
     log_file: Path,
     *,
     test_bundle: Path | None,
+    option_defaults: Mapping[str, str],
 ) -> ExportedPackage:
     """Runs the export (its output to `log_file`) and returns the package it made."""
     done = proc.run(
@@ -121,7 +124,10 @@ def export_package(
         revision=revision,
         folder=folder,
         metadata_folder=metadata,
-        install_arguments=tuple(consumer_arguments(plan)),
+        install_arguments=tuple(consumer_arguments(plan, option_defaults)),
+        settings=tuple(
+            (str(k), str(v)) for k, v in sorted((root.get("info") or {}).get("settings", {}).items())
+        ),
     )
 
 

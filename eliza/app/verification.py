@@ -28,6 +28,7 @@ from eliza.app.services.exclusive import exclusive
 from eliza.app.services.recording import ArtifactHashes
 from eliza.app.services.reporting import describe_paths, render, report_screenshot, summary_line
 from eliza.app.services.run import Run, evidence_index, start_run
+from eliza.app.services.shipping import candidate_libraries
 from eliza.core.cell_id import CellId
 from eliza.core.host import check_blockers
 from eliza.core.lab import Lab
@@ -398,7 +399,8 @@ def _identities(paths: Sequence[Path]) -> list[list[object]]:
 def _report_key(ctx: Context, evidence_dirs: Sequence[Path], run: Run) -> list[object]:
     """Everything the report is made from: the evidence files, the tree's input hashes, the
     matrix, the code and templates that judge and draw it, the commit, this host's
-    capabilities and the day (a waiver expires by date), each file by its identity."""
+    capabilities, the day (a waiver expires by date) and the cells' libraries (what would
+    ship), each file by its identity."""
     repo = ctx.project.repo
     records = sorted(f for d in evidence_dirs if d.is_dir() for f in d.glob("*.json"))
     code = sorted(
@@ -413,7 +415,7 @@ def _report_key(ctx: Context, evidence_dirs: Sequence[Path], run: Run) -> list[o
         repr(run.git),
         repr(run.hashes),
         repr(sorted(ctx.capabilities().items())),
-        _identities([repo / "matrix.yaml", *records, *code]),
+        _identities([repo / "matrix.yaml", *records, *code, *candidate_libraries(ctx.matrix, repo)]),
     ]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from eliza.core.conan_profiles import BUILD_PROFILE, host_profile_name
 from eliza.core.layout import cell_build_dir
-from eliza.core.matrix import Cell, Platform
+from eliza.core.matrix import Cell, Matrix, Platform
 from eliza.core.target import export_control, library_file
 
 LLAMA_PACKAGE = "llama-cpp"
@@ -27,13 +27,39 @@ class CellBuildPlan:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
-def llama_option_args(platform: Platform) -> tuple[str, ...]:
+def llama_choices(platform: Platform) -> dict[str, str]:
+    """llama.cpp's options for the platform: its llama_options and whether it is the CUDA build."""
     options = dict(platform.llama_options)
     options["with_cuda"] = "True" if platform.llama_backend == "cuda" else "False"
+    return dict(sorted(options.items()))
+
+
+def llama_option_args(platform: Platform) -> tuple[str, ...]:
     args: list[str] = []
-    for key in sorted(options):
-        args += ["-o", f"{LLAMA_PACKAGE}/*:{key}={options[key]}"]
+    for key, value in llama_choices(platform).items():
+        args += ["-o", f"{LLAMA_PACKAGE}/*:{key}={value}"]
     return tuple(args)
+
+
+def llama_choice_args(platform: Platform) -> tuple[str, ...]:
+    """The same choices as this package's own options (conanfile.py passes them on to
+    llama-cpp): a consumer, whose graph never holds llama.cpp, selects the binary by them."""
+    args: list[str] = []
+    for key, value in llama_choices(platform).items():
+        args += ["-o", f"&:{key}={value}"]
+    return tuple(args)
+
+
+def package_option_defaults(matrix: Matrix) -> dict[str, str]:
+    """The package's options a consumer gets without naming them, as conanfile.py declares
+    them from the same matrix (llama_choices there): every gate off, no sanitizer, and of
+    llama.cpp's choices the value of the first platform that sets one (with_cuda: False)."""
+    defaults = {g.conan_option: "False" for g in matrix.gates} | {"sanitize": "none"}
+    found: dict[str, str] = {}
+    for platform in matrix.platforms:
+        for key, value in platform.llama_options.items():
+            found.setdefault(key, value)
+    return defaults | {"with_cuda": "False"} | dict(sorted(found.items()))
 
 
 def gate_option_args(cell: Cell, all_gate_options: tuple[str, ...]) -> tuple[str, ...]:
@@ -98,6 +124,7 @@ def plan_cell_build(
     argv = [
         *conan_build_argv(repo, out, cell.platform, llama_version, build_type),
         *gate_option_args(cell, all_gate_options),
+        *llama_choice_args(cell.platform),
         "-o",
         f"&:with_test_kit={'True' if with_test_kit else 'False'}",
     ]

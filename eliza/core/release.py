@@ -16,7 +16,7 @@ from enum import StrEnum
 from eliza.core.evidence import SubjectRole
 from eliza.core.matrix import Cell, Check, Matrix
 from eliza.core.report.compare import Since
-from eliza.core.report.model import Entry, Report
+from eliza.core.report.model import Entry, Report, ShipView
 from eliza.core.report.states import GridState
 
 # Semantic versions without build metadata: the Conan reference's version and the archive names.
@@ -119,6 +119,13 @@ class CellVerdict:
                 f"library sha256 {sha[:16]}…){extra}"
             )
         return f"{self.cell}: {self.verdict.value}: {'; '.join(self.reasons)}"
+
+
+def ship_view(verdict: CellVerdict) -> ShipView:
+    """The verdict as the report shows it: the same words the release prints."""
+    return ShipView(
+        cell=verdict.cell, verdict=verdict.verdict.value, line=verdict.line(), reasons=verdict.reasons
+    )
 
 
 def not_here_lines(verdicts: Sequence[CellVerdict], matrix: Matrix) -> list[str]:
@@ -231,17 +238,28 @@ class ShippedCell:
     library_sha256: str
     package_ref: str  # elizainference/V#rrev:package_id#prev
     not_verified: tuple[str, ...] = ()
-    # `conan install --requires=<recipe ref>` plus these gets this package (profiles, options)
+    # `conan install --requires=<recipe ref>` plus these (the options that differ from the
+    # defaults) gets this package on a host profile with `settings`
     install_arguments: tuple[str, ...] = ()
+    settings: tuple[tuple[str, str], ...] = ()  # what selects the binary besides the options
+    licenses: tuple[str, ...] = ()  # the package's own, as its SBOM's root component declares them
 
     @property
     def recipe_ref(self) -> str:
         return self.package_ref.split(":", 1)[0]
 
+    @property
+    def reference(self) -> str:
+        """elizainference/V, without revisions: what a consumer asks for."""
+        return self.recipe_ref.split("#", 1)[0]
+
     def install_command(self) -> str:
         return " ".join(
-            ["conan install", f"--requires={self.recipe_ref}", *map(_quoted, self.install_arguments)]
+            ["conan install", f"--requires={self.reference}", *map(_quoted, self.install_arguments)]
         )
+
+    def settings_text(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.settings)
 
 
 def _quoted(word: str) -> str:
@@ -263,7 +281,9 @@ def manifest(
                 "archive_sha256": s.archive_sha256,
                 "library_sha256": s.library_sha256,
                 "conan_package": s.package_ref,
-                "conan_install": [f"--requires={s.recipe_ref}", *s.install_arguments],
+                "conan_install": [f"--requires={s.reference}", *s.install_arguments],
+                "conan_settings": dict(s.settings),
+                "licenses": list(s.licenses),
                 "not_verified_here": list(s.not_verified),
             }
             for s in shipped
@@ -297,8 +317,20 @@ def release_notes(
         lines.append("")
         for s in shipped:
             lines += [f"- {s.cell}: not verified here: {item}" for item in s.not_verified]
-        lines += ["", "A consumer gets a cell's package from the Conan cache or remote with:", ""]
-        lines += [f"- {s.cell}: `{s.install_command()}`" for s in shipped]
+        licenses = sorted({lic for s in shipped for lic in s.licenses})
+        if licenses:
+            lines += [
+                "",
+                f"License: {', '.join(licenses)} (`LICENSE` in every archive and package; the "
+                "licenses of what each one carries under `licenses/`).",
+            ]
+        lines += [
+            "",
+            "A consumer gets a cell's package from the Conan remote with its own default "
+            "profile on a host of the cell's settings (`-g CMakeDeps` or `-g PkgConfigDeps` for its build):",
+            "",
+        ]
+        lines += [f"- {s.cell} ({s.settings_text() or 'any host'}): `{s.install_command()}`" for s in shipped]
     else:
         lines += ["Nothing."]
     lines.append("")

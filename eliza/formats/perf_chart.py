@@ -1,7 +1,7 @@
 """The perf chart: for each metric, every cell's ratio candidate / reference with its 95 %
 interval (a diamond without one for the simulated CPU's exact counts), a line at 1 and the
-metric's bound, one row of panels per instrument; SVG for the HTML report, PNG beside the
-Markdown. matplotlib with the Agg backend (no display)."""
+metric's bound, one row of panels per instrument (wrapped at MAX_COLUMNS); SVG for the
+HTML report, PNG beside the Markdown. matplotlib with the Agg backend (no display)."""
 
 from __future__ import annotations
 
@@ -37,26 +37,38 @@ def _pyplot() -> Any:
 _INSTRUMENT_ORDER = ("simulated CPU", "wall time", "memory")
 
 
+# At most this many panels side by side: more wrap onto the next row, so a panel keeps
+# its size however many metrics an instrument has.
+MAX_COLUMNS = 4
+
+
 def _figure(plt: Any, rows: Sequence[PerfRow]) -> Any:
     """One row of panels per instrument (the simulated CPU's exact ratios above the wall
-    time ones, then memory), one panel per metric, every cell on the same axis."""
+    time ones, then memory; an instrument of more than MAX_COLUMNS metrics on several rows),
+    one panel per metric, every cell on the same axis."""
     instruments = sorted(
         dict.fromkeys(r.instrument for r in rows),
         key=lambda i: _INSTRUMENT_ORDER.index(i) if i in _INSTRUMENT_ORDER else len(_INSTRUMENT_ORDER),
     )
     by_instrument = {i: list(dict.fromkeys(r.metric for r in rows if r.instrument == i)) for i in instruments}
+    lines = [
+        (instrument, metrics[at : at + MAX_COLUMNS])
+        for instrument, metrics in by_instrument.items()
+        for at in range(0, len(metrics), MAX_COLUMNS)
+    ]
     cells = list(dict.fromkeys(r.cell for r in rows))
-    columns = max(len(m) for m in by_instrument.values())
-    height = 0.9 + 0.32 * len(cells)
+    columns = max(len(m) for _, m in lines)
+    # Sized to be read at its own size (the screenshot shows it so): 9-10 pt text, a panel
+    # about 4 inches wide, a cell's row a third of an inch.
+    height = 1.2 + 0.36 * len(cells)
     fig, axes = plt.subplots(
-        len(instruments),
+        len(lines),
         columns,
-        figsize=(3.4 * columns, height * len(instruments) + 0.3),
+        figsize=(4.2 * columns + 1.2, height * len(lines) + 0.4),
         sharey=True,
         squeeze=False,
     )
-    for line, instrument in enumerate(instruments):
-        metrics = by_instrument[instrument]
+    for line, (instrument, metrics) in enumerate(lines):
         for column in range(len(metrics), columns):
             axes[line][column].set_visible(False)
         for ax, metric in zip(axes[line], metrics, strict=False):
@@ -71,15 +83,15 @@ def _figure(plt: Any, rows: Sequence[PerfRow]) -> Any:
                     fmt="D" if r.exact else "o",
                     color=colour,
                     capsize=3,
-                    markersize=4,
+                    markersize=5,
                 )
             ax.axvline(1.0, color="#24292f", linewidth=0.8)
             for t in sorted({r.threshold for r in mine}):
                 ax.axvline(t, color="#cf222e", linewidth=0.8, linestyle="--")
             better = "higher" if mine and mine[0].direction == "higher" else "lower"
-            ax.set_title(f"{instrument}: {metric}\n({better} is better)", fontsize=8)
-            ax.tick_params(labelsize=7)
-            ax.set_xlabel("candidate / reference", fontsize=7)
+            ax.set_title(f"{instrument}: {metric}\n({better} is better)", fontsize=10)
+            ax.tick_params(labelsize=9)
+            ax.set_xlabel("candidate / reference", fontsize=9)
             ax.grid(axis="x", linewidth=0.3)
         axes[line][0].set_yticks(range(len(cells)), cells)
     axes[0][0].invert_yaxis()
@@ -102,12 +114,14 @@ def render_chart(rows: Sequence[PerfRow]) -> tuple[str, bytes]:
 
 
 def chart_key(rows: Sequence[PerfRow]) -> str:
-    """What the chart is drawn from: its rows and the matplotlib that draws them."""
+    """What the chart is drawn from: its rows, the matplotlib that draws them and this
+    module, which lays it out (a chart drawn by an older layout is drawn again)."""
     try:
         version = importlib.metadata.version("matplotlib")
     except importlib.metadata.PackageNotFoundError:
         version = ""
-    return hashlib.sha256(f"{version}\n{rows!r}".encode()).hexdigest()
+    layout = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    return hashlib.sha256(f"{version}\n{layout}\n{rows!r}".encode()).hexdigest()
 
 
 def drawn_before(memo: Path, png: Path, key: str) -> str | None:

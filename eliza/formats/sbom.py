@@ -25,3 +25,20 @@ def sbom_problem(text: str) -> str:
         return f"specVersion {data.get('specVersion')!r} is not one of {', '.join(_VERSIONS)}"
     error = JsonStrictValidator(version).validate_str(text)
     return "" if error is None else f"does not validate against CycloneDX {data['specVersion']}: {error}"
+
+
+def sbom_licenses(text: str) -> tuple[str, ...]:
+    """The licenses of the SBOM's root component (metadata.component), as SPDX ids, names or
+    expressions; () when it declares none."""
+    data = json.loads(text)
+    component = data.get("metadata", {}).get("component", {}) if isinstance(data, dict) else {}
+    found: list[str] = []
+    for choice in component.get("licenses", []) if isinstance(component, dict) else []:
+        if not isinstance(choice, dict):
+            continue
+        if "expression" in choice:
+            found.append(str(choice["expression"]))
+        license_ = choice.get("license")
+        if isinstance(license_, dict):
+            found.append(str(license_.get("id") or license_.get("name") or ""))
+    return tuple(f for f in found if f)

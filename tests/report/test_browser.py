@@ -8,6 +8,7 @@ import platform
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,12 +22,15 @@ from eliza.app.services.bench_options import default_settings_description
 from eliza.app.services.clock import now
 from eliza.app.services.inputs import input_hashes
 from eliza.app.services.recording import host_info, to_record
-from eliza.app.services.reporting import render
+from eliza.app.services.reporting import overview_window, render, report_screenshot
 from eliza.core.evidence import Status
 from eliza.core.fingerprint import fingerprint_for
 from eliza.core.layout import REPO_ROOT
 from eliza.core.outcome import CheckOutcome
+from eliza.core.report import GridState
+from eliza.core.report.model import PerfRow
 from eliza.formats.matrix_yaml import parse_matrix
+from eliza.formats.report_render import render_report
 from tests.signing import write_signed
 
 MATRIX = load_project_matrix()
@@ -176,3 +180,37 @@ def test_evidence_for_another_matrix_is_stale_and_merges_across_directories(tmp_
     _, stale = render(edited, [tmp_path / "job-a", tmp_path / "job-b"], tmp_path / "r2", bundle)
     entry = stale.entry("linux-cpu.none", "build")
     assert entry.state.value == "stale" and "matrix" in entry.reason
+
+
+def test_the_screenshot_holds_the_whole_grid_and_the_perf_chart(tmp_path: Path) -> None:
+    """report.png is the page's overview: no column is cut on the right, no row below, and
+    the would-ship column and the chart are in it; a window too small would leave content
+    running into its edge, which the trimmed image would then still touch."""
+    if find_chromium() is None:
+        pytest.skip(no_browser_expected() or f"no {BROWSERS} on PATH")
+    from PIL import Image
+
+    bundle = tmp_path / "bundle"
+    write_evidence(
+        tmp_path / "evidence", bundle,
+        CheckOutcome(cell="linux-cpu.none", check="build", status=Status.PASSED, ran=1, passed=1,
+                     started_at=now(), finished_at=now()),
+    )  # fmt: skip
+    paths, report = render(MATRIX, [tmp_path / "evidence"], tmp_path / "report", bundle)
+    assert report.would_ship and len(report.columns) > 12
+    rows = [
+        PerfRow(cell=c.id, platform=c.platform.id, check="perf", metric=m, direction="higher", ratio=1.0,
+                ci_low=0.97, ci_high=1.03, p_value=0.5, bound=0.05, threshold=0.95, verdict="verified",
+                candidate=10.0, reference=10.0, rounds=9, against="baseline", ran_on="native",
+                measured_at="2026-12-01T00:00:00Z", state=GridState.VERIFIED, anchor="a")
+        for c in MATRIX.cells_of("linux-cpu") for m in ("decode_tok_s", "prefill_tok_s", "first_token_ms")
+    ]  # fmt: skip
+    report = replace(report, perf=tuple(rows))
+    paths = render_report(report, tmp_path / "report")
+    png = report_screenshot(paths.html, tmp_path / "report.png", report)
+    assert png is not None
+    window = overview_window(report)
+    with Image.open(png) as image:
+        width, height = image.size
+    assert width < window[0] and height < window[1], ((width, height), window)
+    assert width >= 1400 and height > 1200  # the grid's rows and the chart below them

@@ -109,3 +109,14 @@ def test_session_descriptions_say_what_a_variant_or_an_emulator_changes() -> Non
             continue
         bench = specs[f"bench-{platform.id}"].description
         assert (platform.emulator is not None) == ("no seam-overhead timing" in bench), platform.id
+
+
+def test_llama_cpp_choices_are_the_package_options_too_and_agree(tmp_path: Path) -> None:
+    for platform_id in ("linux-cpu", "linux-cuda", "linux-arm64"):
+        (cell,) = [c for c in MATRIX.cells_of(platform_id) if c.variant is None and not c.gates]
+        values = option_values(
+            plan_cell_build(cell, repo=tmp_path, all_gate_options=GATE_OPTIONS, llama_version="0.3.36").argv
+        )
+        llama = {k.removeprefix("llama-cpp/*:"): v for k, v in values.items() if k.startswith("llama-cpp/")}
+        ours = {k.removeprefix("&:"): v for k, v in values.items() if k.removeprefix("&:") in llama}
+        assert ours == llama and llama["with_cuda"] == str(platform_id == "linux-cuda")

@@ -10,6 +10,7 @@ from types import ModuleType
 import pytest
 import yaml
 
+from eliza.core.build_plan import package_option_defaults
 from eliza.core.layout import REPO_ROOT
 from eliza.core.matrix import Gate
 from eliza.formats.matrix_yaml import load_matrix, parse_matrix
@@ -54,6 +55,8 @@ def test_conan_recipe_passes_the_matrix_gate_table() -> None:
     assert set(module.ElizaInferenceConan.options) == {g.conan_option for g in MATRIX.gates} | {
         "with_test_kit",
         "sanitize",  # a build variant's sanitizers
+        "with_cuda",  # llama.cpp's choices, which a consumer selects the binary by
+        *{key for p in MATRIX.platforms for key in p.llama_options},
     }
 
 
@@ -74,3 +77,18 @@ def test_conan_recipe_refuses_a_field_cmake_cannot_carry() -> None:
     data["gates"][0]["artifacts"] = ["text/a;b.bin"]
     with pytest.raises(ValueError, match=r"gates\[0\]\.artifacts\[0\]"):
         conanfile().gate_table(data)
+
+
+def test_the_recipe_declares_the_package_defaults_eliza_installs_by() -> None:
+    # A consumer names only the options that differ from these (release.json, the notes):
+    # the recipe and eliza must agree on them, or the named ones would select another binary.
+    declared = {k: str(v) for k, v in conanfile().ElizaInferenceConan.default_options.items()}
+    declared.pop("with_test_kit")
+    assert declared == package_option_defaults(MATRIX)
+    assert declared["cpu_isa"] == MATRIX.platform("linux-cpu").llama_options["cpu_isa"]
+    assert declared["arm_isa"] == MATRIX.platform("linux-arm64").llama_options["arm_isa"]
+
+
+def test_an_instruction_set_is_an_option_only_on_its_architecture() -> None:
+    arches = conanfile().LLAMA_CHOICE_ARCHES
+    assert arches["cpu_isa"] == {"x86_64"} and arches["arm_isa"] == {"armv8"}

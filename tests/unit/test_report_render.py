@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from eliza.core.evidence import Counts, EvidenceRecord, HostInfo, InputFingerpri
 from eliza.core.layout import REPO_ROOT
 from eliza.core.matrix import Cell, Check, CheckKind, DeviceGatedItem, Gate, Matrix, Platform, Requirement
 from eliza.core.report import GridState, HeaderFacts, PlatformCapability, Report, build_report
+from eliza.core.report.model import ShipView
 from eliza.formats.matrix_yaml import load_matrix
 from eliza.formats.report_json import report_to_dict
 from eliza.formats.report_render import (
@@ -358,3 +360,27 @@ def test_markdown_filters() -> None:
     assert md_code("`edge") == "`` `edge ``"
     block = md_block("text\n```\nmore")
     assert block.startswith("````text\n") and block.endswith("\n````")
+
+
+def test_the_grid_ends_with_what_a_release_would_ship(tmp_path: Path, report: Report) -> None:
+    views = (
+        ShipView(cell="linux-cpu.none", verdict="refused", line="linux-cpu.none: refused: selector: FAILED",
+                 reasons=("selector: FAILED",)),
+        ShipView(cell="linux-cpu.npu+xla", verdict="ship", line="linux-cpu.npu+xla: ships (3 VERIFIED)"),
+        ShipView(cell="android-arm64.none", verdict="not here", line="android-arm64.none: not here: no NDK",
+                 reasons=("no NDK",)),
+    )  # fmt: skip
+    paths = render_report(replace(report, would_ship=views), tmp_path)
+    html = paths.html.read_text(encoding="utf-8")
+    grid = html[html.index('<table class="grid">') : html.index("</table>")]
+    assert ">would ship</th>" in grid
+    assert 'class="state ship-refused" title="linux-cpu.none: refused: selector: FAILED"' in grid
+    assert 'class="state ship-ship"' in grid and 'class="state ship-not-here"' in grid
+    assert html.count("<li>selector: FAILED</li>") == 1  # the refusing entry, below the grid
+    lines = paths.markdown.read_text(encoding="utf-8").splitlines()
+    assert "| cell | `build` | `selector` | `abi` | would ship |" in lines
+    assert "| `linux-cpu.none` | verified | FAILED | n/a | refused |" in lines
+    assert "| `android-arm64.none` | no build here | device-gated | n/a | not here |" in lines
+    assert "- linux-cpu.none: refused: selector: FAILED" in lines
+    body = json.loads(paths.json.read_text(encoding="utf-8"))
+    assert [v["verdict"] for v in body["would_ship"]] == ["refused", "ship", "not here"]

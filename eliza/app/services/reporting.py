@@ -18,12 +18,14 @@ from eliza.app.services.bench_options import bundle_inputs, default_settings_des
 from eliza.app.services.bundle import ensure_tiny_bundle
 from eliza.app.services.clock import now
 from eliza.app.services.inputs import fuzz_inputs, input_hashes
+from eliza.app.services.shipping import cell_verdicts
 from eliza.app.services.signing import report_trust
 from eliza.core.evidence import Artifact, InputFingerprint, utc_timestamp
 from eliza.core.fingerprint import InputHashes, fingerprint_for
 from eliza.core.host import Capability, bundle_blockers, check_blockers
 from eliza.core.layout import default_prompts
 from eliza.core.matrix import Cell, Check, Matrix
+from eliza.core.release import ship_view
 from eliza.core.report import GridState, HeaderFacts, PlatformCapability, Report, build_report
 from eliza.core.report.compare import compare_reports
 from eliza.core.report.model import Figure, LoadProblem, cell_anchor
@@ -96,9 +98,11 @@ def render(
         return fresh if tools is None else InputFingerprint.of({**fresh.parts, "tools": tools})
 
     judged = {}
+    decided = {}
     for platform in matrix.platforms:
         # A lab's devices (verify's capabilities) decide where a platform's checks run.
         can = capabilities[platform.id] if capabilities is not None else capability(platform)
+        decided[platform.id] = can
         blockers = {
             **check_blockers(host, matrix.checks, platform),
             **bundle_blockers(matrix.checks, matrix.bundles, can),
@@ -121,6 +125,8 @@ def render(
         trust=trust,
     )
     report = with_fuzz_figures(report, project.build_root / "fuzz" / "summary.json", project.repo)
+    verdicts = cell_verdicts(report, matrix, project.repo, decided)
+    report = replace(report, would_ship=tuple(ship_view(v) for v in verdicts))
     if compare_with is not None:
         source, old = compare_with
         report = replace(report, since=compare_reports(old, report_to_dict(report), old_source=source))
@@ -173,9 +179,24 @@ def summary_line(report: Report) -> str:
     return f"{header.verified} of {header.declared} checks verified ({states})"
 
 
+# Wide enough for a grid column of the widest state label and for the perf chart
+# (perf_chart.MAX_COLUMNS panels), tall enough for any matrix's grid and the chart; the
+# white canvas left over is trimmed.
+_COLUMN_PX, _CELL_COLUMN_PX, _MIN_WIDTH = 112, 260, 1900
+_HEIGHT = 9000
+
+
+def overview_window(report: Report) -> tuple[int, int]:
+    """(width, height) of the window the screenshot is taken in."""
+    columns = len(report.columns) + (1 if report.would_ship else 0)
+    return max(_MIN_WIDTH, _CELL_COLUMN_PX + _COLUMN_PX * columns), _HEIGHT
+
+
 def report_screenshot(html: Path, png: Path, report: Report) -> Path | None:
-    """The report's screenshot: the grid, and the perf chart below it when there is one."""
-    return screenshot(html, png, height=3000 if report.perf else 2000)
+    """The report's screenshot: the page's overview (#overview: the header, the whole grid with
+    every column and row and what would ship, the perf chart at its own size)."""
+    width, height = overview_window(report)
+    return screenshot(html, png, width=width, height=height, fragment="overview", trim=True)
 
 
 def render_and_say(

@@ -43,8 +43,10 @@ from eliza.app.services.exclusive import exclusive
 from eliza.app.services.prebuilt import unpack_cells
 from eliza.app.services.profiles import conan_profiles_for
 from eliza.app.services.reporting import render
+from eliza.app.services.shipping import cell_verdicts
 from eliza.app.services.signing import signing_key
 from eliza.core import release as policy
+from eliza.core.build_plan import package_option_defaults
 from eliza.core.c_abi import abi_version
 from eliza.core.evidence import utc_timestamp
 from eliza.core.layout import library_path
@@ -55,7 +57,7 @@ from eliza.core.target import library_file
 from eliza.formats.files import atomic_write_directory, sha256_file
 from eliza.formats.provenance import ResourceDescriptor, provenance_statement, sign_provenance
 from eliza.formats.report_json import read_report
-from eliza.formats.sbom import sbom_problem
+from eliza.formats.sbom import sbom_licenses, sbom_problem
 
 HEADER = Path("native/include/eliza-inference-ffi.h")
 
@@ -187,7 +189,7 @@ def run(options: ReleaseOptions, ctx: Context) -> Path | None:
                 matrix, dirs, report_dir, ensure_tiny_bundle(), compare_with=old, release=options.policy_only
             )
             trust = _trust_text(ctx, options.policy_only)
-            verdicts = _judge(report, options, ctx)
+            verdicts = cell_verdicts(report, matrix, project.repo, ctx.capabilities(), options.cells)
             for verdict in verdicts:
                 if verdict.verdict is not policy.Verdict.NOT_HERE:
                     log(verdict.line())
@@ -277,29 +279,6 @@ def run(options: ReleaseOptions, ctx: Context) -> Path | None:
     return out
 
 
-def _judge(report: Report, options: ReleaseOptions, ctx: Context) -> list[policy.CellVerdict]:
-    repo = ctx.project.repo
-    default_bundle = ctx.matrix.default_bundle.id
-    verdicts = []
-    for cell in policy.candidates(ctx.matrix, options.cells):
-        file = library_path(cell.id, repo, library_file(cell.platform))
-        shown = str(file.relative_to(repo)) if file.is_relative_to(repo) else str(file)
-        library = policy.LibraryBytes(path=shown, sha256=sha256_file(file) if file.is_file() else None)
-        can = ctx.capability(cell.platform)
-        verdicts.append(
-            policy.judge_cell(
-                report,
-                cell,
-                library,
-                default_bundle=default_bundle,
-                can_build=can.can_build,
-                build_reason=can.build_reason,
-                named=bool(options.cells),
-            )
-        )
-    return verdicts
-
-
 def _package_cells(
     cells: list[Cell], verdicts: list[policy.CellVerdict], options: ReleaseOptions, ctx: Context
 ) -> dict[str, ExportedPackage]:
@@ -313,6 +292,7 @@ def _package_cells(
         prepare_conan_home(project.cache, project.repo, conan_profiles_for(c.platform for c in cells))
         source = resolve_llama_source(project.cache, project.env)
         envs: dict[str, dict[str, str]] = {}
+        defaults = package_option_defaults(ctx.matrix)
         for cell, verdict in zip(cells, verdicts, strict=True):
             env = envs.setdefault(cell.platform.id, platform_env(cell.platform))
             plan = plan_for(cell, ctx.matrix, source.version, env)
@@ -323,6 +303,7 @@ def _package_cells(
                 {**source.env, **plan.env},
                 plan.output_dir / "conan-export-pkg.log",
                 test_bundle=bundle,
+                option_defaults=defaults,
             )
             packaged = package.folder / "lib" / library_file(cell.platform)
             got = sha256_file(packaged) if packaged.is_file() else None
@@ -358,6 +339,7 @@ def _write_cell_files(
     if problem:
         raise ChecksFailed(f"{cell.id}: the SBOM {written}: {problem}; nothing was released")
     shutil.copyfile(written, sbom)
+    licenses = sbom_licenses(written.read_text())
     archive_sha = sha256_file(archive)
     library_sha = verdict.library_sha256
     statement = provenance_statement(
@@ -392,6 +374,8 @@ def _write_cell_files(
         package_ref=package.full_ref,
         not_verified=verdict.not_verified,
         install_arguments=package.install_arguments,
+        settings=package.settings,
+        licenses=licenses,
     )
 
 

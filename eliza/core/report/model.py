@@ -298,6 +298,21 @@ class StateCount:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ShipView:
+    """What a release of the cell would do now: the release's own verdict on it
+    (eliza.core.release.judge_cell), as the report shows it."""
+
+    cell: str
+    verdict: str  # "ship" | "refused" | "not here"
+    line: str  # the release's line on it
+    reasons: tuple[str, ...] = ()  # why it is refused or not here, one line each
+
+    @property
+    def label(self) -> str:
+        return {"ship": "ships", "refused": "refused", "not here": "not here"}.get(self.verdict, self.verdict)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReportHeader:
     commit: str
     dirty: bool
@@ -325,6 +340,11 @@ class Report:
     problems: tuple[LoadProblem, ...]
     perf: tuple[PerfRow, ...] = ()  # one row per (cell, metric) of the perf evidence
     since: Since | None = None  # --compare OLD: what changed since an older report
+    # Per cell a release considers (the default build variant): what it would do now.
+    would_ship: tuple[ShipView, ...] = ()
+
+    def ship_view(self, cell: str) -> ShipView | None:
+        return next((v for v in self.would_ship if v.cell == cell), None)
 
     def perf_decisions(self, rows: Sequence[PerfRow]) -> list[tuple[PerfRow, str]]:
         """One (first row, which instrument decided) per perf entry among `rows`, in order."""
