@@ -103,9 +103,19 @@ class Quiet:
         self._running = 0  # calls sharing the machine now
         self._alone = False
         self._waiting = 0  # calls waiting to measure alone: no call starts meanwhile
+        self._waited = threading.local()  # this thread's call: seconds spent waiting
+
+    def waited(self) -> float:
+        """Seconds the current thread's call has waited on others (not its own work)."""
+        return float(getattr(self._waited, "seconds", 0.0))
+
+    def _wait(self, ready: Callable[[], bool]) -> None:
+        watch = Stopwatch()
+        self._changed.wait_for(ready)
+        self._waited.seconds = self.waited() + watch.seconds()
 
     def _share(self) -> None:
-        self._changed.wait_for(lambda: not self._alone and self._waiting == 0)
+        self._wait(lambda: not self._alone and self._waiting == 0)
         self._running += 1
 
     @contextmanager
@@ -113,6 +123,7 @@ class Quiet:
         """A runner call: it shares the machine with the other calls."""
         with self._changed:
             self._share()
+        self._waited.seconds = 0.0  # from its start: what it waits on inside it
         try:
             yield
         finally:
@@ -127,7 +138,7 @@ class Quiet:
             self._running -= 1
             self._waiting += 1
             self._changed.notify_all()
-            self._changed.wait_for(lambda: not self._alone and self._running == 0)
+            self._wait(lambda: not self._alone and self._running == 0)
             self._waiting -= 1
             self._alone = True
         try:
@@ -202,12 +213,14 @@ def execute(
     quiet = Quiet()
 
     def call(steps: list[RunStep]) -> tuple[list[CheckOutcome], Mapping[CellId, Path], float]:
+        """A runner call's outcomes, libraries and working seconds (its waits on others' wall
+        time measurements left out)."""
         with quiet.call():
             watch = Stopwatch()
             outcomes, libraries = _run_group(
                 steps, run, builder, capabilities, done, baselines, bench, runners, devices or {}, quiet
             )
-            return outcomes, libraries, watch.seconds()
+            return outcomes, libraries, watch.seconds() - quiet.waited()
 
     checks = Stopwatch()
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="check") as pool:
