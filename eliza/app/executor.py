@@ -3,13 +3,13 @@ libraries its steps need, and records each outcome. It decides nothing the plan 
 decided; the loop that turns a runner's failure into error evidence is written once here,
 for every check kind.
 
-Runner calls go side by side, up to `jobs` at once (most checks are one process on one
-core). A step the plan marks `alone` measures wall time: its runner measures inside
-`Job.alone()`, which waits for every other running call to end and lets none start until
-the measurement is over; the rest of its work (identity runs, the simulated CPU) shares the
-machine. Outcomes are recorded, and their lines printed, by this thread in plan order
-whatever finishes first, so the output and the evidence do not depend on the number of
-jobs."""
+Runner calls go side by side, up to `jobs` at once, started in plan order (most checks
+are one process on one core). A step the plan marks `alone` measures wall time: its runner
+measures inside `Job.alone()`, which gives up its place to the next call, waits until no
+call is running, and lets none start or resume until the measurement is over; the rest of
+its work (identity runs, the simulated CPU) shares the machine. Outcomes are recorded, and
+their lines printed, by this thread in plan order whatever finishes first, so the output
+and the evidence do not depend on the number of jobs."""
 
 from __future__ import annotations
 
@@ -94,16 +94,27 @@ def _errors(steps: Sequence[RunStep], reason: str) -> list[CheckOutcome]:
 
 
 class Quiet:
-    """Lets runner calls share the machine, except while one of them measures wall time:
-    `alone()`, entered from within a running call, waits for the other running calls to end,
-    and no call starts or resumes until it is over."""
+    """Lets up to `jobs` runner calls share the machine, in the order they were submitted,
+    except while one of them measures wall time: `alone()`, entered from within a call,
+    gives up the call's place, waits until no call is running, and no call starts or resumes
+    until it is over. A measurement does not hold new calls back: they keep the cores busy,
+    and it runs when the running ones leave it the host (at the latest, when the rest is
+    done)."""
 
-    def __init__(self) -> None:
+    def __init__(self, jobs: int) -> None:
         self._changed = threading.Condition()
-        self._running = 0  # calls sharing the machine now
+        self._jobs = jobs
+        self._running = 0  # calls sharing the machine now, at most jobs
         self._alone = False
-        self._waiting = 0  # calls waiting to measure alone: no call starts meanwhile
+        self._tickets = 0  # calls submitted
+        self._serving = 0  # the next ticket allowed to start
         self._waited = threading.local()  # this thread's call: seconds spent waiting
+
+    def ticket(self) -> int:
+        """A call's place in line, taken when it is submitted."""
+        with self._changed:
+            self._tickets += 1
+            return self._tickets - 1
 
     def waited(self) -> float:
         """Seconds the current thread's call has waited on others (not its own work)."""
@@ -114,15 +125,17 @@ class Quiet:
         self._changed.wait_for(ready)
         self._waited.seconds = self.waited() + watch.seconds()
 
-    def _share(self) -> None:
-        self._wait(lambda: not self._alone and self._waiting == 0)
-        self._running += 1
+    def _free(self) -> bool:
+        return not self._alone and self._running < self._jobs
 
     @contextmanager
-    def call(self) -> Iterator[None]:
-        """A runner call: it shares the machine with the other calls."""
+    def call(self, ticket: int) -> Iterator[None]:
+        """A runner call: it shares the machine with up to jobs - 1 others."""
         with self._changed:
-            self._share()
+            self._changed.wait_for(lambda: self._serving == ticket and self._free())
+            self._serving += 1
+            self._running += 1
+            self._changed.notify_all()
         self._waited.seconds = 0.0  # from its start: what it waits on inside it
         try:
             yield
@@ -136,10 +149,8 @@ class Quiet:
         """Within a call: nothing else runs until the block ends."""
         with self._changed:
             self._running -= 1
-            self._waiting += 1
             self._changed.notify_all()
             self._wait(lambda: not self._alone and self._running == 0)
-            self._waiting -= 1
             self._alone = True
         try:
             yield
@@ -147,7 +158,8 @@ class Quiet:
             with self._changed:
                 self._alone = False
                 self._changed.notify_all()
-                self._share()
+                self._wait(self._free)
+                self._running += 1
 
 
 def _group_key(step: RunStep, matrix: Matrix) -> tuple[str, str, str]:
@@ -210,12 +222,12 @@ def execute(
     groups: dict[tuple[str, str, str], list[RunStep]] = {}
     for run_step in plan.runs:
         groups.setdefault(_group_key(run_step, matrix), []).append(run_step)
-    quiet = Quiet()
+    quiet = Quiet(jobs)
 
-    def call(steps: list[RunStep]) -> tuple[list[CheckOutcome], Mapping[CellId, Path], float]:
+    def call(steps: list[RunStep], ticket: int) -> tuple[list[CheckOutcome], Mapping[CellId, Path], float]:
         """A runner call's outcomes, libraries and working seconds (its waits on others' wall
         time measurements left out)."""
-        with quiet.call():
+        with quiet.call(ticket):
             watch = Stopwatch()
             outcomes, libraries = _run_group(
                 steps, run, builder, capabilities, done, baselines, bench, runners, devices or {}, quiet
@@ -223,8 +235,9 @@ def execute(
             return outcomes, libraries, watch.seconds() - quiet.waited()
 
     checks = Stopwatch()
-    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="check") as pool:
-        calls = [(key, steps, pool.submit(call, steps)) for key, steps in groups.items()]
+    # A thread per call (most of them wait): Quiet, not the pool, decides what runs.
+    with ThreadPoolExecutor(max_workers=max(1, len(groups)), thread_name_prefix="check") as pool:
+        calls = [(key, steps, pool.submit(call, steps, quiet.ticket())) for key, steps in groups.items()]
         for key, steps, pending in calls:
             outcomes, libraries, seconds = pending.result()
             done.timings.add("checks", _timing_label(steps[0], key[2], matrix), seconds)

@@ -273,44 +273,53 @@ def test_jobs_run_side_by_side_with_the_same_evidence_and_lines_and_alone_steps_
     assert results[1] == results[4]
 
 
-def test_a_measurement_waits_for_the_running_calls_and_holds_back_new_ones() -> None:
+def test_a_measurement_waits_until_nothing_runs_and_nothing_starts_beside_it() -> None:
     import threading
     import time
 
     from eliza.app.executor import Quiet
 
-    quiet = Quiet()
+    quiet = Quiet(2)
     events: list[str] = []
     started = threading.Event()
 
-    def shared(name: str, hold: float) -> None:
-        with quiet.call():
+    def shared(name: str, ticket: int, hold: float) -> None:
+        with quiet.call(ticket):
             events.append(f"{name} start")
             started.set()
             time.sleep(hold)
             events.append(f"{name} end")
 
-    def measuring() -> None:
-        with quiet.call():
+    def measuring(ticket: int) -> None:
+        with quiet.call(ticket):
             events.append("m start")
             with quiet.alone():
                 events.append("m alone")
-                time.sleep(0.03)
+                time.sleep(0.05)
                 events.append("m shares again")
             events.append("m end")
 
-    first = threading.Thread(target=shared, args=("a", 0.1))
+    tickets = [quiet.ticket() for _ in range(4)]
+    first = threading.Thread(target=shared, args=("a", tickets[0], 0.1))
     first.start()
     started.wait()
-    lone = threading.Thread(target=measuring)
+    lone = threading.Thread(target=measuring, args=(tickets[1],))
     lone.start()
-    time.sleep(0.03)  # the measurement is waiting for a: a new call must wait behind it
-    late = threading.Thread(target=shared, args=("b", 0.0))
-    late.start()
-    for t in (first, lone, late):
+    time.sleep(0.02)
+    # The measurement waits for a; b takes the core the measurement left, and c waits for
+    # a place (two at once).
+    later = [
+        threading.Thread(target=shared, args=(n, t, 0.1)) for n, t in (("b", tickets[2]), ("c", tickets[3]))
+    ]
+    for t in later:
+        t.start()
+    for t in (first, lone, *later):
         t.join()
-    assert events.index("a end") < events.index("m alone") < events.index("m shares again")
-    assert events.index("m shares again") < events.index("b start")
+    alone_at, back_at = events.index("m alone"), events.index("m shares again")
+    for name in ("a", "b", "c"):  # nothing ran while m measured
+        start, end = events.index(f"{name} start"), events.index(f"{name} end")
+        assert end < alone_at or start > back_at, events
+    assert events.index("a start") < events.index("m start") < events.index("b start"), events  # plan order
 
 
 def test_zero_jobs_is_refused(matrix: Matrix, tmp_path: Path) -> None:
