@@ -223,11 +223,16 @@ def execute(
     for run_step in plan.runs:
         groups.setdefault(_group_key(run_step, matrix), []).append(run_step)
     quiet = Quiet(jobs)
+    # A lab device runs one call at a time: its run directory is one per checkout.
+    on_device = {p for p, can in capabilities.items() if can.device and p in (devices or {})}
+    device_turns = {p: threading.Lock() for p in on_device}
 
     def call(steps: list[RunStep], ticket: int) -> tuple[list[CheckOutcome], Mapping[CellId, Path], float]:
         """A runner call's outcomes, libraries and working seconds (its waits on others' wall
         time measurements left out)."""
-        with quiet.call(ticket):
+        platform = steps[0].cell.platform
+        turn = device_turns.get(platform, nullcontext())
+        with turn, quiet.call(ticket):
             watch = Stopwatch()
             outcomes, libraries = _run_group(
                 steps, run, builder, capabilities, done, baselines, bench, runners, devices or {}, quiet
