@@ -454,7 +454,15 @@ class _Planner:
                 state=GridState.NOT_RUN,
                 reason=f"{reason}; its last run's evidence ({record.status.value}) stands",
             )
-        return Skip(cell=cell.ref, check=check.id, state=GridState.NOT_RUN, reason=reason, records=True)
+        # The same skip of the same inputs is on record already: writing it again would
+        # change nothing but the files (and make a no-change verify render the report again).
+        same = (
+            record is not None
+            and record.fingerprint.key == current.key
+            and record.status is Status.SKIPPED
+            and record.reason == reason
+        )
+        return Skip(cell=cell.ref, check=check.id, state=GridState.NOT_RUN, reason=reason, records=not same)
 
     def baseline_for(self, cell: Cell, check: Check) -> str:
         """What the check's fingerprint compares with: the perf identity, the baseline

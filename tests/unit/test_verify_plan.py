@@ -494,3 +494,24 @@ def test_the_abi_of_x86_64_release_cells_is_compared_with_the_pre_m3_library(mat
     p = plan(matrix, facts(matrix, evidence=known), SELECT_ALL)
     stale = only_step(p, "linux-cpu.mlx", "abi")
     assert isinstance(stale, Run) and "baseline" in stale.reason
+
+
+def test_the_same_skip_already_on_record_is_not_written_again(matrix: Matrix) -> None:
+    variant = "linux-cpu.none@asan-ubsan"
+    known = evidence_for(matrix, LINUX_CPU)
+    first = only_step(plan(matrix, facts(matrix, evidence=known), SELECT_ALL), variant, "native-suite")
+    assert isinstance(first, Skip) and first.records
+    skipped = evidence_for(matrix, [variant], status=Status.SKIPPED)
+    on_record = {key: replace(k, record=replace(k.record, reason=first.reason)) for key, k in skipped.items()}
+    again = only_step(
+        plan(matrix, facts(matrix, evidence={**known, **on_record}), SELECT_ALL), variant, "native-suite"
+    )
+    assert isinstance(again, Skip) and not again.records and again.reason == first.reason
+    # another reason (or other inputs) is written
+    other = {
+        key: replace(k, record=replace(k.record, reason="an older reason")) for key, k in skipped.items()
+    }
+    written = only_step(
+        plan(matrix, facts(matrix, evidence={**known, **other}), SELECT_ALL), variant, "native-suite"
+    )
+    assert isinstance(written, Skip) and written.records
