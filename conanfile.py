@@ -95,7 +95,8 @@ def llama_choices_by_arch(matrix):
     found = {}
     for platform in matrix.get("platforms") or []:
         for key in platform.get("llama_options") or {}:
-            found.setdefault(str(key), set()).add(arches.get(str(platform.get("arch")), str(platform.get("arch"))))
+            arch = str(platform.get("arch"))
+            found.setdefault(str(key), set()).add(arches.get(arch, arch))
     return found
 
 
