@@ -320,6 +320,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         memo = ctx.project.build_root / MEMO_NAME
         key = _report_key(ctx, evidence_dirs, evidence_run)
         said = _report_said_before(memo, key, ctx.project.report_dir)
+        html = ctx.project.report_dir / _REPORT_FILES[0]  # as rendered last time
         if said is None:
             paths, report = render(
                 ctx.matrix,
@@ -330,7 +331,8 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
                 artifact_matches=planned.artifact_hashes.resolve,
                 capabilities=ctx.capabilities(),
             )
-            png = report_screenshot(paths.html, ctx.project.report_dir / "report.png", report)
+            html = paths.html
+            png = report_screenshot(html, ctx.project.report_dir / "report.png", report)
             said = [describe_paths(paths, png), summary_line(report), f"trust: {report.header.trust}"]
             _remember_report(memo, key, said, ctx.project.report_dir)
             done.timings.add("report", "rendered", watch.seconds())
@@ -346,7 +348,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
                 f"{len(done.failed)} check(s) failed: "
                 + ", ".join(f"{o.cell}/{o.check}" for o in done.failed)
             )
-        return VerifyResult(plan=planned.plan, report=paths.html, execution=done)
+        return VerifyResult(plan=planned.plan, report=html, execution=done)
 
 
 def _generate_sample(
