@@ -17,6 +17,7 @@ from eliza.core.verify_plan import perf_identity, simulated_identity
 from eliza.formats.callgrind import CallgrindError, parse_profile
 from eliza.formats.matrix_yaml import parse_matrix
 from tests.unit.test_matrix_loader import SOURCE, edit, only_problem
+from tests.unit.test_perf_matrix import PERF as PERF_ENTRY
 
 EVENTS = ("Ir", "Dr", "Dw", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")
 
@@ -305,16 +306,8 @@ SIMULATED = """    simulated:
       metrics:
         decode_instructions_per_token: {better: lower, bound: 0.05}
 """
-PERF = """  - id: perf
-    kind: perf
-    description: perf
-    pass_rule: no regression
-    needs_run: true
-    rounds: 5
-    metrics:
-      decode_tok_s: {better: higher, bound: 0.05}
-      peak_rss_kb: {better: lower, bound: 0.05}
-"""
+# test_perf_matrix's perf entry (decode tok/s, peak RSS), before its closing "cells:".
+PERF = PERF_ENTRY.removesuffix("cells:\n")
 
 
 def test_the_simulated_entry_is_read_and_its_identity_changes_with_what_the_counts_depend_on() -> None:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from eliza.adapters.bench_tools import BenchSettings, bench_argv, drafter_argv, reference_argv, run_tool
-from eliza.app.checks.job import Job
+from eliza.app.checks.job import Alone, Job
 from eliza.app.services.baseline import BaselineError, resolve_commit
 from eliza.app.services.bench_options import BenchOptions
 from eliza.app.services.clock import Stopwatch, now
@@ -39,7 +39,6 @@ from eliza.formats.bench_jsonl import load_run
 from eliza.formats.files import atomic_write_text, sha256_file
 from eliza.formats.tiny_gguf import draft_model
 
-Alone = Callable[[], AbstractContextManager[None]]  # where timed runs have the host to themselves
 Log = Callable[[str], None]
 
 

@@ -18,6 +18,9 @@ from eliza.core.matrix import Cell, Check, Matrix, Platform
 from eliza.core.outcome import CheckOutcome
 from eliza.core.verify_plan import Run
 
+# Where a runner measures wall time: nothing else runs on the host until the block ends.
+Alone = Callable[[], AbstractContextManager[None]]
+
 
 @dataclass(frozen=True, kw_only=True)
 class Job:
@@ -31,7 +34,7 @@ class Job:
     bench: BenchOptions | None = None  # the bench's settings, for the byte-identity runner
     # Where a runner measures wall time: nothing else runs on the host until the block ends
     # (the executor's; outside an executor nothing runs beside anyway).
-    alone: Callable[[], AbstractContextManager[None]] = nullcontext
+    alone: Alone = nullcontext
 
     @property
     def cells(self) -> tuple[Cell, ...]:
