@@ -60,8 +60,8 @@ from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
 from gguf.quants import dequantize
 
 from eliza import __version__ as ELIZA_VERSION
-from eliza.formats import llama_gguf
 from eliza.formats.files import atomic_write_text, atomic_write_with, sha256_file
+from eliza.formats.gguf_models import header as llama_gguf
 from eliza.formats.mlx_weights import unpermute_rope_rows
 from eliza.formats.sentencepiece_vocab import SpmVocabulary, VocabularyError, model_proto, read_vocabulary
 

@@ -36,8 +36,8 @@ from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
 from gguf.quants import dequantize
 
 from eliza import __version__ as ELIZA_VERSION
-from eliza.formats import llama_gguf
 from eliza.formats.files import atomic_write_directory, atomic_write_text, sha256_file
+from eliza.formats.gguf_models import header as llama_gguf
 
 # Bump when the bytes a conversion writes change for the same GGUF: every directory written
 # by an older converter is then stale and rewritten.

@@ -29,7 +29,7 @@ from typing import Any
 
 from gguf import GGUFReader
 
-from eliza.formats.llama_gguf import field
+from eliza.formats.gguf_models.header import field
 
 TOKENIZER_MODEL = "llama"
 # SentencePiece's ModelProto.SentencePiece.Type values, the same numbers GGUF writes.

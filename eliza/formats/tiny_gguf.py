@@ -49,6 +49,29 @@ class TinyModelSpec:
 DRAFT_SPEC = TinyModelSpec(seed=2, n_layer=1, name="eliza-tiny-draft")
 
 
+@dataclass(frozen=True, kw_only=True)
+class TinyGemma3Spec:
+    """A random-weights model of the Gemma 3 architecture (eliza.formats.gguf_models.gemma3),
+    every shape its own: the converters and the runtimes' bodies must read each from the
+    GGUF. No planted chain: it is for agreement, not for scripted output."""
+
+    seed: int = 7
+    n_embd: int = 96
+    n_layer: int = 4
+    n_head: int = 3
+    n_head_kv: int = 1
+    head_dim: int = 48
+    n_ff: int = 160
+    sliding_window: int = 6
+    swa_pattern: int = 3
+    rope_base: float = 1000000.0
+    rope_base_local: float = 10000.0
+    context_length: int = 512
+    tied: bool = True
+    name: str = "eliza-tiny-gemma3"
+    vocab_size: int = 0  # > 0: only the first vocab_size tokens
+
+
 def _vocab(reader: GGUFReader) -> tuple[list[str], list[float], list[int], dict[str, int]]:
     tokens = [str(t) for t in reader.fields["tokenizer.ggml.tokens"].contents()]
     scores = [float(s) for s in reader.fields["tokenizer.ggml.scores"].contents()]
@@ -121,6 +144,95 @@ def write_tiny_gguf(path: Path, vocab_path: Path, spec: TinyModelSpec = TinyMode
     return sha256_file(path)
 
 
+def _gemma3_weights(spec: TinyGemma3Spec, n_vocab: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(spec.seed)
+    d, hd, ff = spec.n_embd, spec.head_dim, spec.n_ff
+
+    def gaussian(shape: tuple[int, ...], std: float) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        # Stored as llama.cpp's converter stores Gemma's norms: with the 1 added.
+        return (1.0 + rng.standard_normal(n) * 0.1).astype(np.float32)
+
+    w: dict[str, np.ndarray] = {"token_embd.weight": gaussian((n_vocab, d), 0.5 / np.sqrt(d))}
+    for layer in range(spec.n_layer):
+        p = f"blk.{layer}."
+        w |= {
+            p + "attn_norm.weight": norm(d),
+            p + "attn_q.weight": gaussian((spec.n_head * hd, d), 1.0 / np.sqrt(d)),
+            p + "attn_k.weight": gaussian((spec.n_head_kv * hd, d), 1.0 / np.sqrt(d)),
+            p + "attn_v.weight": gaussian((spec.n_head_kv * hd, d), 1.0 / np.sqrt(d)),
+            p + "attn_q_norm.weight": norm(hd),
+            p + "attn_k_norm.weight": norm(hd),
+            p + "attn_output.weight": gaussian((d, spec.n_head * hd), 1.0 / np.sqrt(spec.n_head * hd)),
+            p + "post_attention_norm.weight": norm(d),
+            p + "ffn_norm.weight": norm(d),
+            p + "ffn_gate.weight": gaussian((ff, d), 1.0 / np.sqrt(d)),
+            p + "ffn_up.weight": gaussian((ff, d), 1.0 / np.sqrt(d)),
+            p + "ffn_down.weight": gaussian((d, ff), 1.0 / np.sqrt(ff)),
+            p + "post_ffw_norm.weight": norm(d),
+        }
+    w["output_norm.weight"] = norm(d)
+    if not spec.tied:
+        w["output.weight"] = gaussian((n_vocab, d), 1.0 / np.sqrt(d))
+    return w
+
+
+def write_tiny_gemma3_gguf(path: Path, vocab_path: Path, spec: TinyGemma3Spec = TinyGemma3Spec()) -> str:
+    """Writes a random-weights Gemma 3 GGUF with the vocabulary of `vocab_path` atomically and
+    returns its sha256."""
+    reader = GGUFReader(vocab_path)
+    tokens, scores, types, special = _vocab(reader)
+    if spec.vocab_size > 0:
+        tokens, scores, types = tokens[: spec.vocab_size], scores[: spec.vocab_size], types[: spec.vocab_size]
+    weights = _gemma3_weights(spec, len(tokens))
+
+    def write(tmp: Path) -> None:
+        writer = GGUFWriter(str(tmp), arch="gemma3")
+        writer.add_name(spec.name)
+        writer.add_context_length(spec.context_length)
+        writer.add_embedding_length(spec.n_embd)
+        writer.add_block_count(spec.n_layer)
+        writer.add_feed_forward_length(spec.n_ff)
+        writer.add_head_count(spec.n_head)
+        writer.add_head_count_kv(spec.n_head_kv)
+        writer.add_key_length(spec.head_dim)
+        writer.add_value_length(spec.head_dim)
+        writer.add_layer_norm_rms_eps(1e-6)
+        writer.add_rope_freq_base(spec.rope_base)
+        writer.add_float32("gemma3.rope.freq_base_swa", spec.rope_base_local)
+        writer.add_sliding_window(spec.sliding_window)
+        writer.add_uint32("gemma3.attention.sliding_window_pattern", spec.swa_pattern)
+        writer.add_file_type(0)  # all F32
+        _add_vocab(writer, tokens, scores, types, special)
+        for name, tensor in weights.items():
+            writer.add_tensor(name, tensor)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+
+    atomic_write_with(path, write)
+    return sha256_file(path)
+
+
+def _add_vocab(
+    writer: GGUFWriter, tokens: list[str], scores: list[float], types: list[int], special: dict[str, int]
+) -> None:
+    writer.add_vocab_size(len(tokens))
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(special["bos_token_id"])
+    writer.add_eos_token_id(special["eos_token_id"])
+    writer.add_unk_token_id(special["unknown_token_id"])
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+
+
 def _write_gguf(
     tmp: Path,
     spec: TinyModelSpec,
@@ -141,17 +253,7 @@ def _write_gguf(
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
     writer.add_file_type(0)  # all F32
-    writer.add_vocab_size(len(tokens))
-    writer.add_tokenizer_model("llama")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(special["bos_token_id"])
-    writer.add_eos_token_id(special["eos_token_id"])
-    writer.add_unk_token_id(special["unknown_token_id"])
-    writer.add_add_bos_token(True)
-    writer.add_add_eos_token(False)
+    _add_vocab(writer, tokens, scores, types, special)
     for name, tensor in weights.items():
         writer.add_tensor(name, tensor)
     writer.write_header_to_file()

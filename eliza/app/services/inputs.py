@@ -34,6 +34,18 @@ BENCH_INPUTS = (
     "eliza/app/checks/byte_identity.py",
     "eliza/core/perf_stats.py",  # the seam overhead's interval and p
 )
+# What stages a runtime's artifact from a bundle's GGUF: the GGUF reading shared by the
+# converters, each converter (a module or a package of one file per architecture), and the
+# SentencePiece model the .litertlm carries.
+CONVERTER_INPUTS = (
+    "eliza/formats/gguf_models",
+    "eliza/formats/mlx_weights",
+    "eliza/formats/mlx_weights.py",
+    "eliza/formats/litertlm",
+    "eliza/formats/litertlm.py",
+    "eliza/formats/sentencepiece_vocab.py",
+)
+
 # The perf check's runner, its statistics and waivers, and its round settings (bench_options).
 PERF_CHECK_INPUTS = (
     "eliza/app/checks/perf.py",
@@ -44,10 +56,7 @@ PERF_CHECK_INPUTS = (
     # their converters
     "eliza/app/checks/runtimes.py",
     "eliza/app/services/bundle.py",
-    "eliza/formats/mlx_weights.py",
-    "eliza/formats/litertlm.py",
-    "eliza/formats/sentencepiece_vocab.py",
-    "eliza/formats/llama_gguf.py",
+    *CONVERTER_INPUTS,
 )
 
 # backend-agreement: its runner and judge, how a runtime is present or hidden, and the
@@ -57,10 +66,7 @@ BACKEND_CHECK_INPUTS = (
     "eliza/core/backend_agreement.py",
     "eliza/app/checks/runtimes.py",
     "eliza/app/services/bundle.py",
-    "eliza/formats/mlx_weights.py",
-    "eliza/formats/litertlm.py",
-    "eliza/formats/sentencepiece_vocab.py",
-    "eliza/formats/llama_gguf.py",
+    *CONVERTER_INPUTS,
 )
 
 # The code that judges a build (exports, the CPU-fallback run) and an ABI (the public
@@ -83,10 +89,7 @@ CONSUMER_INPUTS = (
     # the passes through a gate's runtime, on the bundle its converter stages
     "eliza/app/checks/runtimes.py",
     "eliza/app/services/bundle.py",
-    "eliza/formats/mlx_weights.py",
-    "eliza/formats/litertlm.py",
-    "eliza/formats/sentencepiece_vocab.py",
-    "eliza/formats/llama_gguf.py",
+    *CONVERTER_INPUTS,
 )
 
 

@@ -1,7 +1,7 @@
-"""A llama-architecture GGUF's header as the runtimes' converters read it (the MLX-LM
-weights, the .litertlm): the file opened and checked to be llama, and its keys read with
-errors that name the file, the key and what would fix it. Each converter raises its own
-error type, so its callers keep catching one class."""
+"""A GGUF's header as the runtimes' converters read it (the MLX-LM weights, the .litertlm):
+the file opened and its architecture checked, and its keys read with errors that name the
+file, the key and what would fix it. Each converter raises its own error type, so its
+callers keep catching one class."""
 
 from __future__ import annotations
 
@@ -19,9 +19,12 @@ def field(reader: GGUFReader, key: str) -> Any:
     return None if entry is None else entry.contents()
 
 
-def open_llama(gguf_path: Path, error: type[ValueError], purpose: str) -> GGUFReader:
-    """The reader of a llama-architecture GGUF; `error` naming the file otherwise.
-    `purpose` ends the refusal of another architecture ("convert to MLX-LM weights")."""
+def open_model(
+    gguf_path: Path, error: type[ValueError], purpose: str, architectures: tuple[str, ...]
+) -> tuple[GGUFReader, str]:
+    """The reader of a GGUF of one of `architectures`, and that architecture; `error` naming
+    the file otherwise. `purpose` ends the refusal of another one ("convert to MLX-LM
+    weights")."""
     if not gguf_path.is_file():
         raise error(f"{gguf_path}: no such GGUF file; name an existing .gguf file")
     try:
@@ -29,11 +32,15 @@ def open_llama(gguf_path: Path, error: type[ValueError], purpose: str) -> GGUFRe
     except (ValueError, IndexError, OSError) as exc:
         raise error(f"{gguf_path}: not a readable GGUF file ({exc}); name a .gguf model file") from exc
     arch = field(reader, "general.architecture")
-    if arch != "llama":
-        raise error(
-            f"{gguf_path}: architecture {arch!r}, not 'llama'; only llama-architecture GGUFs {purpose}"
-        )
-    return reader
+    if arch not in architectures:
+        known = " or ".join(repr(a) for a in architectures)
+        raise error(f"{gguf_path}: architecture {arch!r}, not {known}; only {known} GGUFs {purpose}")
+    return reader, str(arch)
+
+
+def open_llama(gguf_path: Path, error: type[ValueError], purpose: str) -> GGUFReader:
+    """The reader of a llama-architecture GGUF; `error` naming the file otherwise."""
+    return open_model(gguf_path, error, purpose, ("llama",))[0]
 
 
 def positive_int(
