@@ -272,6 +272,13 @@ class Gate:
     # runtime_platforms get it; "" where the application provides the runtime.
     runtime_package: str = ""
     agreement: BackendAgreement = field(default_factory=BackendAgreement)  # backend-agreement's tolerance
+    # bundle id -> the tolerance on that bundle, where a real model's logit gaps need another
+    # than the fixture's (agreement.bundles in matrix.yaml)
+    bundle_agreement: Mapping[str, BackendAgreement] = field(default_factory=dict)
+
+    def agreement_on(self, bundle_id: str) -> BackendAgreement:
+        """backend-agreement's tolerance for this gate's runtime on one bundle."""
+        return self.bundle_agreement.get(bundle_id, self.agreement)
 
     def runtime_for(self, platform_id: str) -> str:
         """The runtime package a cell of this platform builds with ("" when none)."""
@@ -360,7 +367,8 @@ class Bundle:
     bench: BundleBench = field(default_factory=BundleBench)
     # gated cells run it too; False: only each platform's no-gate cells (a gate on a
     # gguf-only bundle falls through to the same llama.cpp code, which byte-identity-gates
-    # shows on the first bundle)
+    # shows on the first bundle), except the checks that judge a gate's runtime
+    # (runtime_cells_only), which run on the gated cells whose runtime exists
     gated_cells: bool = True
     # run under an emulator too; False: a cell whose checks run emulated skips it, saying so
     emulated: bool = True

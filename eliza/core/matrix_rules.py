@@ -144,7 +144,7 @@ class MatrixRules:
         check_ids = [c.id for c in _expand(d["checks"], self.bundles())] if not self.errors else declared_ids
         self.variant_ids = self.unique_ids("variants", "variant")
         self.unique_ids("device_gated", "device-gated item")
-        self.check_gates(platform_ids)
+        self.check_gates(platform_ids, bundle_ids)
         self.check_platforms(gate_ids)
         for j, cid in enumerate(d.get("default_checks", [])):
             self.ref(cid, declared_ids, "check", ("default_checks", j))
@@ -431,7 +431,7 @@ class MatrixRules:
                 ids[item_id] = i
         return list(ids)
 
-    def check_gates(self, platform_ids: Sequence[str]) -> None:
+    def check_gates(self, platform_ids: Sequence[str], bundle_ids: Sequence[str]) -> None:
         first: dict[tuple[str, str], int] = {}
         for i, gate in enumerate(self.data["gates"]):
             if gate["id"] == "none":
@@ -453,6 +453,9 @@ class MatrixRules:
                     first[(field, value)] = i
             for j, pid in enumerate(gate.get("runtime_platforms", [])):
                 self.ref(pid, platform_ids, "platform", ("gates", i, "runtime_platforms", j))
+            for j, entry in enumerate(gate.get("agreement", {}).get("bundles", [])):
+                where: KeyPath = ("gates", i, "agreement", "bundles", j, "bundle")
+                self.ref(entry["bundle"], bundle_ids, "bundle", where)
 
     def check_platforms(self, gate_ids: Sequence[str]) -> None:
         for i, plat in enumerate(self.data["platforms"]):
@@ -745,7 +748,7 @@ def _applicable(
         if c.base_id in wanted
         and (gates or not c.gated_cells_only)
         and (with_runtime or not c.runtime_cells_only)
-        and c.bundle in gated_ok
+        and (c.bundle in gated_ok or c.runtime_cells_only)
     )
 
 
@@ -817,8 +820,17 @@ def _gate(g: Mapping[str, Any]) -> Gate:
         runtime_platforms=tuple(g.get("runtime_platforms", [])),
         preference_rank=g.get("preference_rank", 50),
         runtime_package=g.get("runtime_package", ""),
-        agreement=BackendAgreement(**g["agreement"]) if "agreement" in g else BackendAgreement(),
+        agreement=_backend_agreement(g.get("agreement", {})),
+        bundle_agreement={
+            own["bundle"]: _backend_agreement({**g["agreement"], **own})
+            for own in g.get("agreement", {}).get("bundles", [])
+        },
     )
+
+
+def _backend_agreement(a: Mapping[str, Any]) -> BackendAgreement:
+    """A gate's tolerance; a bundle's entry inherits what it does not state."""
+    return BackendAgreement(**{k: v for k, v in a.items() if k not in ("bundles", "bundle")})
 
 
 def _check(c: Mapping[str, Any], bundle: str) -> Check:

@@ -107,7 +107,7 @@ bool bundle_has_artifact(const char * bundle_dir, const char * pattern) noexcept
 
 bool eliza::backends::GateFactory::can_serve(const char * bundle_dir) const {
     for (size_t i = 0; i < spec_.n_artifacts; ++i) {
-        if (eliza::seam::bundle_has_artifact(bundle_dir, spec_.artifacts[i])) {
+        if (loads_artifact(spec_.artifacts[i]) && eliza::seam::bundle_has_artifact(bundle_dir, spec_.artifacts[i])) {
             return true;
         }
     }

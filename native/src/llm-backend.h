@@ -114,14 +114,26 @@ struct GateSpec {
 };
 
 // The base of every gate's factory. What the matrix states is final here; a gate's file
-// supplies only what depends on its runtime: available() and open().
+// supplies only what depends on its runtime: available(), open(), and which of the gate's
+// artifacts its body can load here (loads_artifact).
 class GateFactory : public LlmBackendFactory {
 public:
     explicit GateFactory(const GateSpec & spec) noexcept : spec_(spec) {}
     const char * name() const final { return spec_.factory_name; }
-    bool can_serve(const char * bundle_dir) const final;  // any of the spec's artifacts
+    // Any of the spec's artifacts that this body loads: a bundle that carries only an
+    // artifact of the gate that another body of it loads (a CoreML package on Linux) falls
+    // through as a bundle without any does.
+    bool can_serve(const char * bundle_dir) const final;
     int preference_rank() const final { return spec_.preference_rank; }
     const GateSpec & spec() const noexcept { return spec_; }
+
+protected:
+    // Whether this build's body loads artifacts of the spec's `pattern` (one of
+    // spec().artifacts) on this platform. Default: every one.
+    virtual bool loads_artifact(const char * pattern) const {
+        (void)pattern;
+        return true;
+    }
 
 private:
     const GateSpec & spec_;

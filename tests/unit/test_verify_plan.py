@@ -159,10 +159,14 @@ def test_fresh_evidence_is_kept_and_nothing_is_built(matrix: Matrix) -> None:
     cpu_and_arm = [
         s for s in p.steps if s.cell.platform in ("linux-cpu", "linux-arm64") and s.cell.variant is None
     ]
-    # the real bundle's check under qemu is the only step that is not kept: it never runs there
+    # the real bundle's checks under qemu are the only steps that are not kept: they never
+    # run there (the no-gate cell's reference, each runtime's agreement)
     emulated_only = [s for s in cpu_and_arm if not isinstance(s, Keep)]
     assert [(str(s.cell), s.check) for s in emulated_only] == [
-        ("linux-arm64.none", "byte-identity-reference.gemma3-270m")
+        ("linux-arm64.none", "byte-identity-reference.gemma3-270m"),
+        ("linux-arm64.litert", "backend-agreement.gemma3-270m"),
+        ("linux-arm64.mlx", "backend-agreement.gemma3-270m"),
+        ("linux-arm64.litert+mlx", "backend-agreement.gemma3-270m"),
     ]
     assert cpu_and_arm and all(isinstance(s, Keep) for s in cpu_and_arm if s not in emulated_only)
     assert p.builds == [] and p.runs == []

@@ -1,6 +1,6 @@
 """The backend-agreement check: each gate of the cell whose runtime exists on its platform,
 hard-selected through ELIZA_LLM_BACKEND, against the llama.cpp path of the same library and
-bundle, greedy, on the default prompts (eliza.core.backend_agreement judges).
+bundle, greedy, on the bundle's prompts (eliza.core.backend_agreement judges).
 
 The cell's own tools, where the platform's binaries run (here, under its emulator or on
 its lab device): the reference runner once (plain llama.h, which records llama.cpp's
@@ -12,6 +12,7 @@ answer in its place, and the record says which backend served and its runtime.""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from eliza.adapters.bench_tools import BenchSettings, BenchToolError, bench_argv, reference_argv, run_tool
@@ -57,10 +58,13 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
     outcomes: list[CheckOutcome] = []
     bundle = ensure_runtime_bundle(evidence.bundle, job.matrix.gates)
     emulated = job.target is not None and job.target.emulated
-    settings = BenchSettings(
-        bundle=bundle, max_tokens=EMULATED_MAX_TOKENS if emulated else MAX_TOKENS, repeats=1
-    )
     for cell, check in job.pairs():
+        # A real model declares its own prompts and tokens (matrix.yaml bundles: bench).
+        sizing = job.matrix.bundle(check.bundle).bench
+        max_tokens = EMULATED_MAX_TOKENS if emulated else (sizing.max_tokens or MAX_TOKENS)
+        settings = BenchSettings(bundle=bundle, max_tokens=max_tokens, repeats=1)
+        if evidence.prompts is not None:
+            settings = replace(settings, prompts=evidence.prompts)
         watch = Stopwatch()
         library = job.library(cell)
         out = evidence.project.build_root / "bench" / cell.platform.id / cell.key / "backends"
@@ -97,7 +101,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 problems.append(f"{gate.factory}: the run names {_served_by(got)!r} as its backend")
                 continue
             try:
-                verdict = judge(gate.factory, margins, margins, got, gate.agreement)
+                verdict = judge(gate.factory, margins, margins, got, gate.agreement_on(check.bundle))
             except AgreementInputError as exc:
                 problems.append(f"{gate.factory}: {exc}")
                 continue
@@ -137,7 +141,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 details={
                     "summary": "; ".join(v.summary() for v in verdicts) or "no backend ran",
                     "backends": served,
-                    "tolerance": {g.factory: vars(g.agreement) for g in backends_of(cell)},
+                    "tolerance": {g.factory: vars(g.agreement_on(check.bundle)) for g in backends_of(cell)},
                     "ran_on": job.target.words if job.target is not None else "native",
                 },
                 artifacts=(library, out / "reference.jsonl"),

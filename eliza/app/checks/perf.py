@@ -296,8 +296,9 @@ def comparisons(
     backend_opts = replace(
         opts,
         settings=replace(opts.settings, bundle=bundle),
-        perf_max_tokens=BACKEND_MAX_TOKENS,
-        perf_repeats=BACKEND_REPEATS,
+        # a real model's own sizing where it declares a smaller one (matrix.yaml bundles: bench)
+        perf_max_tokens=min(BACKEND_MAX_TOKENS, opts.perf_max_tokens),
+        perf_repeats=min(BACKEND_REPEATS, opts.perf_repeats),
     )
     series = [
         Comparison(

@@ -51,6 +51,7 @@
 
 #include "backends/conversion_record.h"
 #include "backends/litert/litert_lm_c_api.h"
+#include "backends/runtime_body.h"
 #include "backends/stream_args.h"
 #include "context.h"
 #include "llm-backend.h"
@@ -70,7 +71,6 @@ constexpr const char * kEngineFile = "liblitert-lm.so";
 constexpr const char * kEngineDir = "litert_lm";
 constexpr const char * kArtifactExt = ".litertlm";
 constexpr int kMaxThreads = 8;
-constexpr uint32_t kMaxDefaultCtx = 4096;
 
 // --- the engine library -----------------------------------------------------------------
 
@@ -78,12 +78,6 @@ struct Runtime {
     Api api{};
     std::string why_not;  // why there is no engine (for messages), "" when there is one
 };
-
-std::string own_directory() {
-    Dl_info info{};
-    if (dladdr(reinterpret_cast<const void *>(&own_directory), &info) == 0 || info.dli_fname == nullptr) return "";
-    return fs::path(info.dli_fname).parent_path().string();
-}
 
 template <typename F> bool resolve(void * handle, const char * name, F & out, std::string & missing) {
     out = reinterpret_cast<F>(dlsym(handle, name));
@@ -144,7 +138,7 @@ const Runtime & runtime() {
         if (override_dir != nullptr) {
             candidates.push_back((fs::path(override_dir) / kEngineDir / kEngineFile).string());
         } else {
-            const fs::path own = own_directory();
+            const fs::path own = library_directory();
             candidates = {(own / kEngineDir / kEngineFile).string(), (own / kEngineFile).string(), kEngineFile};
         }
         std::string tried;
@@ -213,42 +207,27 @@ int thread_count(const EliInferenceContext & ctx) {
     return hw == 0 ? 1 : static_cast<int>(std::min<unsigned>(hw, kMaxThreads));
 }
 
-// The stream's context: ELIZA_N_CTX, else the GGUF's training context, at most 4096 (the
-// llama.cpp path's rule). Called after ensure_vocab: one of the two models is loaded.
+// The stream's context from the GGUF's training context. Called after ensure_vocab: one
+// of the two models is loaded.
 uint32_t context_size(const EliInferenceContext & ctx) {
-    if (ctx.settings.n_ctx > 0) return static_cast<uint32_t>(ctx.settings.n_ctx);
     const llama_model * model = ctx.loaded.load() ? ctx.model.get() : ctx.vocab_model.get();
-    const int32_t trained = model != nullptr ? llama_model_n_ctx_train(model) : 0;
-    return trained > 0 ? std::min<uint32_t>(static_cast<uint32_t>(trained), kMaxDefaultCtx) : kMaxDefaultCtx;
+    return stream_context_size(ctx.settings.n_ctx, model != nullptr ? llama_model_n_ctx_train(model) : 0);
 }
 
 // Refuses a .litertlm that was not written from this GGUF by `eliza litertlm`, or whose
 // bytes are no longer the ones it wrote (its record, <name>.litertlm.json).
-bool artifact_matches_gguf(const std::string & model, const std::string & gguf, std::string & message) {
-    const std::string record_path = model + ".json";
-    const std::string record = read_text_file(record_path);
-    const std::string source = recorded(record, "source_sha256");
-    const std::string repair = "; write it again: eliza litertlm " + gguf;
-    if (source.empty()) {
-        message = "'" + model + "' has no writer's record (" + fs::path(record_path).filename().string() +
-                  " with source_sha256)" + repair;
-        return false;
-    }
-    const std::string actual = eliza::sha256_file(gguf);
-    if (actual != source) {
-        message = "'" + model + "' was written from a GGUF with sha256 " + source.substr(0, 12) + ", not from " +
-                  fs::path(gguf).filename().string() + " (" + actual.substr(0, 12) + ")" + repair;
-        return false;
-    }
-    const std::string want = recorded(record, "output_sha256");
-    const std::string have = eliza::sha256_file(model);
-    if (want.empty() || have != want) {
-        message = "'" + model + "' is not the file its writer wrote (sha256 " +
-                  (have.empty() ? std::string("unreadable") : have.substr(0, 12)) + ", recorded " +
-                  (want.empty() ? std::string("none") : want.substr(0, 12)) + ")" + repair;
-        return false;
-    }
-    return true;
+bool litertlm_matches_gguf(const std::string & model, const std::string & gguf, std::string & message) {
+    const ArtifactRecord record{
+        "'" + model + "'",
+        model + ".json",
+        "writer's record",
+        "written",
+        "its writer",
+        "; write it again: eliza litertlm " + gguf,
+        {{"output_sha256", model}},
+    };
+    std::string model_sha256;
+    return artifact_matches_gguf(record, gguf, model_sha256, message);
 }
 
 std::shared_ptr<Engine> context_engine(const Runtime & rt, EliInferenceContext & ctx, const VocabView & vocab,
@@ -261,7 +240,7 @@ std::shared_ptr<Engine> context_engine(const Runtime & rt, EliInferenceContext &
         message = "bundle '" + ctx.bundle_dir + "' has no text/*" + kArtifactExt;
         return nullptr;
     }
-    if (!artifact_matches_gguf(model, ctx.model_path, message)) return nullptr;
+    if (!litertlm_matches_gguf(model, ctx.model_path, message)) return nullptr;
     LiteRtLmEngineSettings * settings = rt.api.engine_settings_create(model.c_str(), "cpu", nullptr, nullptr);
     if (settings == nullptr) {
         message = "the LiteRT-LM engine refused the settings for '" + model + "'";
@@ -337,39 +316,11 @@ constexpr char kSlotMagic[8] = {'E', 'L', 'Z', 'L', 'R', 'T', 'S', '1'};
 constexpr uint32_t kFlagPrefilled = 1u;
 constexpr uint32_t kFlagFinished = 2u;
 
-template <typename T> void put(std::string & out, T v) { out.append(reinterpret_cast<const char *>(&v), sizeof v); }
-template <typename T> T get(const std::string & in, size_t & at) {
-    T v;
-    std::memcpy(&v, in.data() + at, sizeof v);
-    at += sizeof v;
-    return v;
-}
-
 std::string slot_key_of(const eliza_llm_stream_config_t & cfg) {
     char buf[128];
     std::snprintf(buf, sizeof buf, "litert-lm 0.18.1 t%g p%g k%d s%d", static_cast<double>(cfg.temperature),
                   static_cast<double>(cfg.top_p), cfg.top_k, cfg.slot_id);
     return buf;
-}
-
-// Written beside the target and renamed: a crash never leaves half a slot file.
-int write_file_atomically(const char * filename, const std::string & bytes, char ** out_error) {
-    const std::string tmp = std::string(filename) + ".tmp-" + std::to_string(::getpid());
-    {
-        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-        f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        f.flush();
-        if (!f) {
-            std::remove(tmp.c_str());
-            return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string("cannot write slot file '") + filename + "'");
-        }
-    }
-    if (std::rename(tmp.c_str(), filename) != 0) {
-        const std::string why = std::strerror(errno);
-        std::remove(tmp.c_str());
-        return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string("cannot write slot file '") + filename + "': " + why);
-    }
-    return ELIZA_OK;
 }
 
 // --- a stream -----------------------------------------------------------------------------
@@ -575,12 +526,7 @@ public:
     // suffix of the text), i32 generated chunks, u32 generated ids, u32 flags; the ids (i32),
     // the text; the XXH64 of the stream's config key and everything before it.
     int save_slot(const char * filename, char ** out_error) override {
-        if (filename == nullptr || filename[0] == '\0') {
-            return fail(out_error, ELIZA_ERR_INVALID_ARG, "slot filename is NULL or empty");
-        }
-        if (cancelled_.load()) {
-            return fail(out_error, ELIZA_ERR_CANCELLED, "stream was cancelled; its state is not worth saving (reset it first)");
-        }
+        if (const int rc = check_slot_save(filename, cancelled_.load(), out_error); rc != ELIZA_OK) return rc;
         std::string out(kSlotMagic, sizeof kSlotMagic);
         put<uint32_t>(out, static_cast<uint32_t>(exact_ids_.size()));
         put<uint32_t>(out, static_cast<uint32_t>(text_after_.size()));
@@ -591,23 +537,14 @@ public:
         for (int32_t t : exact_ids_) put<int32_t>(out, t);
         out += text_after_;
         put<uint64_t>(out, seal(out));
-        return write_file_atomically(filename, out, out_error);
+        return write_slot_file(filename, out, out_error);
     }
 
     int restore_slot(const char * filename, char ** out_error) override {
-        if (filename == nullptr || filename[0] == '\0') {
-            return fail(out_error, ELIZA_ERR_INVALID_ARG, "slot filename is NULL or empty");
-        }
-        const std::string name = std::string("slot file '") + filename + "'";
-        std::error_code ec;
-        if (!fs::is_regular_file(filename, ec)) {  // never block on a FIFO, never read a directory
-            return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " is missing or not a regular file");
-        }
-        const std::string data = read_text_file(filename);
         constexpr size_t header = sizeof kSlotMagic + 4 * 6;
-        if (data.size() < header + 8 || std::memcmp(data.data(), kSlotMagic, sizeof kSlotMagic) != 0) {
-            return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " is missing, truncated or not a LiteRT-LM slot file");
-        }
+        std::string data, name;
+        const int read = read_slot_file(filename, kSlotMagic, header + 8, "a LiteRT-LM slot file", data, name, out_error);
+        if (read != ELIZA_OK) return read;
         size_t at = data.size() - 8;
         if (get<uint64_t>(data, at) != seal(data.substr(0, data.size() - 8))) {
             return fail(out_error, ELIZA_ERR_INVALID_ARG,

@@ -14,27 +14,22 @@
 // checkpoint written by the project's converter, which records the GGUF it came from: a
 // directory converted from another GGUF is refused.
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "backends/conversion_record.h"
 #include "backends/mlx/mlx_module.h"
+#include "backends/runtime_body.h"
 #include "backends/stream_args.h"
 #include "context.h"
 #include "llm-backend.h"
 #include "sampling.h"
-#include "sha256.h"
 #include "status.h"
 #include "xxh64.h"
 
@@ -46,7 +41,6 @@ namespace {
 constexpr const char * kModuleFile = "libelizainference-mlx.so";
 constexpr const char * kWeightsDir = "text/mlx";
 constexpr size_t kPrefillChunk = 64;  // tokens per forward call: the granularity of cancel during a prefill
-constexpr uint32_t kMaxDefaultCtx = 4096;
 
 // --- the module -------------------------------------------------------------------------
 
@@ -55,20 +49,13 @@ struct Module {
     std::string why_not;  // why there is no module (for messages), "" when there is one
 };
 
-// Where this library was loaded from: the module is looked for beside it.
-std::string own_directory() {
-    Dl_info info{};
-    if (dladdr(reinterpret_cast<const void *>(&own_directory), &info) == 0 || info.dli_fname == nullptr) return "";
-    return fs::path(info.dli_fname).parent_path().string();
-}
-
 const Module & module() {
     static const Module loaded = [] {
         Module m;
         // ELIZA_BACKEND_MODULE_DIR: another folder to look in (empty or missing: no module,
         // as on a host without the runtime, which is how verify judges the fall-through).
         const char * override_dir = std::getenv("ELIZA_BACKEND_MODULE_DIR");
-        const std::string dir = override_dir != nullptr ? std::string(override_dir) : own_directory();
+        const std::string dir = override_dir != nullptr ? std::string(override_dir) : library_directory();
         const std::string path = (dir.empty() ? fs::path(kModuleFile) : fs::path(dir) / kModuleFile).string();
         // RTLD_LOCAL: MLX's symbols stay out of the application's namespace.
         void * handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -110,33 +97,16 @@ struct Weights {
 // something else without a word). weights_sha256: model.safetensors', as verified.
 bool weights_match_gguf(const fs::path & dir, const std::string & gguf, std::string & weights_sha256,
                         std::string & message) {
-    const fs::path record_path = dir / "eliza-conversion.json";
-    const std::string record = read_text_file(record_path);
-    const std::string source = recorded(record, "source_sha256");
-    const std::string repair = "; convert it again: eliza mlx-weights " + gguf;
-    if (source.empty()) {
-        message = "'" + dir.string() + "' has no conversion record (" + record_path.filename().string() +
-                  " with source_sha256)" + repair;
-        return false;
-    }
-    const std::string actual = eliza::sha256_file(gguf);
-    if (actual != source) {
-        message = "'" + dir.string() + "' was converted from a GGUF with sha256 " + source.substr(0, 12) +
-                  ", not from " + fs::path(gguf).filename().string() + " (" + actual.substr(0, 12) + ")" + repair;
-        return false;
-    }
-    for (const char * name : {"config.json", "model.safetensors"}) {
-        const std::string want = recorded(record, name);
-        const std::string have = eliza::sha256_file((dir / name).string());
-        if (want.empty() || have != want) {
-            message = "'" + (dir / name).string() + "' is not the file its conversion wrote (sha256 " +
-                      (have.empty() ? std::string("unreadable") : have.substr(0, 12)) + ", recorded " +
-                      (want.empty() ? std::string("none") : want.substr(0, 12)) + ")" + repair;
-            return false;
-        }
-        weights_sha256 = have;  // the last one checked: model.safetensors
-    }
-    return true;
+    const ArtifactRecord record{
+        "'" + dir.string() + "'",
+        (dir / "eliza-conversion.json").string(),
+        "conversion record",
+        "converted",
+        "its conversion",
+        "; convert it again: eliza mlx-weights " + gguf,
+        {{"config.json", (dir / "config.json").string()}, {"model.safetensors", (dir / "model.safetensors").string()}},
+    };
+    return artifact_matches_gguf(record, gguf, weights_sha256, message);
 }
 
 // The context's weights: loaded on its first MLX stream and kept with the context, so its
@@ -173,14 +143,6 @@ constexpr char kSlotMagic[8] = {'E', 'L', 'Z', 'M', 'L', 'X', 'S', '1'};
 constexpr size_t kSlotHeaderBytes = 8 + 8 + 4 * 6;
 constexpr uint32_t kFlagHaveLogits = 1u;
 constexpr uint32_t kFlagFinished = 2u;
-
-template <typename T> void put(std::string & out, T v) { out.append(reinterpret_cast<const char *>(&v), sizeof v); }
-template <typename T> T get(const std::string & in, size_t & at) {
-    T v;
-    std::memcpy(&v, in.data() + at, sizeof v);
-    at += sizeof v;
-    return v;
-}
 
 class MlxSession final : public LlmBackendSession {
 public:
@@ -285,13 +247,7 @@ public:
     }
 
     int save_slot(const char * filename, char ** out_error) override {
-        if (filename == nullptr || filename[0] == '\0') {
-            return fail(out_error, ELIZA_ERR_INVALID_ARG, "slot filename is NULL or empty");
-        }
-        if (cancelled_.load()) {
-            return fail(out_error, ELIZA_ERR_CANCELLED,
-                        "stream was cancelled; its state is not worth saving (reset it first)");
-        }
+        if (const int rc = check_slot_save(filename, cancelled_.load(), out_error); rc != ELIZA_OK) return rc;
         std::string out(kSlotMagic, sizeof kSlotMagic);
         put<uint64_t>(out, weights_->id);
         put<uint32_t>(out, static_cast<uint32_t>(vocab_.n_vocab));
@@ -304,38 +260,14 @@ public:
         for (llama_token t : accepted_) put<int32_t>(out, t);
         out += pending_;
         put<uint64_t>(out, Xxh64::of(out.data(), out.size()));
-        // Written beside the target and renamed: a crash never leaves half a slot file.
-        const std::string tmp = std::string(filename) + ".tmp-" + std::to_string(::getpid());
-        {
-            std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-            f.write(out.data(), static_cast<std::streamsize>(out.size()));
-            f.flush();
-            if (!f) {
-                std::remove(tmp.c_str());
-                return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string("cannot write slot file '") + filename + "'");
-            }
-        }
-        if (std::rename(tmp.c_str(), filename) != 0) {
-            const std::string why = std::strerror(errno);
-            std::remove(tmp.c_str());
-            return fail(out_error, ELIZA_ERR_INVALID_ARG, std::string("cannot write slot file '") + filename + "': " + why);
-        }
-        return ELIZA_OK;
+        return write_slot_file(filename, out, out_error);
     }
 
     int restore_slot(const char * filename, char ** out_error) override {
-        if (filename == nullptr || filename[0] == '\0') {
-            return fail(out_error, ELIZA_ERR_INVALID_ARG, "slot filename is NULL or empty");
-        }
-        const std::string name = std::string("slot file '") + filename + "'";
-        std::error_code ec;
-        if (!fs::is_regular_file(filename, ec)) {  // never block on a FIFO, never read a directory
-            return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " is missing or not a regular file");
-        }
-        const std::string data = read_text_file(filename);
-        if (data.size() < kSlotHeaderBytes + 8 || std::memcmp(data.data(), kSlotMagic, sizeof kSlotMagic) != 0) {
-            return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " is missing, truncated or not an MLX slot file");
-        }
+        std::string data, name;
+        const int read = read_slot_file(filename, kSlotMagic, kSlotHeaderBytes + 8, "an MLX slot file", data, name,
+                                        out_error);
+        if (read != ELIZA_OK) return read;
         size_t at = data.size() - 8;
         if (get<uint64_t>(data, at) != Xxh64::of(data.data(), data.size() - 8)) {
             return fail(out_error, ELIZA_ERR_INVALID_ARG, name + " is corrupt (checksum mismatch)");
@@ -454,6 +386,16 @@ public:
 
     bool available() const override { return module().api != nullptr; }
 
+protected:
+    // This body computes from MLX weights (text/mlx/) on every platform; the gate's CoreML
+    // artifacts (text/*.mlpackage, text/*.mlmodelc) are another body's, which only Apple
+    // can have. A bundle carrying only those is not this body's to serve.
+    bool loads_artifact(const char * pattern) const override {
+        return pattern != nullptr && std::string(pattern) == std::string(kWeightsDir) + "/";
+    }
+
+public:
+
     LlmBackendSession * open(EliInferenceContext * ctx, const eliza_llm_stream_config_t * cfg,
                              char ** out_error) override {
         const Module & m = module();
@@ -504,9 +446,7 @@ public:
             fail(out_error, ELIZA_ERR_OOM, std::string(name()) + ": " + err);
             return nullptr;
         }
-        const long n_ctx_setting = ctx->settings.n_ctx;
-        const uint32_t trained = weights->n_ctx_train > 0 ? static_cast<uint32_t>(weights->n_ctx_train) : kMaxDefaultCtx;
-        const uint32_t n_ctx = n_ctx_setting > 0 ? static_cast<uint32_t>(n_ctx_setting) : std::min(trained, kMaxDefaultCtx);
+        const uint32_t n_ctx = stream_context_size(ctx->settings.n_ctx, weights->n_ctx_train);
         auto * session = new (std::nothrow) MlxSession(std::move(weights), seq, std::move(sampler), vocab, *cfg, n_ctx);
         if (session == nullptr) {
             m.api->free_seq(seq);
