@@ -196,6 +196,8 @@ def test_the_verifiable_here_table_is_judged_from_evidence() -> None:
     assert any(m.startswith("linux-cuda.npu · selector: NOT RUN") for m in row.missing)
     [row] = report_of(*[rec(c, "selector") for c in CELLS], *builds).verifiable_here
     assert row.verified and row.counts == "4 of 4 entries VERIFIED"
+    # the bundles its evidence covers are named: the selector runs on the fixture only
+    assert row.bundles == ("tiny",)
     as_json = report_to_dict(report_of())
     assert as_json["verifiable_here"][0]["item"] == "Selector"
 

@@ -218,6 +218,7 @@ class VerifiableRow:
     how: str
     checks: tuple[str, ...]
     scope: str  # the cells, in words
+    bundles: tuple[str, ...]  # the bundles its checks' evidence comes from
     verified: bool
     verified_here: bool  # everything but what waits for a device is VERIFIED
     counts: str  # "7 of 8 entries VERIFIED"
