@@ -145,7 +145,7 @@ def verifiable_row(spec: VerifiableItem, matrix: Matrix, report_rows: Sequence[R
         how=spec.how,
         checks=spec.checks,
         scope=spec.scope.describe(),
-        bundles=tuple(dict.fromkeys(c.bundle for check in spec.checks for c in matrix.checks if c.id == check)),
+        bundles=tuple(dict.fromkeys(c.bundle for name in spec.checks for c in matrix.checks if c.id == name)),
         verified=verdict.ticked,
         verified_here=verdict.ticked_here,
         counts=f"{verified} of {len(verdict.evidence)} entries VERIFIED",
