@@ -8,6 +8,7 @@ nothing reaches for ConanCenter.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from eliza.adapters import proc
 from eliza.adapters.errors import ToolError
@@ -24,7 +26,7 @@ from eliza.adapters.llama_source import PINNED_VERSION, RECIPE_DIR, ensure_sdist
 from eliza.core.build_plan import LLAMA_PACKAGE, CellBuildPlan, llama_option_args
 from eliza.core.matrix import Platform
 from eliza.core.progress import BuildProgress
-from eliza.formats.files import tree_hash
+from eliza.formats.files import atomic_write_text, file_identity, tree_hash
 
 # What of a llama.cpp checkout its build reads; the fork version hashes these.
 FORK_BUILD_INPUTS = ("CMakeLists.txt", "include", "src", "ggml", "cmake", "vendor")
@@ -242,6 +244,34 @@ def package_cached(cache: Path, platform: Platform, llama_version: str, sanitize
     return False
 
 
+def _llama_listing(cache: Path, llama_version: str) -> dict[str, Any] | None:
+    """`conan list` of the llama.cpp packages, as JSON; None when Conan cannot say. Listed
+    once per state of the Conan cache's database (its file identity): a verify with nothing
+    to build does not start Conan to learn what it learnt last time."""
+    database = conan_home(cache) / "p" / "cache.sqlite3"
+    memo = cache / "llama-packages-listed.json"
+    try:
+        key = [llama_version, *file_identity(database)]
+    except OSError:
+        key = None
+    if key is not None:
+        try:
+            known = json.loads(memo.read_text(encoding="utf-8"))
+            if isinstance(known, dict) and known.get("key") == key and isinstance(known.get("listing"), dict):
+                return dict(known["listing"])
+        except (OSError, ValueError):
+            pass
+    args = ["list", f"{LLAMA_PACKAGE}/{llama_version}:*", "--format", "json"]
+    result = _conan(cache, *args, check=False)
+    if result.returncode != 0:
+        return None
+    listing = json.loads(result.stdout)
+    if key is not None and isinstance(listing, dict):
+        with contextlib.suppress(OSError):  # an unwritable memo costs the listing next time
+            atomic_write_text(memo, json.dumps({"key": key, "listing": listing}) + "\n")
+    return listing if isinstance(listing, dict) else None
+
+
 def cached_llama_variants(
     cache: Path, platforms: Sequence[Platform], llama_version: str
 ) -> frozenset[tuple[str, str]]:
@@ -249,13 +279,12 @@ def cached_llama_variants(
     these platforms, from one `conan list`."""
     if not conan_home(cache).is_dir():
         return frozenset()
-    args = ["list", f"{LLAMA_PACKAGE}/{llama_version}:*", "--format", "json"]
-    result = _conan(cache, *args, check=False)
-    if result.returncode != 0:
+    listing = _llama_listing(cache, llama_version)
+    if listing is None:
         return frozenset()
     packages = [
         pkg.get("info", {}).get("options", {})
-        for ref in json.loads(result.stdout).get("Local Cache", {}).values()
+        for ref in listing.get("Local Cache", {}).values()
         for rev in ref.get("revisions", {}).values()
         for pkg in rev.get("packages", {}).values()
     ]

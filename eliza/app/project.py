@@ -80,7 +80,8 @@ def load_project_matrix(path: Path | None = None) -> Matrix:
     names the file, line and key of every problem."""
     from eliza.formats.matrix_yaml import load_matrix
 
-    return load_matrix(path or current().matrix_path)
+    project = current()
+    return load_matrix(path or project.matrix_path, memo=project.cache / "matrix-schema-valid.json")
 
 
 @functools.cache

@@ -3,6 +3,8 @@ tolerant reader (`read_records` never raises for a bad file: it reports it)."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import stat
@@ -10,8 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
-
-import jsonschema
+from typing import TYPE_CHECKING
 
 from eliza.core.evidence import NAME_SEPARATOR as _NAME_SEPARATOR
 from eliza.core.evidence import (
@@ -33,7 +34,10 @@ from eliza.core.evidence import (
 )
 from eliza.formats import attestation
 from eliza.formats.attestation import AttestationError, SigningKey
-from eliza.formats.files import atomic_write_text
+from eliza.formats.files import atomic_write_text, file_identity
+
+if TYPE_CHECKING:
+    import jsonschema
 
 SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schema" / "evidence.schema.json"
 
@@ -102,6 +106,11 @@ def signed_json(record: EvidenceRecord, key: SigningKey) -> str:
 
 @cache
 def _schema_validator() -> jsonschema.protocols.Validator:
+    # Imported here: jsonschema loads its format checkers on import (most of a second with
+    # the optional RFC 3987 grammars installed), which records already found schema-valid
+    # never need (read_records' `memo`).
+    import jsonschema
+
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     validator_cls = jsonschema.validators.validator_for(schema)
     validator_cls.check_schema(schema)
@@ -137,7 +146,11 @@ def _first_schema_error(data: JsonValue, source: str) -> EvidenceError | None:
     return EvidenceError(source, path, problem)
 
 
-def record_from_dict(data: JsonValue, source: str = "<record>") -> EvidenceRecord:
+def record_from_dict(
+    data: JsonValue, source: str = "<record>", *, schema_checked: bool = False
+) -> EvidenceRecord:
+    """The record of a parsed file. `schema_checked`: these bytes passed the schema before
+    (read_records' memo), so only the model's own invariants are checked again."""
     if not isinstance(data, dict):
         raise EvidenceError(source, "", f"expected a JSON object, got {type(data).__name__}")
     version = data.get("schema_version")
@@ -150,7 +163,7 @@ def record_from_dict(data: JsonValue, source: str = "<record>") -> EvidenceRecor
             f"version {version!r} is not supported by this reader (expects {SCHEMA_VERSION}); "
             "re-run the check to produce current evidence",
         )
-    schema_error = _first_schema_error(data, source)
+    schema_error = None if schema_checked else _first_schema_error(data, source)
     if schema_error is not None:
         raise schema_error
     try:
@@ -325,10 +338,11 @@ def _name_hint(path: Path) -> tuple[str | None, str | None]:
     return (cell or None, check or None) if sep else (None, None)
 
 
-def load_record(path: Path, keys: Mapping[str, bytes]) -> LoadedRecord:
+def load_record(path: Path, keys: Mapping[str, bytes], *, schema_checked: bool = False) -> LoadedRecord:
     """One file as a record, or as a load problem that names it: never an exception,
     whatever the file holds. `keys` (key id -> raw ed25519 public key) are the keys whose
-    signatures are checked; the report decides which of them it trusts for what."""
+    signatures are checked; the report decides which of them it trusts for what.
+    `schema_checked`: the file, as it is now, passed the schema before."""
     source = str(path)
     try:
         raw = _read_regular_file(path)
@@ -343,7 +357,7 @@ def load_record(path: Path, keys: Mapping[str, bytes]) -> LoadedRecord:
     if problem is not None:
         return LoadedRecord(path=path, problem=problem)
     if attestation.is_envelope(data):
-        return _from_envelope(path, raw, data, keys)
+        return _from_envelope(path, raw, data, keys, schema_checked)
     cell, check = _hint(data, "cell"), _hint(data, "check")
     if isinstance(data, dict) and data.get("schema_version") == UNSIGNED_SCHEMA_VERSION:
         why = (
@@ -351,7 +365,7 @@ def load_record(path: Path, keys: Mapping[str, bytes]) -> LoadedRecord:
             "no artifact it judged and no key vouches for it; re-run the check"
         )
         return LoadedRecord(path=path, problem=why, cell=cell, check=check, untrusted=True)
-    loaded = _from_predicate(path, data, source, ())
+    loaded = _from_predicate(path, data, source, (), schema_checked)
     # A bare record is readable but signed by no one: the report shows it UNTRUSTED.
     return replace(loaded, raw=raw)
 
@@ -371,7 +385,9 @@ def _parse_json(text: str, source: str) -> tuple[JsonValue, str | None]:
     return data, None
 
 
-def _from_envelope(path: Path, raw: bytes, data: JsonValue, keys: Mapping[str, bytes]) -> LoadedRecord:
+def _from_envelope(
+    path: Path, raw: bytes, data: JsonValue, keys: Mapping[str, bytes], schema_checked: bool
+) -> LoadedRecord:
     source = str(path)
     cell, check = _name_hint(path)
     try:
@@ -397,7 +413,7 @@ def _from_envelope(path: Path, raw: bytes, data: JsonValue, keys: Mapping[str, b
         subjects = _subjects(statement["subject"], source)
     except EvidenceError as exc:
         return LoadedRecord(path=path, problem=str(exc), cell=cell, check=check)
-    loaded = _from_predicate(path, statement["predicate"], source, subjects)
+    loaded = _from_predicate(path, statement["predicate"], source, subjects, schema_checked)
     if loaded.problem is not None and not signature.verified:
         # What no key vouches for is untrusted first: its content's problems come second.
         why = f"{source}: {signature.problem} (and {loaded.problem.removeprefix(source + ': ')})"
@@ -405,9 +421,11 @@ def _from_envelope(path: Path, raw: bytes, data: JsonValue, keys: Mapping[str, b
     return replace(loaded, signature=signature, raw=raw)
 
 
-def _from_predicate(path: Path, data: JsonValue, source: str, subjects: tuple[Subject, ...]) -> LoadedRecord:
+def _from_predicate(
+    path: Path, data: JsonValue, source: str, subjects: tuple[Subject, ...], schema_checked: bool
+) -> LoadedRecord:
     try:
-        record = record_from_dict(data, source)
+        record = record_from_dict(data, source, schema_checked=schema_checked)
     except EvidenceError as exc:
         return LoadedRecord(path=path, problem=str(exc), cell=_hint(data, "cell"), check=_hint(data, "check"))
     except (RecursionError, ValueError, TypeError, OverflowError) as exc:
@@ -462,14 +480,22 @@ def _record_files(root: Path, problems: list[LoadedRecord]) -> list[Path]:
     return sorted(found)
 
 
-def read_records(directories: Iterable[Path], keys: Mapping[str, bytes]) -> list[LoadedRecord]:
+def read_records(
+    directories: Iterable[Path], keys: Mapping[str, bytes], memo: Path | None = None
+) -> list[LoadedRecord]:
     """Every ``*__*.json`` under the directories (recursively, hidden entries skipped).
 
     CI artifacts arrive as one subdirectory per job, hence the recursion. A directory that
     is missing or unreadable, or a file that is unreadable, not a regular file, too large,
     too deep or invalid, becomes a `LoadedRecord` with a `problem` rather than an
     exception: one bad file must not hide the rest of the evidence.
+
+    `memo` (a JSON file) remembers which files passed the schema, by file identity (size,
+    mtime, inode): such a file is not schema-checked again until it changes. Signatures
+    are always checked (a key may have been revoked since).
     """
+    valid_before = _schema_memo(memo)
+    valid_now: dict[str, list[int]] = {}
     loaded: list[LoadedRecord] = []
     seen: set[Path] = set()
     for directory in directories:
@@ -485,6 +511,37 @@ def read_records(directories: Iterable[Path], keys: Mapping[str, bytes]) -> list
                 if resolved in seen:
                     continue
                 seen.add(resolved)
-            loaded.append(load_record(path, keys))
+            try:
+                identity = list(file_identity(path)) if not path.is_symlink() else None
+            except OSError:
+                identity = None
+            checked = identity is not None and valid_before.get(str(path)) == identity
+            record = load_record(path, keys, schema_checked=checked)
+            if identity is not None and record.record is not None:
+                valid_now[str(path)] = identity
+            loaded.append(record)
         loaded.extend(problems)
+    if memo is not None and valid_now != valid_before:
+        # an unwritable memo costs the schema checks next time, nothing else
+        with contextlib.suppress(OSError):
+            atomic_write_text(memo, json.dumps({"schema": _schema_digest(), "files": valid_now}) + "\n")
     return loaded
+
+
+@cache
+def _schema_digest() -> str:
+    return hashlib.sha256(SCHEMA_PATH.read_bytes()).hexdigest()
+
+
+def _schema_memo(memo: Path | None) -> dict[str, list[int]]:
+    """path -> file identity of the files that passed this schema, as `memo` remembers."""
+    if memo is None:
+        return {}
+    try:
+        known = json.loads(memo.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(known, dict) or known.get("schema") != _schema_digest():
+        return {}
+    files = known.get("files")
+    return {str(k): v for k, v in files.items() if isinstance(v, list)} if isinstance(files, dict) else {}

@@ -11,8 +11,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
 from eliza.core.lab import Device, Lab, Transport
 from eliza.core.matrix import Matrix, MatrixError, Problem, Requirement
 from eliza.core.matrix_rules import KeyPath, did_you_mean, render_key_path, valid_words
@@ -53,6 +51,9 @@ def parse_lab(text: str, source: str, matrix: Matrix) -> Lab:
 
     def line_of(path: KeyPath) -> int:
         return matrix_yaml.locate(root, path)[0]
+
+    # Imported only where a lab file is read: jsonschema's import costs most of a second.
+    from jsonschema import Draft202012Validator
 
     reported: set[tuple[KeyPath, str]] = set()
     for err in Draft202012Validator(lab_schema()).iter_errors(data):

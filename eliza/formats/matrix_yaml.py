@@ -11,20 +11,24 @@ run only on schema-valid data.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
 
 from eliza.core.matrix import Matrix, MatrixError, Problem
 from eliza.core.matrix_rules import KeyPath, MatrixRules, did_you_mean, render_key_path, valid_words
+from eliza.formats.files import atomic_write_text
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 __all__ = ["MatrixError", "Problem", "load_matrix", "matrix_schema", "parse_matrix"]
 
@@ -42,11 +46,32 @@ def matrix_schema() -> Mapping[str, Any]:
 
 @cache
 def _validator() -> Draft202012Validator:
+    # Imported here: jsonschema loads its format checkers on import, and with the optional
+    # ones installed (RFC 3987's grammars) that costs most of a second, which a matrix
+    # already found schema-valid never needs (load_matrix's `memo`).
+    from jsonschema import Draft202012Validator
+
     return Draft202012Validator(matrix_schema())
 
 
-def load_matrix(path: Path) -> Matrix:
-    """Read and validate the matrix file at `path`; the source is recorded as given."""
+def _schema_key(raw: bytes) -> str:
+    """What a schema verdict depends on: the file's bytes and the schema's."""
+    schema = json.dumps(matrix_schema(), sort_keys=True).encode("utf-8")
+    return hashlib.sha256(hashlib.sha256(raw).digest() + hashlib.sha256(schema).digest()).hexdigest()
+
+
+def _schema_valid_before(memo: Path, key: str) -> bool:
+    try:
+        known = json.loads(memo.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(known, dict) and known.get("schema_valid") == key
+
+
+def load_matrix(path: Path, memo: Path | None = None) -> Matrix:
+    """Read and validate the matrix file at `path`; the source is recorded as given.
+    `memo`: a file remembering the last matrix found schema-valid (by the hash of its bytes
+    and of the schema), whose schema check is then not repeated; the rules always run."""
     source = str(path)
     try:
         raw = path.read_bytes()
@@ -57,7 +82,14 @@ def load_matrix(path: Path) -> Matrix:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise MatrixError([_file_problem(source, f"not UTF-8 text ({exc.reason})", line=line)]) from exc
-    return _parse(text, source, hashlib.sha256(raw).hexdigest())
+    key = _schema_key(raw) if memo is not None else ""
+    checked = memo is not None and _schema_valid_before(memo, key)
+    matrix = _parse(text, source, hashlib.sha256(raw).hexdigest(), schema_checked=checked)
+    if memo is not None and not checked:
+        # an unwritable memo costs the check next time, nothing else
+        with contextlib.suppress(OSError):
+            atomic_write_text(memo, json.dumps({"schema_valid": key}) + "\n")
+    return matrix
 
 
 def parse_matrix(text: str, source: str) -> Matrix:
@@ -65,11 +97,11 @@ def parse_matrix(text: str, source: str) -> Matrix:
     return _parse(text, source, hashlib.sha256(text.encode("utf-8")).hexdigest())
 
 
-def _parse(text: str, source: str, sha256: str) -> Matrix:
+def _parse(text: str, source: str, sha256: str, *, schema_checked: bool = False) -> Matrix:
     root, data, duplicates = _read_yaml(text, source)
     problems = list(duplicates)
     reported: set[tuple[KeyPath, str]] = set()
-    for err in _validator().iter_errors(data):
+    for err in () if schema_checked else _validator().iter_errors(data):
         for path, message, hint in _explain(err, root):
             if (path, message) not in reported:
                 reported.add((path, message))

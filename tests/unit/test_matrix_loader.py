@@ -833,3 +833,35 @@ def test_a_gates_tolerance_per_bundle_inherits_what_it_does_not_state() -> None:
     misspelt = only_problem(text.replace("{bundle: real,", "{bundle: reel,"))
     assert misspelt.key_path == "gates[0].agreement.bundles[0].bundle"
     assert "did you mean 'real'?" in misspelt.message
+
+
+def test_a_matrix_found_schema_valid_is_not_schema_checked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eliza.formats import matrix_yaml
+
+    path, memo = tmp_path / "m.yaml", tmp_path / "cache" / "valid.json"
+    path.write_text(BASE)
+    first = load_matrix(path, memo=memo)
+    assert memo.is_file()
+
+    def no_schema_check() -> object:
+        raise AssertionError("the schema was checked again")
+
+    monkeypatch.setattr(matrix_yaml, "_validator", no_schema_check)
+    assert load_matrix(path, memo=memo).cells == first.cells
+    # Another file's bytes are checked again: a schema error is still found and named.
+    path.write_text(edit("    needs_run: false\n", "    needs_run: false\n    colour: red\n"))
+    monkeypatch.undo()
+    [problem] = problems_of_file(path, memo)
+    assert problem.key_path == "checks[0].colour"
+    # and the rules run on a matrix whose schema verdict is remembered
+    path.write_text(edit("allowed_gates: [npu]\n", "allowed_gates: [npuu]\n"))
+    load_matrix_or_problems = problems_of_file(path, memo) + problems_of_file(path, memo)
+    assert {p.key_path for p in load_matrix_or_problems} == {"platforms[1].allowed_gates[0]"}
+
+
+def problems_of_file(path: Path, memo: Path) -> list[Problem]:
+    with pytest.raises(MatrixError) as info:
+        load_matrix(path, memo=memo)
+    return list(info.value.problems)

@@ -437,3 +437,34 @@ def test_a_policy_scope_naming_an_unknown_check_is_an_error() -> None:
             "    scope: {platforms: all, checks: [selector, no-such-check]}\n"
         )
     assert "trust.keys[0].scope.checks[1]" in str(info.value) and "no-such-check" in str(info.value)
+
+
+def test_a_record_that_passed_the_schema_is_not_schema_checked_again_until_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eliza.formats import evidence_json
+
+    evidence, memo = tmp_path / "evidence", tmp_path / "evidence-schema-valid.json"
+    path = write_record(evidence, make(CPU, "selector"), TEST_KEY)
+    keys = TEST_POLICY.public_keys()
+    [first] = read_records([evidence], keys, memo=memo)
+    assert first.record is not None and memo.is_file()
+    checked: list[str] = []
+    real = evidence_json._first_schema_error
+
+    def counting(data: Any, source: str) -> Any:
+        checked.append(source)
+        return real(data, source)
+
+    monkeypatch.setattr(evidence_json, "_first_schema_error", counting)
+    [again] = read_records([evidence], keys, memo=memo)
+    assert again.record == first.record and checked == []
+    assert again.signature is not None and again.signature.verified  # signatures: every time
+    # Rewritten (another identity): checked again, and a schema problem is found and named.
+    envelope = json.loads(path.read_text())
+    statement = payload_of(path)
+    statement["predicate"]["counts"] = {"ran": "many", "passed": 29, "failed": 0}
+    envelope["payload"] = base64.b64encode(attestation.to_json_bytes(statement)).decode()
+    path.write_text(json.dumps(envelope))
+    [broken] = read_records([evidence], keys, memo=memo)
+    assert checked == [str(path)] and broken.record is None and "counts.ran" in (broken.problem or "")

@@ -67,7 +67,8 @@ def render(
             bench_settings=default_settings_description(project.env),
             other_bundles=bundle_inputs(project.repo, matrix),
         )
-    records = read_records(list(evidence_dirs), trust.public_keys())
+    memo = project.build_root / "report-evidence-schema-valid.json"
+    records = read_records(list(evidence_dirs), trust.public_keys(), memo=memo)
     # Where several records of one (cell, check) disagree, the first directory's (this
     # checkout's own evidence, before imported evidence) sets what "current" means.
     baselines = {

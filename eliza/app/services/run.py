@@ -200,7 +200,9 @@ def existing_records(
     vouches for is not evidence to keep, so its check runs again."""
     found = {}
     cells = {c.id: c for c in matrix.cells}
-    for r in read_records([directory], trust.public_keys()):
+    # Which files already passed the schema: a record rewritten since is checked again.
+    memo = directory.with_name(directory.name + "-schema-valid.json")
+    for r in read_records([directory], trust.public_keys(), memo=memo):
         if r.record is None or r.record.cell not in cells:
             continue
         platform = cells[r.record.cell].platform.id
