@@ -25,12 +25,13 @@ def test_the_listing_is_remembered_until_the_cache_database_changes(
     database.parent.mkdir(parents=True)
     database.write_bytes(b"state 1")
     options = dict(a.split(":", 1)[1].split("=", 1) for a in conan.llama_option_args(platform) if a != "-o")
-    listing = {"Local Cache": {"llama-cpp/1": {"revisions": {"r": {"packages": {"p": {"info": {"options": options}}}}}}}}
+    package = {"info": {"options": options}}
+    listing = {"Local Cache": {"llama-cpp/1": {"revisions": {"r": {"packages": {"p": package}}}}}}
     calls: list[tuple[str, ...]] = []
 
     def fake_conan(cache: Path, *args: str, **_: object) -> proc.Completed:
         calls.append(args)
-        return proc.Completed(argv=["conan", *args], returncode=0, stdout=json.dumps(listing), stderr="")
+        return proc.Completed(argv=("conan", *args), returncode=0, stdout=json.dumps(listing), stderr="")
 
     monkeypatch.setattr(conan, "_conan", fake_conan)
     first = conan.cached_llama_variants(tmp_path, [platform], "1")
