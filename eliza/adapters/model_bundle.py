@@ -18,7 +18,7 @@ from pathlib import Path
 from eliza.adapters.errors import ToolError
 from eliza.adapters.pip_fetch import PinnedFileError, fetch_pinned
 from eliza.core.matrix import Bundle, BundleChunk
-from eliza.formats.files import remembered_sha256, sha256_file
+from eliza.formats.files import HASH_MEMO, remembered_sha256, sha256_file
 
 MANIFEST = "manifest.json"
 BUNDLE_FORMAT = "eliza-bundle/1"
@@ -30,7 +30,6 @@ class BundleChunkError(ToolError):
 
 # In the cache: the sha256 of each pinned file (chunks, models) by its identity, so a verify
 # checks ~500 MB of pins without reading them while nothing rewrote them.
-HASH_MEMO = "sha256-by-identity.json"
 
 
 def chunk_folder(cache: Path, bundle: Bundle) -> Path:

@@ -35,7 +35,7 @@ from eliza.core.lab import Lab
 from eliza.core.matrix import Matrix
 from eliza.core.target import library_file
 from eliza.core.verify_plan import PlanFacts, Selection, VerifyPlan, plan
-from eliza.formats.files import atomic_write_text, file_identity, sha256_file
+from eliza.formats.files import HASH_MEMO, atomic_write_text, file_identity, sha256_file
 
 SAMPLE_PROMPT = "The capital of France is"
 
@@ -209,7 +209,7 @@ def plan_verify(options: VerifyOptions, ctx: Context, *, bundles: Mapping[str, P
         bundle=bundles[matrix.default_bundle.id],
         other_bundles=bundles,
     )
-    artifacts = ArtifactHashes(repo=ctx.project.repo)
+    artifacts = ArtifactHashes(repo=ctx.project.repo, memo=ctx.project.cache / HASH_MEMO)
     # The cache decides only whether a plain verify starts a slow platform's build (a slow
     # variant runs only when named; --cell names what to build): ask Conan only then.
     slow = [p for p in matrix.platforms if p.slow_build] if not options.cells else []

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -120,6 +121,42 @@ def remembered_sha256(path: Path, memo: Path) -> str:
     with contextlib.suppress(OSError):
         atomic_write_text(memo, json.dumps(known, sort_keys=True) + "\n")
     return digest
+
+
+# The file in the project's cache that remembers sha256 by file identity (IdentityHashes,
+# remembered_sha256): the bundle pins and the artifacts the evidence names.
+HASH_MEMO = "sha256-by-identity.json"
+
+
+class IdentityHashes:
+    """remembered_sha256 for many files of one invocation: the memo is read once, and written
+    again only when a file had to be hashed. Threads may share one."""
+
+    def __init__(self, memo: Path) -> None:
+        self._memo = memo
+        self._known: dict[str, list[object]] | None = None
+        self._lock = threading.Lock()
+
+    def sha256(self, path: Path) -> str:
+        key = str(path.resolve())
+        identity: list[object] = list(file_identity(path))
+        with self._lock:
+            if self._known is None:
+                try:
+                    loaded = json.loads(self._memo.read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    loaded = {}
+                self._known = loaded if isinstance(loaded, dict) else {}
+            entry = self._known.get(key)
+            if isinstance(entry, list) and len(entry) == 4 and entry[:3] == identity:
+                return str(entry[3])
+        digest = sha256_file(path)
+        with self._lock:
+            assert self._known is not None
+            self._known[key] = [*identity, digest]
+            with contextlib.suppress(OSError):
+                atomic_write_text(self._memo, json.dumps(self._known, sort_keys=True) + "\n")
+        return digest
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

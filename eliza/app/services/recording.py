@@ -24,7 +24,7 @@ from eliza.core.outcome import CheckOutcome
 from eliza.core.target import test_kit_file
 from eliza.formats.attestation import SigningKey
 from eliza.formats.evidence_json import write_record
-from eliza.formats.files import sha256_file
+from eliza.formats.files import IdentityHashes, sha256_file
 
 # The case runner the target suites start, next to the library (eliza.app.checks.target_cases).
 CASE_RUNNER = "case_runner"
@@ -140,13 +140,19 @@ class ArtifactHashes:
     records (and the report) name it; a file that changes on disk is hashed again."""
 
     repo: Path = Path()
+    # across invocations too: the file's sha256 remembered by its identity (size, mtime,
+    # inode), so a verify with nothing to do does not read every library again
+    memo: Path | None = None
     _seen: dict[tuple[str, int, int], str] = field(default_factory=dict)
+    _remembered: IdentityHashes | None = None
 
     def sha256(self, path: Path) -> str:
         stat = path.stat()
         key = (str(path), stat.st_size, stat.st_mtime_ns)
         if key not in self._seen:
-            self._seen[key] = sha256_file(path)
+            if self.memo is not None and self._remembered is None:
+                self._remembered = IdentityHashes(self.memo)
+            self._seen[key] = self._remembered.sha256(path) if self._remembered else sha256_file(path)
         return self._seen[key]
 
     def resolve(self, artifact: Artifact) -> bool | None:

@@ -30,6 +30,7 @@ from eliza.core.report import GridState, HeaderFacts, PlatformCapability, Report
 from eliza.core.report.compare import compare_reports
 from eliza.core.report.model import Figure, LoadProblem, cell_anchor
 from eliza.formats.evidence_json import read_records
+from eliza.formats.files import HASH_MEMO
 from eliza.formats.fuzz_json import FuzzSummaryError, read_fuzz_summary
 from eliza.formats.report_json import report_to_dict
 from eliza.formats.report_render import ReportPaths, render_report
@@ -116,7 +117,8 @@ def render(
         records=records,
         current_fingerprint=current_fingerprint,
         capabilities=judged,
-        artifact_matches=artifact_matches or recording.ArtifactHashes(repo=project.repo).resolve,
+        artifact_matches=artifact_matches
+        or recording.ArtifactHashes(repo=project.repo, memo=project.cache / HASH_MEMO).resolve,
         facts=HeaderFacts(
             commit=state.commit,
             dirty=state.dirty,

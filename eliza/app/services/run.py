@@ -28,6 +28,7 @@ from eliza.core.trust import TrustPolicy, judge_signature
 from eliza.core.verify_plan import KnownRecord
 from eliza.formats.attestation import SigningKey
 from eliza.formats.evidence_json import read_records
+from eliza.formats.files import HASH_MEMO
 
 Log = Callable[[str], None]
 
@@ -184,7 +185,7 @@ def start_run(
         evidence_dir=project.evidence_dir,
         key=signing_key(project),
         prompts=prompts or default_prompts(project.repo),
-        file_hashes=recording.ArtifactHashes(repo=project.repo),
+        file_hashes=recording.ArtifactHashes(repo=project.repo, memo=project.cache / HASH_MEMO),
         other_bundles=others,
     )
 
