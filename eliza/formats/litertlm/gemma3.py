@@ -43,7 +43,7 @@ class Gemma3Converter:
         return self.h.n_vocab
 
     def stop_ids(self, vocab: SpmVocabulary) -> list[int]:
-        return [vocab.eos_id, *(i for i in piece_ids(vocab, STOP_PIECES) if i != vocab.eos_id)]
+        return stop_ids(vocab)
 
     def read_weights(self) -> dict[str, npt.NDArray[np.float32]]:
         """Every tensor as float32 of its (out, in) shape, as stored: the norms already hold
@@ -125,6 +125,11 @@ class Gemma3Converter:
             x = norm(x, "output_norm.weight")
             logits = g.fc(x, embedding if h.tied_output else weight("output.weight"))
         s.finish(logits)
+
+
+def stop_ids(vocab: SpmVocabulary) -> list[int]:
+    """EOS, then each of STOP_PIECES the vocabulary has."""
+    return [vocab.eos_id, *(i for i in piece_ids(vocab, STOP_PIECES) if i != vocab.eos_id)]
 
 
 def converter(reader: GGUFReader, path: Path, context: int | None) -> Gemma3Converter:
