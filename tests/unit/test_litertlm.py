@@ -584,16 +584,16 @@ def test_gemma3_tied_embedding_is_one_buffer(gemma: tuple[Path, Path]) -> None:
     assert sizes.count(table) == (1 if tied else 2)
 
 
-def test_gemma3_stop_tokens_are_eos_and_end_of_turn() -> None:
+def test_gemma3_stop_tokens_are_llama_cpps_end_of_generation_tokens() -> None:
     from eliza.formats.litertlm import gemma3
     from eliza.formats.sentencepiece_vocab import SpmVocabulary
 
-    pieces = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>", "▁a"]
+    pieces = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>", "▁a", "</s>"]
     vocab = SpmVocabulary(
-        tokens=pieces, scores=[0.0] * 7, types=[3, 3, 3, 2, 3, 3, 1], bos_id=2, eos_id=1, unk_id=3,
+        tokens=pieces, scores=[0.0] * 8, types=[3, 3, 3, 2, 3, 3, 1, 4], bos_id=2, eos_id=1, unk_id=3,
         add_space_prefix=False,
     )  # fmt: skip
-    assert gemma3.stop_ids(vocab) == [1, 5]
+    assert gemma3.stop_ids(vocab) == [1, 5, 7]  # as llama.cpp's end-of-generation set
 
 
 def write_small_gemma3(path: Path, *, drop: str = "", extra: dict[str, Any] | None = None) -> Path:

@@ -97,12 +97,6 @@ def read_weights(
     return {name: tensors.float32(path, present[name], LitertlmError) for name in expected}
 
 
-def piece_ids(vocab: SpmVocabulary, pieces: Sequence[str]) -> list[int]:
-    """The ids of those of `pieces` the vocabulary has, in that order."""
-    index = {piece: i for i, piece in reversed(list(enumerate(vocab.tokens)))}
-    return [index[p] for p in pieces if p in index]
-
-
 class Converter(Protocol):
     """One architecture's writer of one GGUF (`<architecture>.converter(reader, path, context)`):
     what the container needs of it."""

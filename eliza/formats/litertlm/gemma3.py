@@ -6,8 +6,8 @@ GELU(tanh)-gated feed-forward; logits from the tied embedding, one buffer servin
 
 LiteRT-LM's executor hands every signature one causal mask; the window of the local layers
 is derived from it and input_pos inside the graph (Signature.window_mask), once per
-signature. The metadata names the model type gemma3 and stops at <end_of_turn> as well as
-EOS, as llama.cpp ends a generation at either."""
+signature. The metadata names the model type gemma3 and the stop tokens llama.cpp ends a
+generation at: EOS, <end_of_turn> and </s>."""
 
 from __future__ import annotations
 
@@ -20,14 +20,12 @@ import numpy.typing as npt
 from gguf import GGUFReader
 
 from eliza.formats.gguf_models import gemma3 as arch
-from eliza.formats.litertlm.common import LitertlmError, chosen_context, piece_ids, read_weights
+from eliza.formats.litertlm.common import LitertlmError, chosen_context, read_weights
 from eliza.formats.litertlm.decoder import Signature
 from eliza.formats.litertlm.tflite import Model
-from eliza.formats.sentencepiece_vocab import SpmVocabulary
+from eliza.formats.sentencepiece_vocab import SpmVocabulary, eog_ids
 
 ARCHITECTURE = arch.ARCHITECTURE
-# Pieces that end a turn besides EOS, as llama.cpp's vocabulary marks them end-of-generation.
-STOP_PIECES = ("<end_of_turn>",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,8 +126,9 @@ class Gemma3Converter:
 
 
 def stop_ids(vocab: SpmVocabulary) -> list[int]:
-    """EOS, then each of STOP_PIECES the vocabulary has."""
-    return [vocab.eos_id, *(i for i in piece_ids(vocab, STOP_PIECES) if i != vocab.eos_id)]
+    """EOS, then every token llama.cpp ends a generation at (Gemma 3: <end_of_turn> and the
+    user-defined </s>)."""
+    return eog_ids(vocab)
 
 
 def converter(reader: GGUFReader, path: Path, context: int | None) -> Gemma3Converter:
