@@ -40,6 +40,7 @@ from eliza.formats.gguf_models.header import field
 TOKENIZER_MODEL = "llama"
 # SentencePiece's ModelProto.SentencePiece.Type values, the same numbers GGUF writes.
 _PIECE_TYPES = frozenset(range(1, 7))
+UNKNOWN = 2
 CONTROL = 3
 USER_DEFINED = 4
 # The texts llama.cpp's vocabulary treats as end of generation, whatever the GGUF's token
@@ -148,8 +149,11 @@ def model_proto(vocab: SpmVocabulary) -> bytes:
     spm: Any = sentencepiece_model_pb2
     model: Any = spm.ModelProto()
     taken = set(vocab.tokens)
-    for token, score, kind in zip(vocab.tokens, vocab.scores, vocab.types, strict=True):
-        if kind == USER_DEFINED and token in EOG_TEXTS:
+    typed_unknown = UNKNOWN in vocab.types
+    for index, (token, score, kind) in enumerate(zip(vocab.tokens, vocab.scores, vocab.types, strict=True)):
+        if index == vocab.unk_id and not typed_unknown:
+            kind = UNKNOWN  # Gemma's GGUF types <unk> control; a SentencePiece model needs one unknown piece
+        elif kind == USER_DEFINED and token in EOG_TEXTS:
             kind = CONTROL
         elif kind == USER_DEFINED and " " in token and token.replace(" ", "▁") not in taken:
             token = token.replace(" ", "▁")

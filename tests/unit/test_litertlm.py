@@ -677,3 +677,20 @@ def test_gemma3_refusals_name_the_file_and_the_key(tmp_path: Path) -> None:
     small = write_small_gemma3(tmp_path / "small.gguf")
     record = write_litertlm(small, default_out_path(small))
     assert record.context == 16 and record.prefill_lengths == (1, 8)
+
+
+def test_sentencepiece_of_a_gemma_style_vocabulary_is_what_llama_cpp_matches() -> None:
+    """Gemma's GGUF types <unk> control (SentencePiece needs one unknown piece), has
+    user-defined whitespace runs (matched by llama.cpp before spaces become "▁") and a
+    user-defined </s> (llama.cpp makes it control: an end-of-generation text)."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    from eliza.formats.sentencepiece_vocab import SpmVocabulary, model_proto
+
+    pieces = ["<pad>", "<eos>", "<bos>", "<unk>", "  ", "</s>", "\n", "▁a"]
+    vocab = SpmVocabulary(
+        tokens=pieces, scores=[0.0] * 8, types=[3, 3, 3, 3, 4, 4, 4, 1], bos_id=2, eos_id=1, unk_id=3,
+        add_space_prefix=False,
+    )  # fmt: skip
+    model = sentencepiece_model_pb2.ModelProto.FromString(model_proto(vocab))
+    assert [(p.piece, p.type) for p in model.pieces][3:7] == [("<unk>", 2), ("▁▁", 4), ("</s>", 3), ("\n", 4)]
