@@ -8,7 +8,7 @@ eliza mlx-weights GGUF [--out DIR]
                                convert a llama GGUF to an MLX-LM weights directory (default
                                DIR: the GGUF's folder/mlx); exit 2 on a file it cannot convert
 eliza litertlm GGUF [--out FILE] [--prefill N ...] [--context N]
-                               write a llama GGUF as a LiteRT-LM .litertlm file (default FILE:
+                               write a llama or gemma3 GGUF as a .litertlm file (default FILE:
                                <stem>.litertlm beside the GGUF, its record beside that as
                                FILE.json); exit 2 on a file it cannot write
 eliza verify-provenance FILE --public-key B64 [--artifact PATH ...]
@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     mlx.add_argument(
         "--out", type=Path, metavar="DIR", help="the directory to (re)write (default: the GGUF's folder/mlx)"
     )
-    litertlm = sub.add_parser("litertlm", help="write a llama GGUF as a LiteRT-LM .litertlm file")
-    litertlm.add_argument("gguf", type=Path, metavar="GGUF", help="a llama-architecture GGUF model file")
+    litertlm = sub.add_parser("litertlm", help="write a llama or gemma3 GGUF as a LiteRT-LM .litertlm file")
+    litertlm.add_argument("gguf", type=Path, metavar="GGUF", help="a llama or gemma3 GGUF model file")
     litertlm.add_argument(
         "--out",
         type=Path,

@@ -16,7 +16,13 @@ the GGUF's token table, so the table converts piece for piece:
   `escape_whitespaces` (spaces become "▁" as in the pieces),
   `remove_extra_whitespaces` false (llama.cpp keeps runs of spaces) and no precompiled
   character map (llama.cpp applies no NFKC);
-- `split_by_whitespace`, no `split_digits`: llama.cpp's SPM merges across neither.
+- `split_by_whitespace`, no `split_digits`: llama.cpp's SPM merges across neither;
+- llama.cpp matches a user-defined token (type 4) in the raw text before spaces become "▁",
+  SentencePiece in the normalized text after: a user-defined piece's spaces are written as
+  "▁" (Gemma's "  ", "   ", ...), so both find it where the text has it;
+- llama.cpp marks every token whose text is one of its end-of-generation texts as control
+  (EOG_TEXTS: Gemma's user-defined "</s>" among them), so a prompt's literal text of one is
+  plain text there: such a piece is written as control here too.
 
 The proto is serialized deterministically, so one GGUF gives one byte string.
 """
@@ -34,6 +40,38 @@ from eliza.formats.gguf_models.header import field
 TOKENIZER_MODEL = "llama"
 # SentencePiece's ModelProto.SentencePiece.Type values, the same numbers GGUF writes.
 _PIECE_TYPES = frozenset(range(1, 7))
+UNKNOWN = 2
+CONTROL = 3
+USER_DEFINED = 4
+# The texts llama.cpp's vocabulary treats as end of generation, whatever the GGUF's token
+# type says (llama-vocab.cpp, special_eog_ids): it stops at them and never matches them in
+# a prompt it is not asked to parse special tokens of.
+EOG_TEXTS = frozenset(
+    {
+        "<|eot_id|>",
+        "<|im_end|>",
+        "<|end|>",
+        "<|return|>",
+        "<|call|>",
+        "<|flush|>",
+        "<|calls|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+        "</s>",
+        "<|eom_id|>",
+        "<EOT>",
+        "_<EOT>",
+        "[EOT]",
+        "[EOS]",
+        "<|end_of_text|>",
+        "<end_of_utterance>",
+        "<eos>",
+        "<turn|>",
+        "<|tool_response>",
+        "<\uff5cend\u2581of\u2581sentence\uff5c>",  # deepseek, fullwidth bars
+        "[e~[",
+    }
+)
 
 
 class VocabularyError(ValueError):
@@ -110,7 +148,15 @@ def model_proto(vocab: SpmVocabulary) -> bytes:
 
     spm: Any = sentencepiece_model_pb2
     model: Any = spm.ModelProto()
-    for token, score, kind in zip(vocab.tokens, vocab.scores, vocab.types, strict=True):
+    taken = set(vocab.tokens)
+    typed_unknown = UNKNOWN in vocab.types
+    for index, (token, score, kind) in enumerate(zip(vocab.tokens, vocab.scores, vocab.types, strict=True)):
+        if index == vocab.unk_id and not typed_unknown:
+            kind = UNKNOWN  # Gemma's GGUF types <unk> control; a SentencePiece model needs one unknown piece
+        elif kind == USER_DEFINED and token in EOG_TEXTS:
+            kind = CONTROL
+        elif kind == USER_DEFINED and " " in token and token.replace(" ", "▁") not in taken:
+            token = token.replace(" ", "▁")
         piece = model.pieces.add()
         piece.piece = token
         piece.score = score
@@ -140,6 +186,11 @@ def model_proto(vocab: SpmVocabulary) -> bytes:
 
 
 _value = field
+
+
+def eog_ids(vocab: SpmVocabulary) -> list[int]:
+    """EOS, then every other token llama.cpp ends a generation at (EOG_TEXTS), by id."""
+    return [vocab.eos_id, *(i for i, t in enumerate(vocab.tokens) if t in EOG_TEXTS and i != vocab.eos_id)]
 
 
 def _token_id(reader: GGUFReader, key: str, default: int, n_tokens: int) -> int:

@@ -214,3 +214,84 @@ def test_another_llama_gguf_written_by_the_documented_command_is_served_and_agre
     assert runs[LITERT].header["build"]["llm_backend"] == LITERT
     texts = [as_text_api_gives(p.text) for p in runs["llama.cpp"].prompts]
     assert [p.text for p in runs[LITERT].prompts] == texts and sum(len(t) for t in texts) > 0
+
+
+def gemma3_bundle(folder: Path, spec: object | None = None) -> Path:
+    """A bundle of a random-weights Gemma 3 GGUF and its .litertlm (as bundles stage it)."""
+    from eliza.app.services.bundle import ensure_litertlm, tiny_vocab
+    from eliza.formats.tiny_gguf import TinyGemma3Spec, write_tiny_gemma3_gguf
+
+    write_tiny_gemma3_gguf(folder / "text" / "gemma.gguf", tiny_vocab(), spec or TinyGemma3Spec())
+    ensure_litertlm(folder)
+    return folder
+
+
+def test_a_gemma3_bundle_is_served_as_the_llama_path_serves_it(
+    litert_library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prompts and generations past the sliding window (6 on the tiny model): the local
+    layers' window is in the graph, the engine's mask is causal only."""
+    bundle = gemma3_bundle(tmp_path / "gemma")
+    with Library(litert_library).open_context(bundle) as ctx:
+        monkeypatch.setenv("ELIZA_LLM_BACKEND", "llama.cpp")
+        reference = [greedy(ctx, p) for p in PROMPTS]
+        monkeypatch.setenv("ELIZA_LLM_BACKEND", LITERT)
+        served = [greedy(ctx, p) for p in PROMPTS]
+    texts = [as_text_api_gives(text) for _, text in reference]
+    assert [text for _, text in served] == texts and all(len(t) > 0 for t in texts)
+
+
+def test_another_gemma3_gguf_written_by_the_documented_command_is_served_and_agrees(
+    litert_library: Path, tmp_path: Path
+) -> None:
+    """Untied, other widths, heads, window and pattern; written with `eliza litertlm`."""
+    import sys
+
+    from eliza.app.services.bundle import tiny_vocab
+    from eliza.formats.bench_jsonl import load_run
+    from eliza.formats.tiny_gguf import TinyGemma3Spec, write_tiny_gemma3_gguf
+
+    spec = TinyGemma3Spec(
+        seed=3, n_embd=64, n_layer=5, n_head=4, n_head_kv=2, head_dim=32, n_ff=96, sliding_window=4,
+        swa_pattern=2, rope_base=500000.0, rope_base_local=20000.0, tied=False, vocab_size=30000,
+        context_length=256,
+    )  # fmt: skip
+    bundle = tmp_path / "bundle"
+    gguf = bundle / "text" / "other.gguf"
+    write_tiny_gemma3_gguf(gguf, tiny_vocab(), spec)
+    written = subprocess.run(
+        [sys.executable, "-m", "eliza.cli", "litertlm", str(gguf)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert written.returncode == 0 and (bundle / "text" / "other.litertlm").is_file(), written.stderr
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS) + "\n")
+    runs = {}
+    for backend in ("llama.cpp", LITERT):
+        out = tmp_path / f"{backend}.jsonl"
+        env = {**os.environ, "ELIZA_LLM_BACKEND": backend}
+        done = bench(litert_library, bundle, prompts, out, max_tokens=32, env=env)
+        assert done.returncode == 0, done.stderr
+        runs[backend] = load_run(out)
+    assert runs[LITERT].header["build"]["llm_backend"] == LITERT
+    texts = [as_text_api_gives(p.text) for p in runs["llama.cpp"].prompts]
+    assert [p.text for p in runs[LITERT].prompts] == texts and sum(len(t) for t in texts) > 0
+
+
+def test_a_gemma3_bundle_with_a_foreign_litertlm_is_refused_in_one_line(
+    litert_library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eliza.formats.tiny_gguf import TinyGemma3Spec
+
+    bundle = gemma3_bundle(tmp_path / "gemma")
+    other = gemma3_bundle(tmp_path / "other", TinyGemma3Spec(seed=11))
+    shutil.copyfile(other / "text" / "gemma.litertlm", bundle / "text" / "gemma.litertlm")
+    shutil.copyfile(other / "text" / "gemma.litertlm.json", bundle / "text" / "gemma.litertlm.json")
+    monkeypatch.setenv("ELIZA_LLM_BACKEND", LITERT)
+    with Library(litert_library).open_context(bundle) as ctx, pytest.raises(ElizaError) as refused:
+        ctx.open_stream(greedy_config(4))
+    message = str(refused.value)
+    assert "was written from a GGUF with sha256" in message and "eliza litertlm" in message
+    assert "\n" not in message

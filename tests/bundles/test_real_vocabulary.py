@@ -141,3 +141,42 @@ def test_characters_outside_the_vocabulary_fall_back_to_its_byte_tokens(
     expected = [vocabulary.ids[f"<0x{b:02X}>"] for b in text.encode("utf-8")]
     assert all(vocabulary.types[t] == BYTE for t in expected)
     assert tokens[-len(expected) :] == expected
+
+
+# Whitespace runs the vocabulary has user-defined pieces of ("  ", "\t\t", "\n\n"), Gemma's
+# end-of-generation text typed user-defined (</s>), and chat markup.
+GEMMA_CORPUS = (
+    "<start_of_turn>user\nHi<end_of_turn>",
+    "line\n\n\nbreaks\t\t tabs    spaces",
+    "<b>html</b> <div>",
+    "    indented code\n\tx",
+    "a  b   c    d\n  \n",
+    "def f(x):\n    return x  # comment\n",
+)
+
+
+def test_the_litertlm_tokenizer_of_the_real_vocabulary_tokenizes_as_llama_cpp(
+    ctx: Context, bundle: Path
+) -> None:
+    """The SentencePiece model a .litertlm carries, written from this GGUF's vocabulary,
+    against llama.cpp's tokenizer of it (with BOS, special tokens not parsed: as a prompt
+    reaches both). The one text left out has a literal "▁" beside a space: SentencePiece
+    cannot tell it from an escaped space (the engine's prefill is then refused, never
+    silently different)."""
+    import sentencepiece
+    from gguf import GGUFReader
+
+    from eliza.formats.sentencepiece_vocab import read_vocabulary, sentencepiece_model
+    from tests.backends.test_litertlm_tokenizer import CORPUS
+
+    reader = GGUFReader(next((bundle / "text").glob("*.gguf")))
+    prefix = " " if read_vocabulary(reader).add_space_prefix else ""
+    model = sentencepiece.SentencePieceProcessor(model_proto=sentencepiece_model(reader))
+    differ = {}
+    texts = [t for t in CORPUS + GEMMA_CORPUS if "▁" not in t]
+    for text in texts:
+        expected = ctx.tokenize(text, add_special=True, parse_special=False)
+        actual = [model.bos_id(), *(model.encode(prefix + text) if text else [])]
+        if actual != expected:
+            differ[text] = (expected, actual)
+    assert not differ, f"{len(differ)} of {len(texts)} texts tokenize otherwise than llama.cpp: {differ}"

@@ -37,7 +37,7 @@ from eliza.formats.litertlm import (
     write_litertlm,
 )
 from eliza.formats.sentencepiece_vocab import sentencepiece_model
-from eliza.formats.tiny_gguf import TinyModelSpec, write_tiny_gguf
+from eliza.formats.tiny_gguf import TinyGemma3Spec, TinyModelSpec, write_tiny_gemma3_gguf, write_tiny_gguf
 
 PREFILL = (1, 8)
 CONTEXT = 64
@@ -461,3 +461,236 @@ def test_model_computes_the_ggufs_logits(
         logits = run("decode", [tokens[step]], step, 1)["logits"][0, 0]
         assert int(np.argmax(logits)) == int(np.argmax(expected[step])), step
         np.testing.assert_allclose(logits, expected[step], atol=2e-3, rtol=0)
+
+
+# ------------------------------------------------------------------ Gemma 3
+
+# Two shapes: the default (tied, 3 heads over 1 KV head, window 6, every 3rd layer global)
+# and an untied one of other widths, heads (4 over 2), window (4) and pattern (2).
+GEMMA_SHAPES = {
+    "tied": TinyGemma3Spec(vocab_size=4000),
+    "untied": TinyGemma3Spec(
+        seed=3,
+        n_embd=64,
+        n_layer=5,
+        n_head=4,
+        n_head_kv=2,
+        head_dim=32,
+        n_ff=96,
+        sliding_window=4,
+        swa_pattern=2,
+        rope_base=500000.0,
+        rope_base_local=20000.0,
+        tied=False,
+        vocab_size=3000,
+    ),
+}
+GEMMA_CONTEXT = 48
+# Measured: 3e-6 against logits of magnitude about 2 (float32 graph, float64 reference).
+GEMMA_ATOL = 5e-5
+
+
+@pytest.fixture(scope="module", params=sorted(GEMMA_SHAPES))
+def gemma(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the GGUF, its .litertlm) of one Gemma 3 shape."""
+    path = tmp_path_factory.mktemp(f"gemma-{request.param}") / "text" / "gemma.gguf"
+    write_tiny_gemma3_gguf(path, tiny_vocab(), GEMMA_SHAPES[request.param])
+    out = write_litertlm(path, default_out_path(path), prefill_lengths=PREFILL, context=GEMMA_CONTEXT).out
+    return path, out
+
+
+def run_as_the_executor(model: bytes, context: int, tokens: list[int], chunks: list[tuple[str, int]]) -> Any:
+    """Drives the model as LiteRT-LM's CPU executor does: each chunk (signature, count) of
+    the prompt padded to its width, rows past the prompt at position 0 and fully masked,
+    the caches handed back each time; then a decode of each remaining token. Yields
+    (position, logits) of every decode."""
+    interpreter_module = pytest.importorskip("ai_edge_litert.interpreter")
+    interpreter = interpreter_module.Interpreter(model_content=model)
+    decode = interpreter.get_signature_runner("decode")
+    caches = {
+        name: np.zeros(d["shape"], np.float32)
+        for name, d in decode.get_input_details().items()
+        if name.startswith("kv_cache")
+    }
+
+    def run(key: str, chunk: list[int], start: int, width: int) -> dict[str, Any]:
+        ids, pos = np.zeros((1, width), np.int32), np.zeros(width, np.int32)
+        ids[0, : len(chunk)], pos[: len(chunk)] = chunk, np.arange(start, start + len(chunk))
+        mask = np.full((1, 1, width, context), NEG, np.float32)
+        for row in range(len(chunk)):
+            mask[0, 0, row, : start + row + 1] = 0
+        out: dict[str, Any] = interpreter.get_signature_runner(key)(
+            tokens=ids, input_pos=pos, mask=mask, **caches
+        )
+        caches.update({name: out[name] for name in caches})
+        return out
+
+    at = 0
+    for key, count in chunks:
+        run(key, tokens[at : at + count], at, int(key.removeprefix("prefill_")))
+        at += count
+    for step in range(at, len(tokens)):
+        yield step, run("decode", [tokens[step]], step, 1)["logits"][0, 0]
+
+
+def test_gemma3_model_computes_the_ggufs_logits_past_the_sliding_window(gemma: tuple[Path, Path]) -> None:
+    """Prefills of 8 (one padded), then 1, then decodes: 20 tokens, three times and more the
+    window, so every local layer's window masks keys the global layers still see."""
+    from tests.gemma3_reference import reference_logits as gemma3_reference
+
+    gguf, out = gemma
+    reader = GGUFReader(gguf)
+    window = int(reader.fields["gemma3.attention.sliding_window"].contents())
+    tokens = [1, *np.random.default_rng(4).integers(3, len(reader.fields["tokenizer.ggml.tokens"].data), 19)]
+    assert len(tokens) > 3 * window
+    expected = gemma3_reference(reader, [int(t) for t in tokens])
+    model = read_litertlm(out)[1]["TFLiteModel"][1]
+    decoded = 0
+    chunks = [("prefill_8", 8), ("prefill_8", 5), ("prefill_1", 1)]
+    for step, logits in run_as_the_executor(model, GEMMA_CONTEXT, tokens, chunks):
+        assert int(np.argmax(logits)) == int(np.argmax(expected[step])), step
+        np.testing.assert_allclose(logits, expected[step], atol=GEMMA_ATOL, rtol=0)
+        decoded += 1
+    assert decoded == len(tokens) - 14
+
+
+def test_gemma3_sections_name_the_model_type_and_its_stop_tokens(gemma: tuple[Path, Path]) -> None:
+    from litert_lm_builder.runtime.proto import llm_metadata_pb2
+
+    gguf, out = gemma
+    reader = GGUFReader(gguf)
+    sections = read_litertlm(out)[1]
+    metadata = llm_metadata_pb2.LlmMetadata.FromString(sections["LlmMetadataProto"][1])
+    assert metadata.llm_model_type.WhichOneof("model_type") == "gemma3"
+    assert list(metadata.start_token.token_ids.ids) == [1]
+    assert [list(t.token_ids.ids) for t in metadata.stop_tokens] == [[2]]  # no <end_of_turn> here
+    assert metadata.max_num_tokens == GEMMA_CONTEXT
+    assert sections["SP_Tokenizer"][1] == sentencepiece_model(reader)
+    assert stale_reason(gguf, out, prefill_lengths=PREFILL, context=GEMMA_CONTEXT) is None
+
+
+def test_gemma3_tied_embedding_is_one_buffer(gemma: tuple[Path, Path]) -> None:
+    from ai_edge_litert import schema_py_generated as schema
+
+    gguf, out = gemma
+    reader = GGUFReader(gguf)
+    model = schema.Model.GetRootAs(read_litertlm(out)[1]["TFLiteModel"][1], 0)
+    vocab, width = (
+        int(n) for n in reversed(next(t for t in reader.tensors if t.name == "token_embd.weight").shape)
+    )
+    table = vocab * width * 4
+    tied = all(t.name != "output.weight" for t in reader.tensors)
+    sizes = [model.Buffers(i).DataLength() for i in range(model.BuffersLength())]
+    assert sizes.count(table) == (1 if tied else 2)
+
+
+def test_gemma3_stop_tokens_are_llama_cpps_end_of_generation_tokens() -> None:
+    from eliza.formats.litertlm import gemma3
+    from eliza.formats.sentencepiece_vocab import SpmVocabulary
+
+    pieces = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>", "▁a", "</s>"]
+    vocab = SpmVocabulary(
+        tokens=pieces, scores=[0.0] * 8, types=[3, 3, 3, 2, 3, 3, 1, 4], bos_id=2, eos_id=1, unk_id=3,
+        add_space_prefix=False,
+    )  # fmt: skip
+    assert gemma3.stop_ids(vocab) == [1, 5, 7]  # as llama.cpp's end-of-generation set
+
+
+def write_small_gemma3(path: Path, *, drop: str = "", extra: dict[str, Any] | None = None) -> Path:
+    """A one-layer Gemma 3 GGUF of 8 tokens; `drop` a key or tensor left out, `extra` keys added."""
+    rng = np.random.default_rng(5)
+    d, ff, hd, n_vocab = 8, 16, 4, 8
+    names = {"attn_q": (2 * hd, d), "attn_k": (hd, d), "attn_v": (hd, d), "attn_output": (d, 2 * hd)}
+    names |= {"ffn_gate": (ff, d), "ffn_up": (ff, d), "ffn_down": (d, ff), "attn_q_norm": (hd,)}
+    names |= {"attn_k_norm": (hd,), "attn_norm": (d,), "ffn_norm": (d,), "post_attention_norm": (d,)}
+    names |= {"post_ffw_norm": (d,)}
+    weights = {f"blk.0.{k}.weight": rng.standard_normal(s) for k, s in names.items()}
+    weights |= {"token_embd.weight": rng.standard_normal((n_vocab, d)), "output_norm.weight": np.ones(d)}
+    keys: dict[str, Any] = {
+        "gemma3.context_length": 16,
+        "gemma3.embedding_length": d,
+        "gemma3.block_count": 1,
+        "gemma3.feed_forward_length": ff,
+        "gemma3.attention.head_count": 2,
+        "gemma3.attention.head_count_kv": 1,
+        "gemma3.attention.key_length": hd,
+        "gemma3.attention.value_length": hd,
+        "gemma3.attention.layer_norm_rms_epsilon": 1e-6,
+        "gemma3.attention.sliding_window": 4,
+    } | (extra or {})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = GGUFWriter(str(path), arch="gemma3")
+    for key, value in keys.items():
+        if key == drop:
+            continue
+        if isinstance(value, float):
+            writer.add_float32(key, value)
+        elif isinstance(value, list):
+            writer.add_array(key, value)
+        else:
+            writer.add_uint32(key, value)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(["<pad>", "<eos>", "<bos>", "<unk>", "▁a", "▁b", "a", "▁"])
+    writer.add_token_scores([0.0, 0.0, 0.0, 0.0, -1.0, -2.0, -3.0, -4.0])
+    writer.add_token_types([3, 3, 3, 2, 1, 1, 1, 1])
+    writer.add_bos_token_id(2)
+    writer.add_eos_token_id(1)
+    writer.add_unk_token_id(3)
+    for name, tensor in weights.items():
+        if name != drop:
+            writer.add_tensor(name, tensor.astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_gemma3_refusals_name_the_file_and_the_key(tmp_path: Path) -> None:
+    cases = {
+        "no epsilon": (
+            {"drop": "gemma3.attention.layer_norm_rms_epsilon"},
+            "gemma3.attention.layer_norm_rms_epsilon is missing, not a number",
+        ),
+        "softcap": (
+            {"extra": {"gemma3.final_logit_softcapping": 30.0}},
+            "gemma3.final_logit_softcapping 30.0",
+        ),
+        "per-layer pattern": (
+            {"extra": {"gemma3.attention.sliding_window_pattern": [True]}},
+            "gemma3.attention.sliding_window_pattern is a per-layer array",
+        ),
+        "27B": ({"extra": {"gemma3.block_count": 62}}, "62 layers (Gemma 3 27B)"),
+        "no q norm": (
+            {"drop": "blk.0.attn_q_norm.weight"},
+            "tensor(s) missing for 1 layers: blk.0.attn_q_norm",
+        ),
+    }
+    for case, (options, message) in cases.items():
+        gguf = write_small_gemma3(tmp_path / f"{case.replace(' ', '-')}.gguf", **options)
+        out = default_out_path(gguf)
+        with pytest.raises(LitertlmError) as caught:
+            write_litertlm(gguf, out)
+        text = str(caught.value)
+        assert text.startswith(f"{gguf}: ") and message in text and "\n" not in text, (case, text)
+        assert not out.exists() and not record_path(out).exists(), case
+    small = write_small_gemma3(tmp_path / "small.gguf")
+    record = write_litertlm(small, default_out_path(small))
+    assert record.context == 16 and record.prefill_lengths == (1, 8)
+
+
+def test_sentencepiece_of_a_gemma_style_vocabulary_is_what_llama_cpp_matches() -> None:
+    """Gemma's GGUF types <unk> control (SentencePiece needs one unknown piece), has
+    user-defined whitespace runs (matched by llama.cpp before spaces become "▁") and a
+    user-defined </s> (llama.cpp makes it control: an end-of-generation text)."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    from eliza.formats.sentencepiece_vocab import SpmVocabulary, model_proto
+
+    pieces = ["<pad>", "<eos>", "<bos>", "<unk>", "  ", "</s>", "\n", "▁a"]
+    vocab = SpmVocabulary(
+        tokens=pieces, scores=[0.0] * 8, types=[3, 3, 3, 3, 4, 4, 4, 1], bos_id=2, eos_id=1, unk_id=3,
+        add_space_prefix=False,
+    )  # fmt: skip
+    model = sentencepiece_model_pb2.ModelProto.FromString(model_proto(vocab))
+    assert [(p.piece, p.type) for p in model.pieces][3:7] == [("<unk>", 2), ("▁▁", 4), ("</s>", 3), ("\n", 4)]

@@ -1,0 +1,120 @@
+"""What every architecture's writer shares: the constants that stamp a file, the error its
+refusals raise, and the checks of the GGUF that do not depend on the architecture (the
+context and prefill lengths asked for, the vocabulary, the tensors and their float32 values)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+from gguf import GGUFReader
+
+from eliza.formats.gguf_models import tensors
+from eliza.formats.sentencepiece_vocab import SpmVocabulary, VocabularyError, read_vocabulary
+
+# Bump when the bytes written for the same GGUF and options change: every file written by
+# an older writer is then stale and rewritten.
+WRITER_VERSION = "1"
+FORMAT = "eliza-litertlm/1"
+SUFFIX = ".litertlm"
+RECORD_SUFFIX = ".json"
+DEFAULT_PREFILL_LENGTHS: tuple[int, ...] = (1, 8, 32)
+CREATION_TIMESTAMP = "1970-01-01T00:00:00+00:00"
+
+# A flatbuffer addresses at most 2 GiB; weights are written as float32.
+FLATBUFFER_LIMIT = 2**31 - (64 << 20)
+
+
+class LitertlmError(ValueError):
+    """A GGUF this writer cannot turn into a .litertlm file, or options it cannot write; str()
+    is one line naming the file, what is wrong and what would fix it."""
+
+
+def chosen_context(path: Path, context: int | None, trained: int) -> int:
+    if context is None:
+        return trained
+    if not 1 <= context <= trained:
+        raise LitertlmError(f"{path}: context {context} is outside 1..{trained} (the model's context length)")
+    return context
+
+
+def prefill_lengths(path: Path, lengths: Sequence[int] | None, context: int) -> tuple[int, ...]:
+    if lengths is None:
+        return tuple(n for n in DEFAULT_PREFILL_LENGTHS if n <= context) or (context,)
+    chosen = tuple(sorted(set(lengths)))
+    bad = [n for n in chosen if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= context]
+    if not chosen or bad:
+        raise LitertlmError(
+            f"{path}: prefill lengths {list(lengths)} are not one or more integers in 1..{context} "
+            "(the context)"
+        )
+    return chosen
+
+
+def vocabulary(reader: GGUFReader, path: Path, n_vocab: int) -> SpmVocabulary:
+    try:
+        vocab = read_vocabulary(reader)
+    except VocabularyError as exc:
+        raise LitertlmError(f"{path}: {exc}; a .litertlm needs the GGUF's SentencePiece vocabulary") from exc
+    if len(vocab.tokens) != n_vocab:
+        raise LitertlmError(
+            f"{path}: {len(vocab.tokens)} tokens in the vocabulary, {n_vocab} rows in "
+            "token_embd.weight; the GGUF's vocabulary and weights disagree"
+        )
+    return vocab
+
+
+def read_weights(
+    reader: GGUFReader,
+    path: Path,
+    expected: Mapping[str, tuple[int, ...]],
+    *,
+    architecture: str,
+    layers: int,
+    known_unsupported: dict[str, str] | None = None,
+) -> dict[str, npt.NDArray[np.float32]]:
+    """Every expected tensor as float32 of its (rows, columns) shape, after checking that the
+    file holds exactly these and that they fit one flatbuffer."""
+    present = {t.name: t for t in reader.tensors}
+    tensors.check_tensors(
+        path,
+        present,
+        dict(expected),
+        LitertlmError,
+        architecture=architecture,
+        layers=layers,
+        known_unsupported=known_unsupported,
+    )
+    total = 4 * sum(int(np.prod(dims)) for dims in expected.values())
+    if total > FLATBUFFER_LIMIT:
+        raise LitertlmError(
+            f"{path}: {total / 2**30:.1f} GiB of float32 weights; a TFLite flatbuffer holds under 2 GiB "
+            "(this writer writes float32 only: use a smaller model)"
+        )
+    return {name: tensors.float32(path, present[name], LitertlmError) for name in expected}
+
+
+class Converter(Protocol):
+    """One architecture's writer of one GGUF (`<architecture>.converter(reader, path, context)`):
+    what the container needs of it."""
+
+    @property
+    def context(self) -> int: ...
+
+    @property
+    def n_vocab(self) -> int: ...
+
+    @property
+    def model_type(self) -> str:
+        """The field of LlmModelType the metadata sets."""
+
+    def stop_ids(self, vocab: SpmVocabulary) -> list[int]: ...
+
+    def read_weights(self) -> dict[str, npt.NDArray[np.float32]]: ...
+
+    def tflite_model(
+        self, weights: Mapping[str, npt.NDArray[np.float32]], prefill_lengths: Sequence[int]
+    ) -> bytes: ...

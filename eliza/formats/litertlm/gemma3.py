@@ -1,0 +1,136 @@
+"""The Gemma 3 architecture's graph (eliza.formats.gguf_models.gemma3, whose docstring lists
+how it differs from llama): the embedding scaled by sqrt(n_embd); per-head RMSNorms of Q and
+K before rope, Q and K rows as stored (rope of halves already); local layers attending
+within a sliding window, under their own rope base; RMSNorms after attention and after the
+GELU(tanh)-gated feed-forward; logits from the tied embedding, one buffer serving both.
+
+LiteRT-LM's executor hands every signature one causal mask; the window of the local layers
+is derived from it and input_pos inside the graph (Signature.window_mask), once per
+signature. The metadata names the model type gemma3 and the stop tokens llama.cpp ends a
+generation at: EOS, <end_of_turn> and </s>."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from gguf import GGUFReader
+
+from eliza.formats.gguf_models import gemma3 as arch
+from eliza.formats.litertlm.common import LitertlmError, chosen_context, read_weights
+from eliza.formats.litertlm.decoder import Signature
+from eliza.formats.litertlm.tflite import Model
+from eliza.formats.sentencepiece_vocab import SpmVocabulary, eog_ids
+
+ARCHITECTURE = arch.ARCHITECTURE
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gemma3Converter:
+    reader: GGUFReader
+    path: Path
+    h: arch.Gemma3Hparams
+    context: int
+    model_type: str = "gemma3"
+
+    @property
+    def n_vocab(self) -> int:
+        return self.h.n_vocab
+
+    def stop_ids(self, vocab: SpmVocabulary) -> list[int]:
+        return stop_ids(vocab)
+
+    def read_weights(self) -> dict[str, npt.NDArray[np.float32]]:
+        """Every tensor as float32 of its (out, in) shape, as stored: the norms already hold
+        Gemma's +1 and the Q/K rows are in the halves-rope order."""
+        return read_weights(
+            self.reader,
+            self.path,
+            arch.expected_tensors(self.h),
+            architecture=ARCHITECTURE,
+            layers=self.h.n_layer,
+        )
+
+    def sliding(self, layer: int) -> bool:
+        """A window that reaches past the context masks nothing: such a layer is global here."""
+        return self.h.is_sliding(layer) and self.h.sliding_window < self.context
+
+    def tflite_model(
+        self, weights: Mapping[str, npt.NDArray[np.float32]], prefill_lengths: Sequence[int]
+    ) -> bytes:
+        model = Model(capacity=sum(w.nbytes for w in weights.values()))
+        for n in prefill_lengths:
+            self._signature(model, weights, n, decode=False)
+        self._signature(model, weights, 1, decode=True)
+        return model.to_bytes()
+
+    def _signature(
+        self, model: Model, weights: Mapping[str, npt.NDArray[np.float32]], n: int, decode: bool
+    ) -> None:
+        h = self.h
+        s = Signature(
+            model,
+            n=n,
+            decode=decode,
+            context=self.context,
+            n_layer=h.n_layer,
+            heads=h.n_head,
+            kv_heads=h.n_head_kv,
+            head_dim=h.head_dim,
+        )
+        g = s.g
+
+        def weight(name: str) -> int:
+            return g.const(name, weights[name])
+
+        def norm(x: int, name: str) -> int:
+            return g.rms_norm(x, weight(name), h.rms_eps)
+
+        layers = range(h.n_layer)
+        ropes = {
+            sliding: s.rope(h.rope_base_local if sliding else h.rope_base, "_local" if sliding else "_global")
+            for sliding in sorted({self.sliding(i) for i in layers})
+        }
+        scale = s.scalar("attn_scale", h.attention_scale)
+        embedding = weight("token_embd.weight")
+        x = g.mul(g.gather(embedding, s.tokens), s.scalar("embedding_scale", h.embedding_scale))
+        for i in layers:
+            p = f"blk.{i}."
+            rope = ropes[self.sliding(i)]
+            a = norm(x, p + "attn_norm.weight")
+            k = g.reshape(g.fc(a, weight(p + "attn_k.weight")), [1, n, h.n_head_kv, h.head_dim])
+            v = g.reshape(g.fc(a, weight(p + "attn_v.weight")), [1, n, h.n_head_kv, h.head_dim])
+            k_cache, v_cache = s.write_cache(i, rope(norm(k, p + "attn_k_norm.weight")), v)
+            if i == h.n_layer - 1 and not decode:
+                break  # a prefill outputs only caches: the last block's attention and FFN are dead
+            q = g.reshape(g.fc(a, weight(p + "attn_q.weight")), [1, n, h.n_head, h.head_dim])
+            q = rope(norm(q, p + "attn_q_norm.weight"))
+            mask = s.window_mask(h.sliding_window) if self.sliding(i) else s.mask
+            attended = s.attend(q, k_cache, v_cache, scale, mask)
+            x = g.add(
+                x, norm(g.fc(attended, weight(p + "attn_output.weight")), p + "post_attention_norm.weight")
+            )
+            f = norm(x, p + "ffn_norm.weight")
+            gated = g.mul(
+                g.gelu_tanh(g.fc(f, weight(p + "ffn_gate.weight"))), g.fc(f, weight(p + "ffn_up.weight"))
+            )
+            x = g.add(x, norm(g.fc(gated, weight(p + "ffn_down.weight")), p + "post_ffw_norm.weight"))
+        logits = None
+        if decode:
+            x = norm(x, "output_norm.weight")
+            logits = g.fc(x, embedding if h.tied_output else weight("output.weight"))
+        s.finish(logits)
+
+
+def stop_ids(vocab: SpmVocabulary) -> list[int]:
+    """EOS, then every token llama.cpp ends a generation at (Gemma 3: <end_of_turn> and the
+    user-defined </s>)."""
+    return eog_ids(vocab)
+
+
+def converter(reader: GGUFReader, path: Path, context: int | None) -> Gemma3Converter:
+    h = arch.read_hparams(reader, path, LitertlmError)
+    return Gemma3Converter(reader=reader, path=path, h=h, context=chosen_context(path, context, h.context))
