@@ -194,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         help="the prefill signatures' token counts (default: those of 1 8 32 within the context)",
     )
     litertlm.add_argument(
-        "--context", type=int, metavar="N", help="the KV cache's tokens (default: the GGUF's context length)"
+        "--context",
+        type=int,
+        metavar="N",
+        help="the KV cache's tokens (default: the GGUF's context, at most 4096 as the library runs it)",
     )
     provenance = sub.add_parser(
         "verify-provenance", help="verify a release archive's signed SLSA provenance (.intoto.jsonl)"

@@ -17,12 +17,16 @@ from eliza.formats.sentencepiece_vocab import SpmVocabulary, VocabularyError, re
 
 # Bump when the bytes written for the same GGUF and options change: every file written by
 # an older writer is then stale and rewritten.
-WRITER_VERSION = "1"
+WRITER_VERSION = "2"  # 2: the default context is the library's (at most 4096), not the GGUF's
 FORMAT = "eliza-litertlm/1"
 SUFFIX = ".litertlm"
 RECORD_SUFFIX = ".json"
 DEFAULT_PREFILL_LENGTHS: tuple[int, ...] = (1, 8, 32)
 CREATION_TIMESTAMP = "1970-01-01T00:00:00+00:00"
+# The library's default context (backends/runtime_body.h, kMaxDefaultCtx): a stream runs at
+# the GGUF's training context, at most this, unless ELIZA_N_CTX says otherwise. The caches
+# and rope tables of the graph are this long by default, not Gemma's 32768.
+DEFAULT_MAX_CONTEXT = 4096
 
 # A flatbuffer addresses at most 2 GiB; weights are written as float32.
 FLATBUFFER_LIMIT = 2**31 - (64 << 20)
@@ -35,7 +39,7 @@ class LitertlmError(ValueError):
 
 def chosen_context(path: Path, context: int | None, trained: int) -> int:
     if context is None:
-        return trained
+        return min(trained, DEFAULT_MAX_CONTEXT)
     if not 1 <= context <= trained:
         raise LitertlmError(f"{path}: context {context} is outside 1..{trained} (the model's context length)")
     return context
