@@ -470,7 +470,7 @@ def test_the_forward_passes_tell_permuted_q_and_k_apart(
     ggufs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The negative control: left in llama.cpp's row order, Q and K rope the wrong pairs."""
-    monkeypatch.setattr(mlx_weights, "unpermute_rope_rows", lambda w, n_head: w)
+    monkeypatch.setattr(mlx_weights.llama, "unpermute_rope_rows", lambda w, n_head: w)
     convert(ggufs["tiny"], tmp_path / "mlx")
     tokens = SEQUENCES[1]
     difference = np.abs(forward_mlx_dir(tmp_path / "mlx", tokens) - forward_gguf(ggufs["tiny"], tokens))
