@@ -1,0 +1,118 @@
+// What every architecture of the MLX module shares: the one stream and its mutex,
+// config.json and model.safetensors as an architecture reads them, the KV cache, attention
+// (causal, optionally within a sliding window) and the step that evaluates and commits.
+// An architecture is one file (llama.cpp, gemma3.cpp) defining a Model and its loader,
+// listed in kArchitectures (mlx_module.cpp) under its config.json model_type.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "mlx/mlx.h"
+
+namespace eliza_mlx {
+
+namespace mx = mlx::core;
+
+// MLX evaluates a graph only on the thread that built it, and each stream is an OS thread
+// that is never freed: one stream for the whole process, usable from any thread because
+// every use of it holds this mutex (build and evaluate happen inside one locked call).
+std::mutex & mlx_mutex();
+mx::Stream compute_stream();
+
+// config.json: a flat object of numbers, booleans, strings and nulls (nested values are
+// skipped), which is all an MLX-LM config holds that a forward pass here reads.
+class FlatJson {
+public:
+    static std::optional<FlatJson> parse(const std::string & text, std::string & why);
+    std::optional<double> number(const std::string & key) const;
+    std::optional<std::string> string(const std::string & key) const;
+
+private:
+    std::map<std::string, double> numbers_;
+    std::map<std::string, std::string> strings_;
+};
+
+// <dir>/config.json, its errors naming the file and the key (std::runtime_error).
+class ConfigFile {
+public:
+    explicit ConfigFile(const std::string & dir);
+    const std::string & path() const { return path_; }
+    std::string model_type() const { return json_.string("model_type").value_or(""); }
+    int positive_int(const char * key) const;
+    int positive_int_or(const char * key, int fallback) const;
+    double number_or(const char * key, double fallback) const;
+    bool flag_or(const char * key, bool fallback) const;
+
+private:
+    std::string path_;
+    FlatJson json_;
+};
+
+// <dir>/model.safetensors, each tensor checked against the shape config.json implies.
+class Tensors {
+public:
+    explicit Tensors(const std::string & dir);
+    // float32, as stored: a linear weight is (out_features, in_features).
+    mx::array get(const std::string & name, const std::vector<int> & shape) const;
+    bool has(const std::string & name) const { return tensors_.count(name) != 0; }
+    const std::string & file() const { return file_; }
+
+private:
+    std::string file_;
+    std::unordered_map<std::string, mx::array> tensors_;
+};
+
+// Evaluated, contiguous copies of every weight: a lazy one would otherwise be read from
+// the file again inside every step's graph.
+void materialize(const std::vector<mx::array *> & weights);
+
+// x @ w.T for a weight stored (out_features, in_features): the transpose is a view, which
+// MLX's matmul reads as such, so no transposed copy of any weight is kept.
+mx::array linear(const mx::array & x, const mx::array & w, mx::Stream s);
+
+// Grouped-query attention of q (1, heads, len, head_dim) at positions n_past.. over k, v
+// (1, kv_heads, n_past + len, head_dim), causal; window > 0: a query at p sees only keys
+// at p - window < k <= p (llama.cpp's rule: masked when p - k >= window).
+mx::array attention(const mx::array & q, const mx::array & k, const mx::array & v, float scale, int n_past,
+                    int window, mx::Stream s);
+
+struct KvCache {
+    std::vector<mx::array> keys, values;  // per layer (1, kv_heads, n_past, head_dim); empty before the first token
+    int32_t n_past = 0;
+};
+
+// One forward step as a lazy graph: the last position's logits (n_vocab) and each layer's
+// whole keys and values (the cache and the step's).
+struct Step {
+    mx::array logits = mx::array(0.0f);
+    std::vector<mx::array> keys, values;
+};
+
+class Model {
+public:
+    virtual ~Model() = default;
+    virtual int32_t n_vocab() const = 0;
+    virtual int32_t n_ctx_train() const = 0;
+    // The graph of `len` tokens appended at cache.n_past; cache is read, never changed.
+    virtual Step forward(const KvCache & cache, const int32_t * tokens, int len) const = 0;
+};
+
+using ModelLoader = std::unique_ptr<Model> (*)(const ConfigFile & config, const Tensors & tensors);
+std::unique_ptr<Model> load_llama(const ConfigFile & config, const Tensors & tensors);
+std::unique_ptr<Model> load_gemma3(const ConfigFile & config, const Tensors & tensors);
+
+// Evaluates the step, copies its logits out and only then replaces the cache, so a failed
+// evaluation leaves the sequence as it was.
+void run_step(const Model & model, KvCache & cache, const int32_t * tokens, int len, float * logits_out);
+
+// Keeps the first n_keep positions of every layer's cache.
+void truncate(KvCache & cache, int32_t n_keep);
+
+}  // namespace eliza_mlx
