@@ -158,7 +158,7 @@ Tensors::Tensors(const std::string & dir) : file_(dir + "/model.safetensors") {
     tensors_ = mx::load_safetensors(file_, compute_stream()).first;
 }
 
-mx::array Tensors::get(const std::string & name, const std::vector<int> & shape) const {
+mx::array Tensors::take(const std::string & name, const std::vector<int> & shape) {
     const auto it = tensors_.find(name);
     if (it == tensors_.end()) throw std::runtime_error(file_ + ": no tensor '" + name + "'");
     const mx::Shape want(shape.begin(), shape.end());
@@ -169,7 +169,13 @@ mx::array Tensors::get(const std::string & name, const std::vector<int> & shape)
         for (auto d : shape) expected += (expected.empty() ? "" : "x") + std::to_string(d);
         throw std::runtime_error(file_ + ": tensor '" + name + "' is " + got + ", config.json implies " + expected);
     }
-    return mx::astype(it->second, mx::float32, compute_stream());
+    mx::array out = mx::astype(it->second, mx::float32, compute_stream());
+    tensors_.erase(it);
+    return out;
+}
+
+mx::array Tensors::take_linear(const std::string & name, int out_features, int in_features) {
+    return mx::transpose(take(name, {out_features, in_features}), compute_stream());
 }
 
 void materialize(const std::vector<mx::array *> & weights) {
@@ -180,9 +186,24 @@ void materialize(const std::vector<mx::array *> & weights) {
     for (size_t i = 0; i < weights.size(); ++i) *weights[i] = all[i];
 }
 
-mx::array linear(const mx::array & x, const mx::array & w, mx::Stream s) {
-    return mx::matmul(x, mx::transpose(w, s), s);
+EmbeddingAndHead::EmbeddingAndHead(Tensors & w, int vocab, int hidden, bool tied) : hidden_(hidden), tied_(tied) {
+    if (tied) {
+        head_t_ = w.take_linear("model.embed_tokens.weight", vocab, hidden);
+        materialize({&head_t_});
+    } else {
+        embed_ = w.take("model.embed_tokens.weight", {vocab, hidden});
+        head_t_ = w.take_linear("lm_head.weight", vocab, hidden);
+        materialize({&embed_, &head_t_});
+    }
 }
+
+mx::array EmbeddingAndHead::embed(const int32_t * tokens, int len, mx::Stream s) const {
+    const mx::array ids(tokens, mx::Shape{len}, mx::int32);
+    if (!tied_) return mx::reshape(mx::take(embed_, ids, 0, s), {1, len, hidden_}, s);
+    return mx::reshape(mx::transpose(mx::take(head_t_, ids, 1, s), s), {1, len, hidden_}, s);
+}
+
+mx::array EmbeddingAndHead::logits(const mx::array & x, mx::Stream s) const { return mx::matmul(x, head_t_, s); }
 
 mx::array attention(const mx::array & q, const mx::array & k, const mx::array & v, float scale, int n_past,
                     int window, mx::Stream s) {

@@ -44,7 +44,7 @@ mx::array gelu_tanh(const mx::array & x, mx::Stream s) {
 
 class Gemma3 final : public Model {
 public:
-    Gemma3(const ConfigFile & file, const Tensors & w) {
+    Gemma3(const ConfigFile & file, Tensors & w) {
         Gemma3Config & c = c_;
         c.hidden = file.positive_int("hidden_size");
         c.layers = file.positive_int("num_hidden_layers");
@@ -77,39 +77,32 @@ public:
         }
         const int q_rows = c.heads * c.head_dim, kv_rows = c.kv_heads * c.head_dim;
         const auto s = compute_stream();
-        auto norm = [&](const std::string & name, int n) { return mx::add(w.get(name, {n}), mx::array(1.0f), s); };
-        embed_ = w.get("model.embed_tokens.weight", {c.vocab, c.hidden});
+        auto norm = [&](const std::string & name, int n) { return mx::add(w.take(name, {n}), mx::array(1.0f), s); };
+        io_ = std::make_unique<EmbeddingAndHead>(w, c.vocab, c.hidden, c.tied);
         norm_ = norm("model.norm.weight", c.hidden);
-        lm_head_ = c.tied ? embed_ : w.get("lm_head.weight", {c.vocab, c.hidden});
-        std::vector<mx::array *> all{&embed_, &norm_};
-        if (!c.tied) all.push_back(&lm_head_);
+        materialize({&norm_});
         layers_.reserve(c.layers);
         for (int i = 0; i < c.layers; ++i) {
             const std::string p = "model.layers." + std::to_string(i) + ".";
-            layers_.push_back(Gemma3Layer{
+            Gemma3Layer l{
                 norm(p + "input_layernorm.weight", c.hidden),
-                w.get(p + "self_attn.q_proj.weight", {q_rows, c.hidden}),
-                w.get(p + "self_attn.k_proj.weight", {kv_rows, c.hidden}),
-                w.get(p + "self_attn.v_proj.weight", {kv_rows, c.hidden}),
+                w.take_linear(p + "self_attn.q_proj.weight", q_rows, c.hidden),
+                w.take_linear(p + "self_attn.k_proj.weight", kv_rows, c.hidden),
+                w.take_linear(p + "self_attn.v_proj.weight", kv_rows, c.hidden),
                 norm(p + "self_attn.q_norm.weight", c.head_dim),
                 norm(p + "self_attn.k_norm.weight", c.head_dim),
-                w.get(p + "self_attn.o_proj.weight", {c.hidden, q_rows}),
+                w.take_linear(p + "self_attn.o_proj.weight", c.hidden, q_rows),
                 norm(p + "post_attention_layernorm.weight", c.hidden),
                 norm(p + "pre_feedforward_layernorm.weight", c.hidden),
-                w.get(p + "mlp.gate_proj.weight", {c.ff, c.hidden}),
-                w.get(p + "mlp.up_proj.weight", {c.ff, c.hidden}),
-                w.get(p + "mlp.down_proj.weight", {c.hidden, c.ff}),
+                w.take_linear(p + "mlp.gate_proj.weight", c.ff, c.hidden),
+                w.take_linear(p + "mlp.up_proj.weight", c.ff, c.hidden),
+                w.take_linear(p + "mlp.down_proj.weight", c.hidden, c.ff),
                 norm(p + "post_feedforward_layernorm.weight", c.hidden),
-            });
+            };
+            materialize({&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.q_norm, &l.k_norm, &l.wo, &l.post_attn_norm,
+                         &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.post_ffn_norm});
+            layers_.push_back(std::move(l));
         }
-        for (auto & l : layers_) {
-            for (auto * a : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.q_norm, &l.k_norm, &l.wo, &l.post_attn_norm,
-                             &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.post_ffn_norm}) {
-                all.push_back(a);
-            }
-        }
-        materialize(all);
-        if (c.tied) lm_head_ = embed_;
     }
 
     int32_t n_vocab() const override { return c_.vocab; }
@@ -118,8 +111,7 @@ public:
     Step forward(const KvCache & cache, const int32_t * tokens, int len) const override {
         const Gemma3Config & c = c_;
         const auto s = compute_stream();
-        const mx::array ids(tokens, mx::Shape{len}, mx::int32);
-        mx::array x = mx::reshape(mx::take(embed_, ids, 0, s), {1, len, c.hidden}, s);
+        mx::array x = io_->embed(tokens, len, s);
         x = mx::multiply(x, mx::array(std::sqrt(static_cast<float>(c.hidden))), s);
         Step step;
         for (int i = 0; i < c.layers; ++i) {
@@ -129,7 +121,7 @@ public:
             const mx::array h = mx::fast::rms_norm(x, l.attn_norm, c.eps, s);
             // (1, heads, len, head_dim), per-head normed (when a norm is given) and roped.
             auto heads = [&](const mx::array & w, int n_heads, const mx::array * head_norm) {
-                mx::array t = mx::reshape(linear(h, w, s), {1, len, n_heads, c.head_dim}, s);
+                mx::array t = mx::reshape(mx::matmul(h, w, s), {1, len, n_heads, c.head_dim}, s);
                 if (head_norm != nullptr) t = mx::fast::rms_norm(t, *head_norm, c.eps, s);
                 t = mx::transpose(t, {0, 2, 1, 3}, s);
                 if (head_norm == nullptr) return t;
@@ -144,29 +136,30 @@ public:
             }
             const mx::array o = attention(q, k, v, c.attn_scale, cache.n_past, sliding ? c.window : 0, s);
             const mx::array attn =
-                linear(mx::reshape(mx::transpose(o, {0, 2, 1, 3}, s), {1, len, c.heads * c.head_dim}, s), l.wo, s);
+                mx::matmul(mx::reshape(mx::transpose(o, {0, 2, 1, 3}, s), {1, len, c.heads * c.head_dim}, s), l.wo, s);
             x = mx::add(x, mx::fast::rms_norm(attn, l.post_attn_norm, c.eps, s), s);
             const mx::array g = mx::fast::rms_norm(x, l.ffn_norm, c.eps, s);
-            const mx::array act = mx::multiply(gelu_tanh(linear(g, l.w_gate, s), s), linear(g, l.w_up, s), s);
-            x = mx::add(x, mx::fast::rms_norm(linear(act, l.w_down, s), l.post_ffn_norm, c.eps, s), s);
+            const mx::array act = mx::multiply(gelu_tanh(mx::matmul(g, l.w_gate, s), s), mx::matmul(g, l.w_up, s), s);
+            x = mx::add(x, mx::fast::rms_norm(mx::matmul(act, l.w_down, s), l.post_ffn_norm, c.eps, s), s);
             step.keys.push_back(k);
             step.values.push_back(v);
         }
         const mx::array last =
             mx::slice(mx::fast::rms_norm(x, norm_, c.eps, s), {0, len - 1, 0}, {1, len, c.hidden}, s);
-        step.logits = mx::reshape(linear(last, lm_head_, s), {c.vocab}, s);
+        step.logits = mx::reshape(io_->logits(last, s), {c.vocab}, s);
         return step;
     }
 
 private:
     Gemma3Config c_;
-    mx::array embed_ = mx::array(0.0f), norm_ = mx::array(0.0f), lm_head_ = mx::array(0.0f);
+    std::unique_ptr<EmbeddingAndHead> io_;
+    mx::array norm_ = mx::array(0.0f);
     std::vector<Gemma3Layer> layers_;
 };
 
 }  // namespace
 
-std::unique_ptr<Model> load_gemma3(const ConfigFile & config, const Tensors & tensors) {
+std::unique_ptr<Model> load_gemma3(const ConfigFile & config, Tensors & tensors) {
     return std::make_unique<Gemma3>(config, tensors);
 }
 

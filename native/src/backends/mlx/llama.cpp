@@ -23,7 +23,7 @@ struct LlamaLayer {
 
 class Llama final : public Model {
 public:
-    Llama(const ConfigFile & file, const Tensors & w) {
+    Llama(const ConfigFile & file, Tensors & w) {
         LlamaConfig & c = c_;
         c.hidden = file.positive_int("hidden_size");
         c.layers = file.positive_int("num_hidden_layers");
@@ -42,33 +42,26 @@ public:
                                      " is not a multiple of num_key_value_heads " + std::to_string(c.kv_heads));
         }
         const int q_rows = c.heads * c.head_dim, kv_rows = c.kv_heads * c.head_dim;
-        embed_ = w.get("model.embed_tokens.weight", {c.vocab, c.hidden});
-        norm_ = w.get("model.norm.weight", {c.hidden});
-        lm_head_ = c.tied ? embed_ : w.get("lm_head.weight", {c.vocab, c.hidden});
-        std::vector<mx::array *> all{&embed_, &norm_};
-        if (!c.tied) all.push_back(&lm_head_);
+        io_ = std::make_unique<EmbeddingAndHead>(w, c.vocab, c.hidden, c.tied);
+        norm_ = w.take("model.norm.weight", {c.hidden});
+        materialize({&norm_});
         layers_.reserve(c.layers);
         for (int i = 0; i < c.layers; ++i) {
             const std::string p = "model.layers." + std::to_string(i) + ".";
-            layers_.push_back(LlamaLayer{
-                w.get(p + "input_layernorm.weight", {c.hidden}),
-                w.get(p + "self_attn.q_proj.weight", {q_rows, c.hidden}),
-                w.get(p + "self_attn.k_proj.weight", {kv_rows, c.hidden}),
-                w.get(p + "self_attn.v_proj.weight", {kv_rows, c.hidden}),
-                w.get(p + "self_attn.o_proj.weight", {c.hidden, q_rows}),
-                w.get(p + "post_attention_layernorm.weight", {c.hidden}),
-                w.get(p + "mlp.gate_proj.weight", {c.ff, c.hidden}),
-                w.get(p + "mlp.up_proj.weight", {c.ff, c.hidden}),
-                w.get(p + "mlp.down_proj.weight", {c.hidden, c.ff}),
-            });
+            LlamaLayer l{
+                w.take(p + "input_layernorm.weight", {c.hidden}),
+                w.take_linear(p + "self_attn.q_proj.weight", q_rows, c.hidden),
+                w.take_linear(p + "self_attn.k_proj.weight", kv_rows, c.hidden),
+                w.take_linear(p + "self_attn.v_proj.weight", kv_rows, c.hidden),
+                w.take_linear(p + "self_attn.o_proj.weight", c.hidden, q_rows),
+                w.take(p + "post_attention_layernorm.weight", {c.hidden}),
+                w.take_linear(p + "mlp.gate_proj.weight", c.ff, c.hidden),
+                w.take_linear(p + "mlp.up_proj.weight", c.ff, c.hidden),
+                w.take_linear(p + "mlp.down_proj.weight", c.hidden, c.ff),
+            };
+            materialize({&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down});
+            layers_.push_back(std::move(l));
         }
-        for (auto & l : layers_) {
-            for (auto * a : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) {
-                all.push_back(a);
-            }
-        }
-        materialize(all);
-        if (c.tied) lm_head_ = embed_;
     }
 
     int32_t n_vocab() const override { return c_.vocab; }
@@ -77,15 +70,14 @@ public:
     Step forward(const KvCache & cache, const int32_t * tokens, int len) const override {
         const LlamaConfig & c = c_;
         const auto s = compute_stream();
-        const mx::array ids(tokens, mx::Shape{len}, mx::int32);
-        mx::array x = mx::reshape(mx::take(embed_, ids, 0, s), {1, len, c.hidden}, s);
+        mx::array x = io_->embed(tokens, len, s);
         const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
         Step step;
         for (size_t i = 0; i < layers_.size(); ++i) {
             const LlamaLayer & l = layers_[i];
             const mx::array h = mx::fast::rms_norm(x, l.attn_norm, c.eps, s);
             auto heads = [&](const mx::array & w, int n_heads) {
-                return mx::transpose(mx::reshape(linear(h, w, s), {1, len, n_heads, c.head_dim}, s), {0, 2, 1, 3}, s);
+                return mx::transpose(mx::reshape(mx::matmul(h, w, s), {1, len, n_heads, c.head_dim}, s), {0, 2, 1, 3}, s);
             };
             const mx::array q = mx::fast::rope(heads(l.wq, c.heads), c.head_dim, c.rope_traditional, c.rope_theta,
                                                1.0f, cache.n_past, std::nullopt, s);
@@ -97,31 +89,32 @@ public:
                 v = mx::concatenate({cache.values[i], v}, 2, s);
             }
             const mx::array o = attention(q, k, v, scale, cache.n_past, 0, s);
-            x = mx::add(x, linear(mx::reshape(mx::transpose(o, {0, 2, 1, 3}, s), {1, len, c.heads * c.head_dim}, s),
+            x = mx::add(x, mx::matmul(mx::reshape(mx::transpose(o, {0, 2, 1, 3}, s), {1, len, c.heads * c.head_dim}, s),
                                   l.wo, s),
                         s);
             const mx::array g = mx::fast::rms_norm(x, l.ffn_norm, c.eps, s);
-            const mx::array gate = linear(g, l.w_gate, s);
-            const mx::array act = mx::multiply(mx::multiply(gate, mx::sigmoid(gate, s), s), linear(g, l.w_up, s), s);
-            x = mx::add(x, linear(act, l.w_down, s), s);
+            const mx::array gate = mx::matmul(g, l.w_gate, s);
+            const mx::array act = mx::multiply(mx::multiply(gate, mx::sigmoid(gate, s), s), mx::matmul(g, l.w_up, s), s);
+            x = mx::add(x, mx::matmul(act, l.w_down, s), s);
             step.keys.push_back(k);
             step.values.push_back(v);
         }
         const mx::array last =
             mx::slice(mx::fast::rms_norm(x, norm_, c.eps, s), {0, len - 1, 0}, {1, len, c.hidden}, s);
-        step.logits = mx::reshape(linear(last, lm_head_, s), {c.vocab}, s);
+        step.logits = mx::reshape(io_->logits(last, s), {c.vocab}, s);
         return step;
     }
 
 private:
     LlamaConfig c_;
-    mx::array embed_ = mx::array(0.0f), norm_ = mx::array(0.0f), lm_head_ = mx::array(0.0f);
+    std::unique_ptr<EmbeddingAndHead> io_;
+    mx::array norm_ = mx::array(0.0f);
     std::vector<LlamaLayer> layers_;
 };
 
 }  // namespace
 
-std::unique_ptr<Model> load_llama(const ConfigFile & config, const Tensors & tensors) {
+std::unique_ptr<Model> load_llama(const ConfigFile & config, Tensors & tensors) {
     return std::make_unique<Llama>(config, tensors);
 }
 

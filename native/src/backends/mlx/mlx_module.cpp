@@ -53,7 +53,7 @@ EliMlxModel * load_model(const std::string & dir) {
     std::string served;
     for (const auto & arch : kArchitectures) {
         if (type == arch.model_type) {
-            const eliza_mlx::Tensors tensors(dir);
+            eliza_mlx::Tensors tensors(dir);
             return new EliMlxModel{arch.load(config, tensors)};
         }
         served += std::string(served.empty() ? "'" : ", '") + arch.model_type + "'";
