@@ -364,3 +364,25 @@ def test_another_gemma3_gguf_converted_by_the_documented_command_is_served_and_a
     assert runs[MLX].header["build"]["llm_backend"] == MLX
     assert [p.tokens for p in runs[MLX].prompts] == [p.tokens for p in runs["llama.cpp"].prompts]
     assert sum(len(p.tokens) for p in runs[MLX].prompts) > 0
+
+
+def test_gemma3_prefill_in_chunks_after_a_prefix_continues_as_one_prefill(
+    gemma3_ctx: Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks of 5 (shorter than the window of 6) and of 11 (longer), each after the cache
+    the previous ones left: every chunk's sliding-window mask starts past the cache's first
+    key, and the result is the one-call prefill's, on both paths."""
+    ids = gemma3_ctx.tokenize(LONG_PROMPT)
+
+    def chunked(size: int) -> tuple[list[int], bytes]:
+        with gemma3_ctx.open_stream(greedy_config(24)) as stream:
+            for start in range(0, len(ids), size):
+                stream.prefill(ids[start : start + size])
+            return stream.generate()
+
+    runs = {}
+    for backend in ("llama.cpp", MLX):
+        monkeypatch.setenv("ELIZA_LLM_BACKEND", backend)
+        runs[backend] = [chunked(size) for size in (len(ids), 5, 11)]
+    assert runs[MLX] == runs["llama.cpp"]
+    assert runs[MLX][1] == runs[MLX][2] == runs[MLX][0]
