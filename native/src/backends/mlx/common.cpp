@@ -163,11 +163,16 @@ mx::array Tensors::take(const std::string & name, const std::vector<int> & shape
     if (it == tensors_.end()) throw std::runtime_error(file_ + ": no tensor '" + name + "'");
     const mx::Shape want(shape.begin(), shape.end());
     if (it->second.shape() != want) {
-        std::string got;
-        for (auto d : it->second.shape()) got += (got.empty() ? "" : "x") + std::to_string(d);
-        std::string expected;
-        for (auto d : shape) expected += (expected.empty() ? "" : "x") + std::to_string(d);
-        throw std::runtime_error(file_ + ": tensor '" + name + "' is " + got + ", config.json implies " + expected);
+        auto dims = [](const auto & of) {
+            std::string out;
+            for (auto d : of) {
+                if (!out.empty()) out += 'x';
+                out += std::to_string(d);
+            }
+            return out;
+        };
+        throw std::runtime_error(file_ + ": tensor '" + name + "' is " + dims(it->second.shape()) +
+                                 ", config.json implies " + dims(shape));
     }
     mx::array out = mx::astype(it->second, mx::float32, compute_stream());
     tensors_.erase(it);

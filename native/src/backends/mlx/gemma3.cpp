@@ -37,8 +37,8 @@ struct Gemma3Layer {
 
 mx::array gelu_tanh(const mx::array & x, mx::Stream s) {
     const float c = std::sqrt(2.0f / static_cast<float>(M_PI));
-    const mx::array inner =
-        mx::multiply(mx::array(c), mx::add(x, mx::multiply(mx::array(0.044715f), mx::power(x, mx::array(3.0f), s), s), s), s);
+    const mx::array cube = mx::multiply(mx::multiply(x, x, s), x, s);
+    const mx::array inner = mx::multiply(mx::array(c), mx::add(x, mx::multiply(mx::array(0.044715f), cube, s), s), s);
     return mx::multiply(mx::multiply(mx::array(0.5f), x, s), mx::add(mx::array(1.0f), mx::tanh(inner, s), s), s);
 }
 
@@ -72,8 +72,10 @@ public:
             throw std::runtime_error(file.path() + ": num_attention_heads " + std::to_string(c.heads) +
                                      " is not a multiple of num_key_value_heads " + std::to_string(c.kv_heads));
         }
-        if (file.number_or("final_logit_softcapping", 0.0) != 0.0 || file.number_or("attn_logit_softcapping", 0.0) != 0.0) {
-            throw std::runtime_error(file.path() + ": logit softcapping is set; Gemma 3 has none and this backend computes none");
+        if (file.number_or("final_logit_softcapping", 0.0) != 0.0 ||
+            file.number_or("attn_logit_softcapping", 0.0) != 0.0) {
+            throw std::runtime_error(file.path() +
+                                     ": logit softcapping is set; Gemma 3 has none and this backend computes none");
         }
         const int q_rows = c.heads * c.head_dim, kv_rows = c.kv_heads * c.head_dim;
         const auto s = compute_stream();

@@ -77,7 +77,8 @@ public:
             const LlamaLayer & l = layers_[i];
             const mx::array h = mx::fast::rms_norm(x, l.attn_norm, c.eps, s);
             auto heads = [&](const mx::array & w, int n_heads) {
-                return mx::transpose(mx::reshape(mx::matmul(h, w, s), {1, len, n_heads, c.head_dim}, s), {0, 2, 1, 3}, s);
+                const mx::array t = mx::reshape(mx::matmul(h, w, s), {1, len, n_heads, c.head_dim}, s);
+                return mx::transpose(t, {0, 2, 1, 3}, s);
             };
             const mx::array q = mx::fast::rope(heads(l.wq, c.heads), c.head_dim, c.rope_traditional, c.rope_theta,
                                                1.0f, cache.n_past, std::nullopt, s);
@@ -94,7 +95,8 @@ public:
                         s);
             const mx::array g = mx::fast::rms_norm(x, l.ffn_norm, c.eps, s);
             const mx::array gate = mx::matmul(g, l.w_gate, s);
-            const mx::array act = mx::multiply(mx::multiply(gate, mx::sigmoid(gate, s), s), mx::matmul(g, l.w_up, s), s);
+            const mx::array silu = mx::multiply(gate, mx::sigmoid(gate, s), s);
+            const mx::array act = mx::multiply(silu, mx::matmul(g, l.w_up, s), s);
             x = mx::add(x, mx::matmul(act, l.w_down, s), s);
             step.keys.push_back(k);
             step.values.push_back(v);
