@@ -120,3 +120,23 @@ def runs_without_the_runtime(
     out = tmp_path / "out.jsonl"
     forced = bench(library, bundle, prompts, out, max_tokens=8, env={**hidden, "ELIZA_LLM_BACKEND": backend})
     return forced, bench(library, bundle, prompts, out, max_tokens=8, env=hidden)
+
+
+@pytest.fixture(scope="session")
+def gemma3_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A runtime bundle of the tiny Gemma 3 model (random weights, sliding window 6, every
+    third layer global): text/<name>.gguf and text/mlx, staged as bundle making stages them."""
+    from eliza.app.services.bundle import ensure_mlx_weights, tiny_vocab
+    from eliza.formats.tiny_gguf import TinyGemma3Spec, write_tiny_gemma3_gguf
+
+    bundle = tmp_path_factory.mktemp("gemma3-bundle")
+    (bundle / "text").mkdir()
+    write_tiny_gemma3_gguf(bundle / "text" / "eliza-tiny-gemma3.gguf", tiny_vocab(), TinyGemma3Spec())
+    ensure_mlx_weights(bundle)
+    return bundle
+
+
+@pytest.fixture()
+def gemma3_ctx(mlx_library: Path, gemma3_bundle: Path) -> Iterator[Context]:
+    with Library(mlx_library).open_context(gemma3_bundle) as context:
+        yield context

@@ -41,7 +41,7 @@ from eliza.formats.mlx_weights import (
     stale_reason,
     unpermute_rope_rows,
 )
-from eliza.formats.tiny_gguf import TinyModelSpec, write_tiny_gguf
+from eliza.formats.tiny_gguf import TinyGemma3Spec, TinyModelSpec, write_tiny_gemma3_gguf, write_tiny_gguf
 
 SPECS = {
     "tiny": TinyModelSpec(),
@@ -470,7 +470,7 @@ def test_the_forward_passes_tell_permuted_q_and_k_apart(
     ggufs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The negative control: left in llama.cpp's row order, Q and K rope the wrong pairs."""
-    monkeypatch.setattr(mlx_weights, "unpermute_rope_rows", lambda w, n_head: w)
+    monkeypatch.setattr(mlx_weights.llama, "unpermute_rope_rows", lambda w, n_head: w)
     convert(ggufs["tiny"], tmp_path / "mlx")
     tokens = SEQUENCES[1]
     difference = np.abs(forward_mlx_dir(tmp_path / "mlx", tokens) - forward_gguf(ggufs["tiny"], tokens))
@@ -708,3 +708,244 @@ def test_mlx_lm_loads_the_directory_and_computes_what_llama_cpp_computes(
         assert theirs.shape == ours.shape
         assert (theirs.argmax(-1) == ours.argmax(-1)).all(), key
         assert float(np.abs(theirs - ours).max()) < 1e-3, key
+
+
+# ------------------------------------------------------------------ Gemma 3
+
+GEMMA_SPECS = {
+    "gemma-tiny": TinyGemma3Spec(),  # the backend tests' bundle model
+    "gemma-other": TinyGemma3Spec(
+        seed=3, n_embd=64, n_layer=5, n_head=4, n_head_kv=2, head_dim=24, n_ff=112,
+        sliding_window=4, swa_pattern=2, rope_base=50000.0, rope_base_local=5000.0, tied=False,
+        vocab_size=3000, context_length=256,
+    ),
+}  # fmt: skip
+# Longer than either model's window, so the local layers drop keys; inside either vocabulary.
+GEMMA_TOKENS = [1, 450, 2996, 1354, 1701, 2916, 975, 278, 1766, 1203, 2889, 13, 1576, 2903]
+GEMMA_LAYER_NAMES = {
+    "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+    "attn_output": "self_attn.o_proj", "post_attention_norm": "post_attention_layernorm",
+    "ffn_norm": "pre_feedforward_layernorm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj", "post_ffw_norm": "post_feedforward_layernorm",
+}  # fmt: skip
+PATTERN_KEY = "gemma3.attention.sliding_window_pattern"
+GEMMA_NORMS = {"attn_norm", "attn_q_norm", "attn_k_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm"}
+
+
+@pytest.fixture(scope="module")
+def gemma_ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("gemma-ggufs")
+    models = {}
+    for name, spec in GEMMA_SPECS.items():
+        models[name] = root / f"{name}.gguf"
+        write_tiny_gemma3_gguf(models[name], tiny_vocab(), spec)
+    return models
+
+
+@pytest.fixture(scope="module")
+def gemma_converted(
+    gemma_ggufs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("gemma-converted")
+    return {name: convert(gguf, root / name).out_dir for name, gguf in gemma_ggufs.items()}
+
+
+def write_gemma3_gguf(
+    path: Path,
+    *,
+    n_layer: int = 2,
+    window: int | None = 4,
+    pattern: int | list[bool] | None = 2,
+    drop: str = "",
+    keys: Callable[[GGUFWriter], None] | None = None,
+) -> Path:
+    """A small gemma3 GGUF without tokenizer (64 wide, 2 heads of 32, one KV head, 50 tokens)
+    whose sliding-window keys, one missing tensor or `keys` make the variants to refuse."""
+    rng = np.random.default_rng(5)
+    d, hd, ff, vocab = 64, 32, 96, 50
+    shapes = {
+        "attn_norm": (d,), "attn_q": (2 * hd, d), "attn_k": (hd, d), "attn_v": (hd, d), "attn_q_norm": (hd,),
+        "attn_k_norm": (hd,), "attn_output": (d, 2 * hd), "post_attention_norm": (d,), "ffn_norm": (d,),
+        "ffn_gate": (ff, d), "ffn_up": (ff, d), "ffn_down": (d, ff), "post_ffw_norm": (d,),
+    }  # fmt: skip
+    weights = {"token_embd.weight": (vocab, d), "output_norm.weight": (d,)}
+    weights |= {f"blk.{i}.{kind}.weight": shape for i in range(n_layer) for kind, shape in shapes.items()}
+    writer = GGUFWriter(str(path), arch="gemma3")
+    writer.add_context_length(128)
+    writer.add_embedding_length(d)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(ff)
+    writer.add_head_count(2)
+    writer.add_head_count_kv(1)
+    writer.add_key_length(hd)
+    writer.add_value_length(hd)
+    writer.add_layer_norm_rms_eps(1e-6)
+    if window is not None:
+        writer.add_sliding_window(window)
+    if isinstance(pattern, list):
+        writer.add_array("gemma3.attention.sliding_window_pattern", pattern)
+    elif pattern is not None:
+        writer.add_uint32("gemma3.attention.sliding_window_pattern", pattern)
+    if keys is not None:
+        keys(writer)
+    for name, shape in weights.items():
+        if drop and drop in name:
+            continue
+        writer.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(GEMMA_SPECS))
+def test_gemma3_config_holds_the_ggufs_hyper_parameters(gemma_converted: dict[str, Path], name: str) -> None:
+    spec = GEMMA_SPECS[name]
+    text = (gemma_converted[name] / CONFIG_NAME).read_text()
+    assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
+    assert json.loads(text) == {
+        "model_type": "gemma3_text",
+        "hidden_size": spec.n_embd,
+        "num_hidden_layers": spec.n_layer,
+        "intermediate_size": spec.n_ff,
+        "num_attention_heads": spec.n_head,
+        "num_key_value_heads": spec.n_head_kv,
+        "head_dim": spec.head_dim,
+        "rms_norm_eps": 1e-06,
+        "vocab_size": spec.vocab_size or 32000,
+        "rope_theta": spec.rope_base,
+        "rope_local_base_freq": spec.rope_base_local,
+        "query_pre_attn_scalar": spec.head_dim,
+        "sliding_window": spec.sliding_window,
+        "sliding_window_pattern": spec.swa_pattern,
+        "max_position_embeddings": spec.context_length,
+        "tie_word_embeddings": spec.tied,
+    }
+
+
+@pytest.mark.parametrize("name", sorted(GEMMA_SPECS))
+def test_every_gemma3_tensor_is_the_ggufs_with_the_norms_one_lower(
+    gemma_ggufs: dict[str, Path], gemma_converted: dict[str, Path], name: str
+) -> None:
+    spec = GEMMA_SPECS[name]
+    _, tensors = read_safetensors(gemma_converted[name] / WEIGHTS_NAME)
+    source = gguf_tensors(gemma_ggufs[name])
+    expected = {
+        "model.embed_tokens.weight": source["token_embd.weight"],
+        "model.norm.weight": source["output_norm.weight"] - np.float32(1),
+    }
+    if not spec.tied:
+        expected["lm_head.weight"] = source["output.weight"]
+    for layer in range(spec.n_layer):
+        for kind, mlx in GEMMA_LAYER_NAMES.items():
+            value = source[f"blk.{layer}.{kind}.weight"]  # Q and K as stored: NEOX rope, no permutation
+            expected[f"model.layers.{layer}.{mlx}.weight"] = (
+                value - np.float32(1) if kind in GEMMA_NORMS else value
+            )
+    assert set(tensors) == set(expected)
+    for key, value in expected.items():
+        assert tensors[key].tobytes() == value.astype("<f4").tobytes(), key
+    # What MLX-LM adds back gives the GGUF's weights (the tiny models' norms are near 1).
+    np.testing.assert_array_equal(1 + tensors["model.norm.weight"], source["output_norm.weight"])
+
+
+# MLX-LM's gemma3_text loading a converted directory strictly and computing every position's
+# logits twice: as MLX-LM computes them, and with the embeddings given so that its bfloat16
+# rounding of sqrt(hidden_size) is undone (llama.cpp and the reference scale by the float).
+MLX_LM_GEMMA3 = """
+import json, math, sys
+import numpy as np
+import mlx.core as mx
+from mlx_lm.models import gemma3_text
+directory, tokens = sys.argv[1], json.loads(sys.argv[2])
+config = json.load(open(directory + "/config.json"))
+args = gemma3_text.ModelArgs.from_dict(config)
+model = gemma3_text.Model(args)
+weights = model.sanitize(mx.load(directory + "/model.safetensors"))
+model.load_weights(list(weights.items()), strict=True)
+assert model.tie_word_embeddings == config["tie_word_embeddings"]
+ids = mx.array([tokens])
+rounded = mx.array(args.hidden_size**0.5, mx.bfloat16).astype(mx.float32)
+exact = model.model.embed_tokens(ids) * (math.sqrt(args.hidden_size) / rounded)
+np.save(sys.argv[3], np.stack([np.array(model(ids)[0]), np.array(model(ids, input_embeddings=exact)[0])]))
+"""
+
+
+def test_mlx_lm_loads_the_gemma3_directory_and_computes_the_reference_logits(
+    gemma_ggufs: dict[str, Path], gemma_converted: dict[str, Path], tmp_path: Path
+) -> None:
+    """Against tests/gemma3_reference (float64, from the GGUF as stored): with the embedding
+    scale as llama.cpp's, every logit within 1e-4 (float32 rounding over a few layers); as
+    MLX-LM computes it (sqrt(hidden_size) rounded to bfloat16, a relative error of up to
+    2^-9 on every embedding), the same argmax everywhere and the logits within 2e-2."""
+    from tests.gemma3_reference import reference_logits
+
+    for name, directory in gemma_converted.items():
+        out = tmp_path / f"{name}.npy"
+        done = subprocess.run(
+            [sys.executable, "-c", MLX_LM_GEMMA3, str(directory), json.dumps(GEMMA_TOKENS), str(out)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        as_mlx_lm, exact = np.load(out)
+        reference = reference_logits(gemma_ggufs[name], GEMMA_TOKENS)
+        assert exact.shape == reference.shape == (len(GEMMA_TOKENS), GEMMA_SPECS[name].vocab_size or 32000)
+        assert float(np.abs(exact - reference).max()) < 1e-4, name
+        assert (as_mlx_lm.argmax(-1) == reference.argmax(-1)).all(), name
+        assert float(np.abs(as_mlx_lm - reference).max()) < 2e-2, name
+
+
+def test_gemma3_conversion_is_byte_identical_and_the_command_reports_it(
+    gemma_ggufs: dict[str, Path], gemma_converted: dict[str, Path], tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    gguf = gemma_ggufs["gemma-other"]
+    assert main(["mlx-weights", str(gguf), "--out", str(tmp_path / "again")]) == 0
+    spec = GEMMA_SPECS["gemma-other"]
+    assert capsys.readouterr().out.startswith(
+        f"{tmp_path / 'again'}: {2 + 13 * spec.n_layer + 1} tensors from "
+    )
+    for file in (CONFIG_NAME, WEIGHTS_NAME, RECORD_NAME):
+        assert (gemma_converted["gemma-other"] / file).read_bytes() == (
+            tmp_path / "again" / file
+        ).read_bytes()
+    assert stale_reason(gguf, tmp_path / "again") is None
+
+
+def test_a_gemma3_without_sliding_window_is_global_in_every_layer(tmp_path: Path) -> None:
+    for window in (None, 0):
+        gguf = write_gemma3_gguf(tmp_path / f"w{window}.gguf", window=window, pattern=None)
+        convert(gguf, tmp_path / f"w{window}")
+        config = json.loads((tmp_path / f"w{window}" / CONFIG_NAME).read_text())
+        assert (config["sliding_window"], config["sliding_window_pattern"]) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda p: write_gemma3_gguf(p, pattern=[True, False]), (PATTERN_KEY, "per-layer")),
+        (lambda p: write_gemma3_gguf(p, keys=lambda w: w.add_float32("gemma3.final_logit_softcapping", 30.0)),
+         ("gemma3.final_logit_softcapping",)),
+        (lambda p: write_gemma3_gguf(p, keys=lambda w: (w.add_string("gemma3.rope.scaling.type", "linear"),
+                                                        w.add_float32("gemma3.rope.scaling.factor", 8.0))),
+         ("gemma3.rope.scaling.type", "linear")),
+        (lambda p: write_gemma3_gguf(p, pattern=0), (PATTERN_KEY, "0")),
+        (lambda p: write_gemma3_gguf(p, pattern=3), (PATTERN_KEY, "3", "2 layers")),
+        (lambda p: write_gemma3_gguf(p, n_layer=62), ("62 layers", "27B")),
+        (lambda p: write_gemma3_gguf(p, drop="blk.1.attn_k_norm"), ("blk.1.attn_k_norm.weight", "missing")),
+    ],
+    ids=["pattern-array", "softcap", "rope-scaling", "all-sliding", "no-global-layer", "27b", "no-k-norm"],
+)  # fmt: skip
+def test_unsupported_gemma3_variants_are_refused_naming_file_and_key(
+    tmp_path: Path, make: Callable[[Path], object], words: tuple[str, ...]
+) -> None:
+    gguf = tmp_path / "m.gguf"
+    make(gguf)
+    with pytest.raises(MlxWeightsError) as refused:
+        convert(gguf, tmp_path / "mlx")
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"{gguf}: "), message
+    assert all(w in message for w in words), message
+    assert not (tmp_path / "mlx").exists()

@@ -130,8 +130,8 @@ def read_hparams(reader: GGUFReader, path: Path, error: type[ValueError]) -> Gem
     factor = header.field(reader, "gemma3.rope.scaling.factor")
     if scaling not in (None, "none") and factor not in (None, 1.0):
         raise error(
-            f"{path}: rope scaling {scaling} (factor {factor}) on the global layers; unscaled rope only "
-            "(Gemma 3 270M and 1B have none)"
+            f"{path}: rope scaling {scaling} (gemma3.rope.scaling.type, factor {factor}) on the global "
+            "layers; unscaled rope only (Gemma 3 270M and 1B have none)"
         )
     pattern = header.field(reader, "gemma3.attention.sliding_window_pattern")
     if isinstance(pattern, list):

@@ -3,8 +3,9 @@
 // headers nor its exceptions cross it: the library dlopen()s the module on first use, from
 // the folder it was loaded from, and a host without MLX simply has no loadable module.
 //
-// The module is a numeric kernel only: a llama-architecture forward pass with a KV cache
-// over an MLX-LM weights directory. Everything the seam's contract says about a stream
+// The module is a numeric kernel only: the forward pass, with a KV cache, of the
+// architecture an MLX-LM weights directory's config.json names (model_type "llama" or
+// "gemma3_text"). Everything the seam's contract says about a stream
 // (sampling, text, cancel, resets, slots) stays in the library (backends/mlx.cpp), on the
 // same code paths for every runtime.
 //

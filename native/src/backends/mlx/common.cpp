@@ -1,0 +1,269 @@
+#include "common.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace eliza_mlx {
+
+std::mutex & mlx_mutex() {
+    static std::mutex m;
+    return m;
+}
+
+mx::Stream compute_stream() {
+    // Metal where the host has it (a Mac), else the CPU. Never set_default_device: the
+    // application owns MLX's defaults.
+    static mx::Stream stream = mx::new_thread_unsafe_stream(
+        mx::is_available(mx::Device(mx::Device::gpu)) ? mx::Device(mx::Device::gpu) : mx::Device(mx::Device::cpu));
+    return stream;
+}
+
+std::optional<FlatJson> FlatJson::parse(const std::string & text, std::string & why) {
+    FlatJson out;
+    size_t i = 0;
+    auto ws = [&] {
+        while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    };
+    auto string_at = [&](std::string & s) {
+        if (text[i] != '"') return false;
+        for (++i; i < text.size() && text[i] != '"'; ++i) {
+            if (text[i] == '\\' && i + 1 < text.size()) ++i;
+            s += text[i];
+        }
+        if (i >= text.size()) return false;
+        ++i;
+        return true;
+    };
+    ws();
+    if (i >= text.size() || text[i] != '{') {
+        why = "not a JSON object";
+        return std::nullopt;
+    }
+    ++i;
+    for (;;) {
+        ws();
+        if (i < text.size() && text[i] == '}') return out;
+        std::string key;
+        if (i >= text.size() || !string_at(key)) {
+            why = "expected a quoted key";
+            return std::nullopt;
+        }
+        ws();
+        if (i >= text.size() || text[i] != ':') {
+            why = "expected ':' after \"" + key + "\"";
+            return std::nullopt;
+        }
+        ++i;
+        ws();
+        if (i >= text.size()) break;
+        const char c = text[i];
+        if (c == '"') {
+            std::string value;
+            if (!string_at(value)) break;
+            out.strings_[key] = value;
+        } else if (c == '{' || c == '[') {
+            int depth = 0;
+            bool in_string = false;
+            for (; i < text.size(); ++i) {
+                const char d = text[i];
+                if (in_string) {
+                    if (d == '\\') ++i;
+                    else if (d == '"') in_string = false;
+                } else if (d == '"') {
+                    in_string = true;
+                } else if (d == '{' || d == '[') {
+                    ++depth;
+                } else if ((d == '}' || d == ']') && --depth == 0) {
+                    ++i;
+                    break;
+                }
+            }
+        } else {
+            const size_t start = i;
+            while (i < text.size() && text[i] != ',' && text[i] != '}' &&
+                   !std::isspace(static_cast<unsigned char>(text[i]))) {
+                ++i;
+            }
+            const std::string token = text.substr(start, i - start);
+            if (token == "true" || token == "false") {
+                out.numbers_[key] = token == "true" ? 1.0 : 0.0;
+            } else if (token != "null") {
+                char * end = nullptr;
+                const double v = std::strtod(token.c_str(), &end);
+                if (end == token.c_str() || *end != '\0') {
+                    why = "\"" + key + "\": '" + token + "' is not a number";
+                    return std::nullopt;
+                }
+                out.numbers_[key] = v;
+            }
+        }
+        ws();
+        if (i < text.size() && text[i] == ',') {
+            ++i;
+            continue;
+        }
+        if (i < text.size() && text[i] == '}') return out;
+        break;
+    }
+    why = "truncated or malformed JSON";
+    return std::nullopt;
+}
+
+std::optional<double> FlatJson::number(const std::string & key) const {
+    const auto it = numbers_.find(key);
+    return it == numbers_.end() ? std::nullopt : std::optional<double>(it->second);
+}
+
+std::optional<std::string> FlatJson::string(const std::string & key) const {
+    const auto it = strings_.find(key);
+    return it == strings_.end() ? std::nullopt : std::optional<std::string>(it->second);
+}
+
+ConfigFile::ConfigFile(const std::string & dir) : path_(dir + "/config.json") {
+    std::ifstream in(path_);
+    if (!in) throw std::runtime_error(path_ + ": cannot be read");
+    std::stringstream buf;
+    buf << in.rdbuf();
+    std::string why;
+    auto json = FlatJson::parse(buf.str(), why);
+    if (!json) throw std::runtime_error(path_ + ": " + why);
+    json_ = std::move(*json);
+}
+
+int ConfigFile::positive_int(const char * key) const {
+    const auto v = json_.number(key);
+    if (!v || *v <= 0 || *v != std::floor(*v) || *v > 1e9) {
+        throw std::runtime_error(path_ + ": \"" + key + "\" must be a positive integer");
+    }
+    return static_cast<int>(*v);
+}
+
+int ConfigFile::positive_int_or(const char * key, int fallback) const {
+    return json_.number(key) ? positive_int(key) : fallback;
+}
+
+double ConfigFile::number_or(const char * key, double fallback) const { return json_.number(key).value_or(fallback); }
+
+bool ConfigFile::flag_or(const char * key, bool fallback) const {
+    const auto v = json_.number(key);
+    return v ? *v != 0.0 : fallback;
+}
+
+Tensors::Tensors(const std::string & dir) : file_(dir + "/model.safetensors") {
+    tensors_ = mx::load_safetensors(file_, compute_stream()).first;
+}
+
+mx::array Tensors::take(const std::string & name, const std::vector<int> & shape) {
+    const auto it = tensors_.find(name);
+    if (it == tensors_.end()) throw std::runtime_error(file_ + ": no tensor '" + name + "'");
+    const mx::Shape want(shape.begin(), shape.end());
+    if (it->second.shape() != want) {
+        auto dims = [](const auto & of) {
+            std::string out;
+            for (auto d : of) {
+                if (!out.empty()) out += 'x';
+                out += std::to_string(d);
+            }
+            return out;
+        };
+        throw std::runtime_error(file_ + ": tensor '" + name + "' is " + dims(it->second.shape()) +
+                                 ", config.json implies " + dims(shape));
+    }
+    mx::array out = mx::astype(it->second, mx::float32, compute_stream());
+    tensors_.erase(it);
+    return out;
+}
+
+mx::array Tensors::take_linear(const std::string & name, int out_features, int in_features) {
+    return mx::transpose(take(name, {out_features, in_features}), compute_stream());
+}
+
+void materialize(const std::vector<mx::array *> & weights) {
+    std::vector<mx::array> all;
+    all.reserve(weights.size());
+    for (auto * w : weights) all.push_back(mx::contiguous(*w, false, compute_stream()));
+    mx::eval(all);
+    for (size_t i = 0; i < weights.size(); ++i) *weights[i] = all[i];
+}
+
+EmbeddingAndHead::EmbeddingAndHead(Tensors & w, int vocab, int hidden, bool tied) : hidden_(hidden), tied_(tied) {
+    if (tied) {
+        head_t_ = w.take_linear("model.embed_tokens.weight", vocab, hidden);
+        materialize({&head_t_});
+    } else {
+        embed_ = w.take("model.embed_tokens.weight", {vocab, hidden});
+        head_t_ = w.take_linear("lm_head.weight", vocab, hidden);
+        materialize({&embed_, &head_t_});
+    }
+}
+
+mx::array EmbeddingAndHead::embed(const int32_t * tokens, int len, mx::Stream s) const {
+    const mx::array ids(tokens, mx::Shape{len}, mx::int32);
+    if (!tied_) return mx::reshape(mx::take(embed_, ids, 0, s), {1, len, hidden_}, s);
+    return mx::reshape(mx::transpose(mx::take(head_t_, ids, 1, s), s), {1, len, hidden_}, s);
+}
+
+mx::array EmbeddingAndHead::logits(const mx::array & x, mx::Stream s) const { return mx::matmul(x, head_t_, s); }
+
+mx::array attention(const mx::array & q, const mx::array & k, const mx::array & v, float scale, int n_past,
+                    int window, mx::Stream s) {
+    const int len = q.shape(2);
+    const int total = k.shape(2);
+    // Only when the last query would see more than `window` keys does the window drop any.
+    if (window <= 0 || total <= window) {
+        // "causal" aligns to the end of the cache: a chunk after a prefix sees all of it.
+        return mx::fast::scaled_dot_product_attention(q, k, v, scale, len > 1 ? "causal" : "", {}, {}, false, s);
+    }
+    // Keys before the first query's window are seen by no query of the chunk.
+    const int start = std::max(0, n_past - window + 1);
+    auto from_start = [&](const mx::array & a) {
+        auto stop = a.shape();
+        return mx::slice(a, {0, 0, start, 0}, stop, s);
+    };
+    const mx::array ks = from_start(k), vs = from_start(v);
+    if (len == 1) {  // the one query sees exactly the last `window` keys
+        return mx::fast::scaled_dot_product_attention(q, ks, vs, scale, "", {}, {}, false, s);
+    }
+    const mx::array q_pos = mx::reshape(mx::arange(n_past, n_past + len, s), {len, 1}, s);
+    const mx::array k_pos = mx::reshape(mx::arange(start, total, s), {1, total - start}, s);
+    const mx::array seen = mx::logical_and(mx::less_equal(k_pos, q_pos, s),
+                                           mx::less(mx::subtract(q_pos, k_pos, s), mx::array(window), s), s);
+    return mx::fast::scaled_dot_product_attention(q, ks, vs, scale, "array", seen, {}, false, s);
+}
+
+void run_step(const Model & model, KvCache & cache, const int32_t * tokens, int len, float * logits_out) {
+    Step step = model.forward(cache, tokens, len);
+    std::vector<mx::array> outputs{step.logits};
+    outputs.insert(outputs.end(), step.keys.begin(), step.keys.end());
+    outputs.insert(outputs.end(), step.values.begin(), step.values.end());
+    mx::eval(outputs);  // everything of the step, so no lazy graph outlives this call
+    std::memcpy(logits_out, step.logits.data<float>(), sizeof(float) * static_cast<size_t>(model.n_vocab()));
+    cache.keys = std::move(step.keys);
+    cache.values = std::move(step.values);
+    cache.n_past += len;
+}
+
+void truncate(KvCache & cache, int32_t n_keep) {
+    if (n_keep == 0) {
+        cache.keys.clear();
+        cache.values.clear();
+    } else if (n_keep < cache.n_past) {
+        const auto s = compute_stream();
+        for (auto * layers : {&cache.keys, &cache.values}) {
+            for (auto & a : *layers) {
+                auto stop = a.shape();
+                stop[2] = n_keep;
+                a = mx::contiguous(mx::slice(a, {0, 0, 0, 0}, stop, s), false, s);
+            }
+            mx::eval(*layers);
+        }
+    }
+    cache.n_past = n_keep;
+}
+
+}  // namespace eliza_mlx
