@@ -40,9 +40,7 @@ BENCH_INPUTS = (
 CONVERTER_INPUTS = (
     "eliza/formats/gguf_models",
     "eliza/formats/mlx_weights",
-    "eliza/formats/mlx_weights.py",
     "eliza/formats/litertlm",
-    "eliza/formats/litertlm.py",
     "eliza/formats/sentencepiece_vocab.py",
 )
 
