@@ -346,6 +346,9 @@ class BundleBench:
     perf_repeats: int = 0
     perf_rounds: int = 0  # 0: the perf check's declared rounds
     perf_simulated_max_tokens: int = 0  # 0: the perf check's simulated.max_tokens
+    # backend-perf's tokens per prompt and round; 0: perf_max_tokens (a second runtime on a
+    # real model is several times slower than llama.cpp, and every round loads its weights)
+    backend_perf_max_tokens: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -401,6 +401,21 @@ class MatrixRules:
                     valid_words(perf_checks, "perf checks"),
                 )
                 continue
+            check = w.get("check")
+            bundles = [b["id"] for b in self.data.get("bundles", [])]
+            if "bundle" in w:
+                named = next((c for c in self.data["checks"] if c["id"] == check), None)
+                runs_on = named.get("bundles", bundles[:1]) if named is not None else []
+                if check is None or w["bundle"] not in runs_on:
+                    self.error(
+                        (*path, "bundle"),
+                        f"{w['bundle']!r} is not a bundle {check or 'the waiver'!r} runs on",
+                        valid_words(runs_on, "its bundles") if check else "a bundle goes with a check",
+                    )
+                    continue
+                # the check of that bundle, as the expanded checks are named ("perf.gemma3-270m")
+                if bundles and w["bundle"] != bundles[0]:
+                    check = f"{check}.{w['bundle']}"
             if not fnmatch.filter(ids, w["cells"]):
                 self.warnings.append(
                     self.problem((*path, "cells"), f"{w['cells']!r} matches no cell, so it waives nothing")
@@ -413,7 +428,7 @@ class MatrixRules:
                     reason=" ".join(str(w["reason"]).split()),
                     expires=expires,
                     milestone=w.get("milestone"),
-                    check=w.get("check"),
+                    check=check,
                 )
             )
         return tuple(out)
@@ -803,6 +818,7 @@ def _bundle(b: Mapping[str, Any]) -> Bundle:
             perf_repeats=bench.get("perf_repeats", 0),
             perf_rounds=bench.get("perf_rounds", 0),
             perf_simulated_max_tokens=bench.get("perf_simulated_max_tokens", 0),
+            backend_perf_max_tokens=bench.get("backend_perf_max_tokens", 0),
         ),
         gated_cells=b.get("gated_cells", True),
         emulated=b.get("emulated", True),

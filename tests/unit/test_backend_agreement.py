@@ -95,6 +95,12 @@ def test_text_is_compared_by_bytes_and_judged_by_the_token_that_holds_the_first_
     replaced = [b"on\xef\xbf\xbde", texts[1]]
     ref_lone = bench(REF, texts=lone)
     assert judge("litert", ref_lone, mar, bench(REF, texts=replaced), rule).passed
+    # a character cut off by max_tokens: llama.cpp flushes its 3 bytes, a text API renders each
+    # byte token alone (3 x U+FFFD): equal, whereas a plain "replace" decode makes 1 of 3
+    cut = [b"on" + "🫖".encode()[:3], texts[1]]
+    each = [b"on" + "\ufffd".encode() * 3, texts[1]]
+    sure_margins = bench(REF, margins=[[2.0, 2.0], [1.0, 1.0]], text_ends=ends)
+    assert judge("litert", bench(REF, texts=cut), sure_margins, bench(REF, texts=each), rule).passed
     # after a multi-byte character, character 2 of "éab" is byte 3: the third token's (a tie),
     # not the second's (character index taken as a byte index would say)
     multi = bench(REF, texts=[texts[0], "éab".encode()])

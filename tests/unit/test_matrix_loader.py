@@ -865,3 +865,25 @@ def problems_of_file(path: Path, memo: Path) -> list[Problem]:
     with pytest.raises(MatrixError) as info:
         load_matrix(path, memo=memo)
     return list(info.value.problems)
+
+
+def test_a_waiver_names_the_bundle_of_its_check() -> None:
+    shipped = yaml.safe_load(MATRIX_FILE.read_text())
+    shipped["perf_waivers"] = [
+        {
+            "cells": "linux-*.*mlx",
+            "check": "backend-perf",
+            "bundle": "gemma3-270m",
+            "metric": "decode_tok_s",
+            "bound": 0.9,
+            "reason": "measured",
+            "expires": "2027-06-30",
+        },
+        {"cells": "linux-*.*mlx", "check": "backend-perf", "metric": "decode_tok_s", "bound": 0.5,
+         "reason": "measured", "expires": "2027-06-30"},
+    ]  # fmt: skip
+    waivers = parse_matrix(yaml.safe_dump(shipped), SOURCE).perf_waivers
+    assert [(w.check, w.bound) for w in waivers] == [("backend-perf.gemma3-270m", 0.9), ("backend-perf", 0.5)]
+    shipped["perf_waivers"][0]["bundle"] = "tinny"
+    [problem] = [p for p in problems(yaml.safe_dump(shipped)) if "bundle" in p.key_path]
+    assert problem.key_path == "perf_waivers[0].bundle" and "'tinny' is not a bundle" in problem.message

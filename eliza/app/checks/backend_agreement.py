@@ -67,7 +67,12 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             settings = replace(settings, prompts=evidence.prompts)
         watch = Stopwatch()
         library = job.library(cell)
-        out = evidence.project.build_root / "bench" / cell.platform.id / cell.key / "backends"
+        # a bundle's own folder beside the fixture's (the layout of the bench options' out_dir):
+        # the runs of two bundles may go side by side and each record names its own files
+        bench = evidence.project.build_root / "bench"
+        if check.bundle != job.matrix.default_bundle.id:
+            bench = bench / check.bundle
+        out = bench / cell.platform.id / cell.key / "backends"
         tools = library.parent
         env_of = {"ELIZA_N_THREADS": "1"}
         try:

@@ -297,7 +297,8 @@ def comparisons(
         opts,
         settings=replace(opts.settings, bundle=bundle),
         # a real model's own sizing where it declares a smaller one (matrix.yaml bundles: bench)
-        perf_max_tokens=min(BACKEND_MAX_TOKENS, opts.perf_max_tokens),
+        perf_max_tokens=job.matrix.bundle(check.bundle).bench.backend_perf_max_tokens
+        or min(BACKEND_MAX_TOKENS, opts.perf_max_tokens),
         perf_repeats=min(BACKEND_REPEATS, opts.perf_repeats),
     )
     series = [
