@@ -406,13 +406,20 @@ class MatrixRules:
             if "bundle" in w:
                 named = next((c for c in self.data["checks"] if c["id"] == check), None)
                 runs_on = named.get("bundles", bundles[:1]) if named is not None else []
-                if check is None or w["bundle"] not in runs_on:
+                if check is None or w["bundle"] not in bundles:
                     self.error(
                         (*path, "bundle"),
-                        f"{w['bundle']!r} is not a bundle {check or 'the waiver'!r} runs on",
-                        valid_words(runs_on, "its bundles") if check else "a bundle goes with a check",
+                        f"{w['bundle']!r} is not a bundle{did_you_mean(w['bundle'], bundles)}",
+                        valid_words(bundles, "bundles") if check else "a bundle goes with a check",
                     )
                     continue
+                if w["bundle"] not in runs_on:
+                    self.warnings.append(
+                        self.problem(
+                            (*path, "bundle"),
+                            f"{check!r} does not run on {w['bundle']!r}, so it waives nothing",
+                        )
+                    )
                 # the check of that bundle, as the expanded checks are named ("perf.gemma3-270m")
                 if bundles and w["bundle"] != bundles[0]:
                     check = f"{check}.{w['bundle']}"

@@ -39,14 +39,25 @@ def test_two_runs_count_the_same_phases_exactly(library_path: Path, tiny_bundle:
             library_path.parent, Side(library_path), settings, instrument, tmp_path / out, name, sha, 1
         )
 
-    # The same arguments, twice: every phase to the last instruction and the last miss.
+    # The same arguments, twice: every phase to the last instruction. The simulated caches'
+    # misses follow the heap's addresses, which the tool's own timing text (a few bytes more
+    # or less in an earlier record) can shift: a miss or two in hundreds of thousands.
     first, second = simulate("a", "candidate"), simulate("b", "candidate")
     assert first.decoded_tokens == second.decoded_tokens == 2 * 6
     assert first.prompt_tokens == second.prompt_tokens > 2
     for phase in ("load", "prefill", "decode"):
-        assert getattr(first, phase) == getattr(second, phase), phase
+        a, b = getattr(first, phase), getattr(second, phase)
+        assert a.instructions == b.instructions, phase
+        for misses in ("l1_misses", "ll_misses"):
+            assert abs(getattr(a, misses) - getattr(b, misses)) <= max(2, getattr(a, misses) // 100_000), (
+                phase,
+                a,
+                b,
+            )
     figures = first.figures(instrument.weights)
-    assert figures == second.figures(instrument.weights)
+    for name, value in second.figures(instrument.weights).items():
+        same = value == figures[name] if "instructions" in name else abs(value / figures[name] - 1) < 1e-5
+        assert same, (name, value, figures[name])
     # a decode step of the tiny model is millions of instructions, its cycles more
     assert 1e6 < figures["decode_instructions_per_token"] < figures["decode_cycles_per_token"]
     # The tool's own work (the process's start, its records) lies outside the phases.

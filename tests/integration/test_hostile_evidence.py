@@ -107,7 +107,8 @@ def _read_as_nobody(directory: Path) -> dict[str, str]:
     code = (
         "import json, os, sys; "
         "from eliza.formats.evidence_json import read_records; "
-        f"os.setgid({NOBODY}); os.setuid({NOBODY}); "  # after the imports: /root is private
+        "import jsonschema; "  # the schema's checker is imported on first use, and /root is private:
+        f"os.setgid({NOBODY}); os.setuid({NOBODY}); "  # the privileges go after the imports
         "print(json.dumps({str(i.path): i.problem for i in read_records([sys.argv[1]], {}) if i.problem}))"
     )
     done = subprocess.run(

@@ -887,3 +887,4 @@ def test_a_waiver_names_the_bundle_of_its_check() -> None:
     shipped["perf_waivers"][0]["bundle"] = "tinny"
     [problem] = [p for p in problems(yaml.safe_dump(shipped)) if "bundle" in p.key_path]
     assert problem.key_path == "perf_waivers[0].bundle" and "'tinny' is not a bundle" in problem.message
+    assert "did you mean 'tiny'?" in problem.message
