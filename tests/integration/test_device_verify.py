@@ -77,6 +77,10 @@ def states(repo: Path) -> dict[str, str]:
     return {e["check"]: e["state"] for e in row["entries"]}
 
 
+# The slow tier: the target's path over ssh (files pushed once, results back, a device gone
+# mid-run an error naming it and the next run clean) is tests/integration/test_device_ssh.py,
+# against the same sshd, in seconds; this runs a whole verify of the platform through it.
+@pytest.mark.slow
 def test_linux_arm64_checks_run_on_the_device_and_survive_it_going_away(
     clone: Path,
     sshd: Sshd,  # noqa: F811

@@ -16,6 +16,8 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from eliza.formats import attestation
 from eliza.formats.attestation import SigningKey
 from eliza.formats.matrix_yaml import load_matrix
@@ -163,6 +165,9 @@ def test_gpu_evidence_brought_in_claims_the_gpu_item(tmp_path: Path) -> None:
     assert f"`{GPU_KEY.id}` (GPU host)" in markdown  # the signer of the imported entries
 
 
+# The slow tier: the import path is the case above's; an item that lacks its metric is
+# tests/unit/test_report_m3.py::test_a_device_item_is_claimed_by_verified_evidence_with_its_metrics.
+@pytest.mark.slow
 def test_gpu_evidence_without_the_metric_does_not_claim(tmp_path: Path) -> None:
     repo = copy_tree(tmp_path / "repo")
     env = copy_env(repo)

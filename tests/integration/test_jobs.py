@@ -14,6 +14,12 @@ import pytest
 from tests.ci.helpers import copy_tree, env_for, run_only
 from tests.signing import predicate
 
+# The slow tier (nox -s tests -- --tier slow): the executor's side-by-side path, the same
+# evidence and lines at one job and at several, and wall-time steps alone, is
+# test_jobs_run_side_by_side_with_the_same_evidence_and_lines_and_alone_steps_alone in
+# tests/unit/test_executor.py, with fake runners; this runs it on real cells.
+pytestmark = pytest.mark.slow
+
 CELLS = ("linux-cpu.none", "linux-cpu.litert")
 
 
