@@ -72,10 +72,13 @@ class TinyGemma3Spec:
     vocab_size: int = 0  # > 0: only the first vocab_size tokens
 
 
-def _vocab(reader: GGUFReader) -> tuple[list[str], list[float], list[int], dict[str, int]]:
-    tokens = [str(t) for t in reader.fields["tokenizer.ggml.tokens"].contents()]
-    scores = [float(s) for s in reader.fields["tokenizer.ggml.scores"].contents()]
-    types = [int(t) for t in reader.fields["tokenizer.ggml.token_type"].contents()]
+def _vocab(reader: GGUFReader, size: int = 0) -> tuple[list[str], list[float], list[int], dict[str, int]]:
+    """The vocabulary's tokens, scores and types (the first `size` of them when size > 0),
+    and its special token ids."""
+    cut = slice(None, size if size > 0 else None)
+    tokens = [str(t) for t in reader.fields["tokenizer.ggml.tokens"].contents()][cut]
+    scores = [float(s) for s in reader.fields["tokenizer.ggml.scores"].contents()][cut]
+    types = [int(t) for t in reader.fields["tokenizer.ggml.token_type"].contents()][cut]
     special = {
         key: int(reader.fields[f"tokenizer.ggml.{key}"].contents())
         for key in ("bos_token_id", "eos_token_id", "unknown_token_id")
@@ -127,10 +130,7 @@ def _weights(spec: TinyModelSpec, n_vocab: int, chain_ids: list[int]) -> dict[st
 
 def write_tiny_gguf(path: Path, vocab_path: Path, spec: TinyModelSpec = TinyModelSpec()) -> str:
     """Writes the model atomically and returns its sha256."""
-    reader = GGUFReader(vocab_path)
-    tokens, scores, types, special = _vocab(reader)
-    if spec.vocab_size > 0:
-        tokens, scores, types = tokens[: spec.vocab_size], scores[: spec.vocab_size], types[: spec.vocab_size]
+    tokens, scores, types, special = _vocab(GGUFReader(vocab_path), spec.vocab_size)
     index = {t: i for i, t in enumerate(tokens)}
     missing = [t for t in PLANTED_CHAIN if t not in index]
     if missing:
@@ -182,10 +182,7 @@ def _gemma3_weights(spec: TinyGemma3Spec, n_vocab: int) -> dict[str, np.ndarray]
 def write_tiny_gemma3_gguf(path: Path, vocab_path: Path, spec: TinyGemma3Spec = TinyGemma3Spec()) -> str:
     """Writes a random-weights Gemma 3 GGUF with the vocabulary of `vocab_path` atomically and
     returns its sha256."""
-    reader = GGUFReader(vocab_path)
-    tokens, scores, types, special = _vocab(reader)
-    if spec.vocab_size > 0:
-        tokens, scores, types = tokens[: spec.vocab_size], scores[: spec.vocab_size], types[: spec.vocab_size]
+    tokens, scores, types, special = _vocab(GGUFReader(vocab_path), spec.vocab_size)
     weights = _gemma3_weights(spec, len(tokens))
 
     def write(tmp: Path) -> None:
@@ -204,22 +201,23 @@ def write_tiny_gemma3_gguf(path: Path, vocab_path: Path, spec: TinyGemma3Spec = 
         writer.add_float32("gemma3.rope.freq_base_swa", spec.rope_base_local)
         writer.add_sliding_window(spec.sliding_window)
         writer.add_uint32("gemma3.attention.sliding_window_pattern", spec.swa_pattern)
-        writer.add_file_type(0)  # all F32
-        _add_vocab(writer, tokens, scores, types, special)
-        for name, tensor in weights.items():
-            writer.add_tensor(name, tensor)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
+        _finish(writer, tokens, scores, types, special, weights)
 
     atomic_write_with(path, write)
     return sha256_file(path)
 
 
-def _add_vocab(
-    writer: GGUFWriter, tokens: list[str], scores: list[float], types: list[int], special: dict[str, int]
+def _finish(
+    writer: GGUFWriter,
+    tokens: list[str],
+    scores: list[float],
+    types: list[int],
+    special: dict[str, int],
+    weights: dict[str, np.ndarray],
 ) -> None:
+    """After a writer's architecture keys: the file type (all F32), the vocabulary, the
+    tensors, and the file written and closed."""
+    writer.add_file_type(0)
     writer.add_vocab_size(len(tokens))
     writer.add_tokenizer_model("llama")
     writer.add_tokenizer_pre("default")
@@ -231,6 +229,12 @@ def _add_vocab(
     writer.add_unk_token_id(special["unknown_token_id"])
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
+    for name, tensor in weights.items():
+        writer.add_tensor(name, tensor)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
 
 
 def _write_gguf(
@@ -252,14 +256,7 @@ def _write_gguf(
     writer.add_head_count_kv(spec.n_head_kv)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
-    writer.add_file_type(0)  # all F32
-    _add_vocab(writer, tokens, scores, types, special)
-    for name, tensor in weights.items():
-        writer.add_tensor(name, tensor)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    _finish(writer, tokens, scores, types, special, weights)
 
 
 def generator_fingerprint(

@@ -115,8 +115,7 @@ def read_hparams(reader: GGUFReader, path: Path, error: type[ValueError]) -> Gem
             f"{path}: head size {head_dim}, value size {value_dim}, rope dimensions {rope_dim}; Gemma 3 "
             "needs all three equal and even"
         )
-    if n_head % n_head_kv != 0:
-        raise error(f"{path}: {n_head} attention heads do not group over {n_head_kv} key/value heads")
+    header.check_head_groups(path, error, n_head, n_head_kv)
     n_layer = positive("gemma3.block_count")
     if n_layer == _LAYERS_OF_27B:
         raise error(
@@ -142,11 +141,9 @@ def read_hparams(reader: GGUFReader, path: Path, error: type[ValueError]) -> Gem
     window = header.field(reader, "gemma3.attention.sliding_window")
     if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 0):
         raise error(f"{path}: gemma3.attention.sliding_window is {window!r}, not a non-negative integer")
-    embed = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
-    if embed is None:
-        raise error(f"{path}: no token_embd.weight tensor; not a complete gemma3 model")
+    n_vocab = header.vocabulary_rows(reader, path, error, ARCHITECTURE)
     return Gemma3Hparams(
-        n_vocab=int(embed.shape[-1]),  # ggml ne = (n_embd, n_vocab)
+        n_vocab=n_vocab,
         n_embd=n_embd,
         n_layer=n_layer,
         n_head=n_head,

@@ -75,3 +75,17 @@ def number(
         found = "missing" if value is None else f"{value!r}"
         raise error(f"{path}: {key} is {found}, not a number {REEXPORT}")
     return float(value)
+
+
+def vocabulary_rows(reader: GGUFReader, path: Path, error: type[ValueError], architecture: str) -> int:
+    """The vocabulary's size, as token_embd.weight's rows (ggml ne = (n_embd, n_vocab))."""
+    embed = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
+    if embed is None:
+        raise error(f"{path}: no token_embd.weight tensor; not a complete {architecture} model")
+    return int(embed.shape[-1])
+
+
+def check_head_groups(path: Path, error: type[ValueError], n_head: int, n_head_kv: int) -> None:
+    """Grouped-query attention needs the heads to split evenly over the key/value heads."""
+    if n_head % n_head_kv != 0:
+        raise error(f"{path}: {n_head} attention heads do not group over {n_head_kv} key/value heads")

@@ -87,13 +87,10 @@ def read_hparams(reader: GGUFReader, path: Path, error: type[ValueError]) -> Lla
             f"{path}: head size {head_dim}, value size {value_dim}, rope dimensions {rope_dim}; a llama "
             "needs all three equal and even (a model of another architecture exported as llama?)"
         )
-    if n_head % n_head_kv != 0:
-        raise error(f"{path}: {n_head} attention heads do not group over {n_head_kv} key/value heads")
-    embed = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
-    if embed is None:
-        raise error(f"{path}: no token_embd.weight tensor; not a complete llama model")
+    header.check_head_groups(path, error, n_head, n_head_kv)
+    n_vocab = header.vocabulary_rows(reader, path, error, ARCHITECTURE)
     return LlamaHparams(
-        n_vocab=int(embed.shape[-1]),  # ggml ne = (n_embd, n_vocab)
+        n_vocab=n_vocab,
         n_embd=n_embd,
         n_layer=positive("llama.block_count"),
         n_head=n_head,
