@@ -19,7 +19,7 @@ from eliza.app.executor import Builder, Execution, execute
 from eliza.app.options import Parser
 from eliza.app.services import lab
 from eliza.app.services.baseline import BaselineError, resolve_commit
-from eliza.app.services.bench_options import BenchOptions, parse_bench_args
+from eliza.app.services.bench_options import BenchOptions, verify_bench_options
 from eliza.app.services.build import BUILT_VARIABLE, describe_build
 from eliza.app.services.builders import ConanBuilder
 from eliza.app.services.bundle import bundle_paths, bundles_of, ensure_bundles, generate_text, sample_bundle
@@ -260,9 +260,7 @@ def bench_options_for(
     rounds: int | None = None,
     perf_reference: PerfReference | None = None,
 ) -> BenchOptions:
-    opts = parse_bench_args(
-        ["--baseline", baseline.ref] if baseline.ref else [], default_bundle=bundle, repo=ctx.project.repo
-    )
+    opts = verify_bench_options(default_bundle=bundle, repo=ctx.project.repo, baseline=baseline.ref)
     opts = replace(
         opts, perf_rounds=rounds, perf_reference_dir=perf_reference.library if perf_reference else None
     )

@@ -13,6 +13,7 @@ from eliza.app.services.bench_options import (
     default_settings_description,
     options_description,
     parse_bench_args,
+    verify_bench_options,
 )
 
 
@@ -56,6 +57,14 @@ def test_a_bench_session_measures_the_speedup_on_every_cell(repo: Path) -> None:
         ["--prompts", str(repo / "bench" / "prompts.txt")], default_bundle=repo / "tiny", repo=repo
     )
     assert opts.speedup_on_every_cell and opts.drafter_pairs >= 3
+
+
+def test_verify_times_the_drafter_speedup_on_the_no_gate_cell_only(repo: Path) -> None:
+    # The bench session's defaults otherwise: the same fingerprinted description.
+    root = Path(__file__).resolve().parents[2]  # the repository: its default prompts
+    opts = verify_bench_options(default_bundle=repo / "tiny", repo=root, baseline="v1")
+    assert not opts.speedup_on_every_cell and opts.baseline == "v1"
+    assert options_description(opts, {}) == default_settings_description({})
 
 
 def test_the_context_override_is_part_of_the_description() -> None:

@@ -126,6 +126,16 @@ def parse_bench_args(
     )
 
 
+def verify_bench_options(*, default_bundle: Path, repo: Path, baseline: str | None) -> BenchOptions:
+    """The bench options of a verify's checks: a bench session's defaults, but the drafter
+    speedup's timed rounds on the no-gate cell only (a gated cell runs one round, identity
+    and stats: its llama.cpp path is the same code, which byte-identity-gates shows)."""
+    opts = parse_bench_args(
+        ["--baseline", baseline] if baseline else [], default_bundle=default_bundle, repo=repo
+    )
+    return replace(opts, speedup_on_every_cell=False)
+
+
 def check_prompts(path: Path) -> None:
     """A prompt file the bench tools can read: one prompt per non-empty line."""
     try:
