@@ -154,9 +154,10 @@ class SimulatedInstrument:
         """valgrind's command line before the bench tool's: callgrind with the cache simulation
         on the declared geometry (never the host's own caches, which valgrind would otherwise
         read from CPUID: the counts must not depend on the machine), names uncompressed so
-        eliza.formats.callgrind reads them directly."""
+        eliza.formats.callgrind reads them directly; nothing counted until the bench tool's
+        client request once its context exists (native/tools/simulator_hooks.h)."""
         return [
-            SIMULATOR, "--tool=callgrind", "--cache-sim=yes",
+            SIMULATOR, "--tool=callgrind", "--cache-sim=yes", "--instr-atstart=no",
             f"--I1={self.i1.flag()}", f"--D1={self.d1.flag()}", f"--LL={self.ll.flag()}",
             "--compress-strings=no", "--compress-pos=no", f"--callgrind-out-file={out}",
         ]  # fmt: skip
@@ -165,7 +166,8 @@ class SimulatedInstrument:
         """What the counts depend on besides the binaries, the bundle and the prompts."""
         return (
             f"callgrind:{tool_version};I1={self.i1.flag()};D1={self.d1.flag()};LL={self.ll.flag()};"
-            f"weights={self.weights.l1_miss},{self.weights.ll_miss};max_tokens={self.max_tokens}"
+            f"weights={self.weights.l1_miss},{self.weights.ll_miss};max_tokens={self.max_tokens};"
+            "counted=after-load"
         )
 
     def describe(self) -> str:

@@ -10,8 +10,10 @@ doing. One run per side then decides: the ratio is exact (eliza.core.perf_stats.
 The phases come from the call graph, not from timing: the inclusive cost of every call the
 bench tool makes into the library's `eliza_inference_llm_stream_next` is decode work (divided
 by the tokens those calls returned), into `_prefill` prefill work (divided by the prompt
-tokens), into `eliza_inference_create` the model's load. The tool's own work (argument
-parsing, hashing the library file, writing its records) lies outside all three.
+tokens). Counting starts once the context exists (the tool's client request; callgrind runs
+with --instr-atstart=no): the process start, the library's and the model's load run
+uncounted at valgrind's plain speed, which halves a run. What is counted beyond the two
+phases (tokenizing, opening and closing streams, writing records) is in the total only.
 
 The cycle estimate: instructions + l1_miss x (L1 misses, instruction and data) + ll_miss x
 (last-level misses), the cache terms of KCachegrind's cycle estimation (weights 10 and 100,
@@ -32,7 +34,6 @@ from eliza.core.matrix import CycleWeights
 
 __all__ = [
     "DECODE_FUNCTION",
-    "LOAD_FUNCTION",
     "METRICS",
     "PREFILL_FUNCTION",
     "PhaseCost",
@@ -43,7 +44,6 @@ __all__ = [
 # The C ABI entry points whose inclusive cost is a phase (native/include/eliza-inference-ffi.h).
 DECODE_FUNCTION = "eliza_inference_llm_stream_next"
 PREFILL_FUNCTION = "eliza_inference_llm_stream_prefill"
-LOAD_FUNCTION = "eliza_inference_create"
 
 # metric -> (phase, figure): what the simulated instrument can judge.
 METRICS: Mapping[str, tuple[str, str]] = {
@@ -91,10 +91,10 @@ class PhaseCost:
 
 @dataclass(frozen=True, kw_only=True)
 class SimulatedRun:
-    """One side's counts: the whole process, the model's load, and the two phases judged."""
+    """One side's counts: all that was counted (from the context's creation on), and the two
+    phases judged."""
 
     total: PhaseCost
-    load: PhaseCost
     prefill: PhaseCost
     decode: PhaseCost
     prompt_tokens: int  # the prompt tokens the prefill calls were given
@@ -113,7 +113,6 @@ class SimulatedRun:
     def as_dict(self, weights: CycleWeights) -> dict[str, object]:
         return {
             "total": self.total.as_dict(weights),
-            "load": self.load.as_dict(weights),
             "prefill": self.prefill.as_dict(weights),
             "decode": self.decode.as_dict(weights),
             "prompt_tokens": self.prompt_tokens,
@@ -141,11 +140,11 @@ def simulated_run(
         if not calls.get(function, {}).get("Ir"):
             raise ValueError(
                 f"{source}: no call into {function} was counted (was the bench tool run under "
-                "callgrind, and does the library export it?)"
+                "callgrind, does the library export it, and was the tool built with valgrind's "
+                "client requests, valgrind/callgrind.h? Install valgrind and rebuild the cell)"
             )
     return SimulatedRun(
         total=PhaseCost.of(totals),
-        load=PhaseCost.of({**dict.fromkeys(totals, 0), **calls.get(LOAD_FUNCTION, {})}),
         prefill=PhaseCost.of(calls[PREFILL_FUNCTION]),
         decode=PhaseCost.of(calls[DECODE_FUNCTION]),
         prompt_tokens=prompt_tokens,

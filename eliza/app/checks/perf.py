@@ -34,7 +34,6 @@ from eliza.core.perf_stats import Judgement, Verdict, compare, exact, judge
 from eliza.core.perf_waivers import PerfPolicy, judge_with_waivers
 from eliza.core.simulated_cpu import (
     DECODE_FUNCTION,
-    LOAD_FUNCTION,
     PREFILL_FUNCTION,
     SimulatedRun,
     simulated_run,
@@ -209,7 +208,7 @@ def _simulate(
     counts = load_profile(profile)
     return simulated_run(
         counts.totals,
-        {fn: counts.inclusive(fn) for fn in (DECODE_FUNCTION, PREFILL_FUNCTION, LOAD_FUNCTION)},
+        {fn: counts.inclusive(fn) for fn in (DECODE_FUNCTION, PREFILL_FUNCTION)},
         prompt_tokens=sum(len(p.prompt_tokens) for p in run.prompts),
         decoded_tokens=sum(len(p.tokens) for p in run.prompts),
         source=str(profile),
