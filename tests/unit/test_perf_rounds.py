@@ -95,3 +95,45 @@ def test_decided_rounds_and_explicit_rounds_run_once(tmp_path: Path, monkeypatch
     done, calls = run_perf(tmp_path, monkeypatch, rounds=5, noisy_first=True)
     assert calls == [5] and done.status is Status.INCONCLUSIVE
     assert done.details["perf"]["rounds_run"] == 5
+
+
+def test_backends_of_one_cell_share_the_reference_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two backends against the same llama.cpp path: each round runs the reference once, the
+    order rotates, and both series judge against the same reference samples."""
+    ran: list[str] = []
+
+    def run_tool(argv: list[str], out: Path, env: dict[str, str], runner: object = None) -> Any:
+        ran.append(env["ELIZA_LLM_BACKEND"])
+        return SimpleNamespace(
+            peak_rss_source="proc-status-vmhwm", backend=env["ELIZA_LLM_BACKEND"], n=len(ran)
+        )
+
+    monkeypatch.setattr(perf, "run_tool", run_tool)
+    monkeypatch.setattr(perf, "run_metrics", lambda done: {"decode_tok_s": float(done.n)})
+    library = tmp_path / "lib.so"
+    opts = BenchOptions(settings=BenchSettings(bundle=tmp_path / "bundle"), out_dir=tmp_path / "bench")
+    reference = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
+    series = [
+        perf.Comparison(
+            name, perf.Side(library, {"ELIZA_LLM_BACKEND": name}), reference, opts, tmp_path / name
+        )
+        for name in ("mlx-coreml", "litert-lm")
+    ]
+    cell = MATRIX.cell(CellId.parse("linux-cpu.litert+mlx"))
+    mlx, litert = perf.measure_series(cell, series, 3, lambda line: None)
+    assert ran == [
+        "llama.cpp", "mlx-coreml", "litert-lm",
+        "mlx-coreml", "litert-lm", "llama.cpp",
+        "litert-lm", "llama.cpp", "mlx-coreml",
+    ]  # fmt: skip
+    reference_samples = [float(i + 1) for i, name in enumerate(ran) if name == "llama.cpp"]
+    assert mlx.reference["decode_tok_s"] == litert.reference["decode_tok_s"] == reference_samples
+    assert mlx.candidate["decode_tok_s"] == [
+        float(i + 1) for i, name in enumerate(ran) if name == "mlx-coreml"
+    ]
+    # One series, or series with references of their own: each runs its own AB, BA rounds.
+    ran.clear()
+    perf.measure_series(cell, series[:1], 2, lambda line: None)
+    assert ran == ["mlx-coreml", "llama.cpp", "llama.cpp", "mlx-coreml"]

@@ -111,16 +111,31 @@ class CellRuns:
     reference_path: Path
 
 
-def run_cell(cell: Cell, library: Path, opts: BenchOptions, log: Log) -> CellRuns:
+# The reference runs of one bench call, by the reference runner's bytes: every cell of a
+# platform builds the same plain-llama.h binary, and with the same settings, bundle, prompts
+# and target its output is the same, so it runs once per call.
+ReferenceRuns = dict[str, tuple[BenchRun, Path]]
+
+
+def run_cell(
+    cell: Cell, library: Path, opts: BenchOptions, log: Log, references: ReferenceRuns | None = None
+) -> CellRuns:
     out = opts.out_dir / cell.platform.id / cell.gate_key
     build_dir = library.parent
     ffi_path, ref_path = out / "ffi.jsonl", out / "reference.jsonl"
     ffi = run_tool(
         bench_argv(build_dir, library, opts.settings, cell.id, ffi_path), ffi_path, runner=opts.runner
     )
-    reference = run_tool(
-        reference_argv(build_dir, opts.settings, cell.id, ref_path), ref_path, runner=opts.runner
-    )
+    references = {} if references is None else references
+    runner_sha = sha256_file(build_dir / "reference_runner")
+    if runner_sha in references:
+        reference, ref_path = references[runner_sha]
+        log(f"{cell.id}: the reference runner is the same binary as before: its run {ref_path} stands")
+    else:
+        reference = run_tool(
+            reference_argv(build_dir, opts.settings, cell.id, ref_path), ref_path, runner=opts.runner
+        )
+        references[runner_sha] = (reference, ref_path)
     log(f"{cell.id}: {len(ffi.prompts)} prompts, {ffi.generated_tokens} tokens -> {ffi_path}")
     return CellRuns(
         cell=cell, library=library, ffi=ffi, ffi_path=ffi_path, reference=reference, reference_path=ref_path
@@ -206,9 +221,10 @@ def bench_platform(
     )
     runs: dict[str, CellRuns] = {}
     outcomes: list[CheckOutcome] = []
+    references: ReferenceRuns = {}
     for cell in cells:
         watch = Stopwatch()
-        runs[cell.id] = run_cell(cell, libraries[cell.id], opts, log)
+        runs[cell.id] = run_cell(cell, libraries[cell.id], opts, log, references)
         r = runs[cell.id]
         for check in cell.checks:
             if only is not None and check.id not in only:
@@ -523,14 +539,22 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             )
         return job.baselines[sha], False
 
+    agreement_runs: dict[str, tuple[BenchRun, Path]] = {}
+
     def reference_run(platform_id: str) -> tuple[BenchRun, Path]:
-        """The reference platform's no-gate FFI run, here, with the same settings."""
-        cell = job.matrix.reference_cell(platform_id)
-        if cell is None or cell.ref not in job.libraries:
-            raise ValueError(f"{platform_id} has no reference cell library in this run")
-        library = job.libraries[cell.ref]
-        out = opts.out_dir / platform_id / "none" / "agreement-reference.jsonl"
-        return run_tool(bench_argv(library.parent, library, opts.settings, cell.id, out), out), out
+        """The reference platform's no-gate FFI run, here, with the same settings: once per
+        call, whichever of its cells asks first."""
+        if platform_id not in agreement_runs:
+            cell = job.matrix.reference_cell(platform_id)
+            if cell is None or cell.ref not in job.libraries:
+                raise ValueError(f"{platform_id} has no reference cell library in this run")
+            library = job.libraries[cell.ref]
+            out = opts.out_dir / platform_id / "none" / "agreement-reference.jsonl"
+            agreement_runs[platform_id] = (
+                run_tool(bench_argv(library.parent, library, opts.settings, cell.id, out), out),
+                out,
+            )
+        return agreement_runs[platform_id]
 
     outcomes, _ = bench_platform(
         job.matrix,

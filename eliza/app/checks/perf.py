@@ -133,6 +133,75 @@ def measure(
     return samples
 
 
+def measure_shared(
+    cell: Cell,
+    candidates: Sequence[tuple[Side, Path]],
+    reference: Side,
+    opts: BenchOptions,
+    rounds: int,
+    log: Log,
+    *,
+    first: int = 0,
+    reference_out: Path,
+) -> list[Samples]:
+    """Rounds of several candidates against one reference (the backends of one cell, each
+    against the same llama.cpp path): each round runs the reference once and every
+    candidate once, the order rotating from round to round so warm-up and drift favour no
+    side; every candidate's series shares the reference's samples. With one candidate this
+    is `measure`'s AB, BA."""
+    settings = perf_settings(opts)
+    tool_dir = reference.library.parent
+    sides = [
+        ("reference", reference, reference_out),
+        *((f"candidate{k}", side, out) for k, (side, out) in enumerate(candidates)),
+    ]
+    taken: dict[str, Samples] = {name: Samples() for name, _, _ in sides}
+    for i in range(first, first + rounds):
+        turn = i % len(sides)
+        for name, side, out in sides[turn:] + sides[:turn]:
+            label = "reference" if name == "reference" else "candidate"
+            path = out / f"{label}-{i}.jsonl"
+            argv = bench_argv(tool_dir, side.library, settings, f"{cell.id} {label}", path)
+            env = {"ELIZA_N_THREADS": str(opts.overhead_threads), **side.env}
+            done = run_tool(argv, path, env, runner=opts.runner)
+            taken[name].peak_rss_sources.add(done.peak_rss_source)
+            for metric, value in run_metrics(done).items():
+                taken[name].candidate.setdefault(metric, []).append(value)
+    log(f"{cell.id}: perf: {rounds} rounds of {len(candidates)} candidates and their shared reference")
+    shared = taken["reference"]
+    return [
+        Samples(
+            candidate=taken[f"candidate{k}"].candidate,
+            reference={m: list(v) for m, v in shared.candidate.items()},
+            peak_rss_sources=taken[f"candidate{k}"].peak_rss_sources | shared.peak_rss_sources,
+        )
+        for k in range(len(candidates))
+    ]
+
+
+def measure_series(
+    cell: Cell, series: Sequence[Comparison], rounds: int, log: Log, *, first: int = 0
+) -> list[Samples]:
+    """Each series' rounds; series that compare with the same reference, with the same
+    settings, share its rounds (measure_shared) instead of each running it again."""
+    if len(series) > 1 and all(
+        c.reference == series[0].reference and c.opts == series[0].opts for c in series
+    ):
+        return measure_shared(
+            cell,
+            [(c.candidate, c.out) for c in series],
+            series[0].reference,
+            series[0].opts,
+            rounds,
+            log,
+            first=first,
+            reference_out=series[0].out.parent / "reference",
+        )
+    return [
+        measure(cell, c.candidate, c.reference, c.opts, rounds, log, first=first, out=c.out) for c in series
+    ]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Simulated:
     """Both sides' simulated-CPU counts of one comparison."""
@@ -459,10 +528,8 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 cell, series[0], check.simulated, step.simulator, opts.overhead_threads, evidence
             )
         with job.alone():  # the wall-time rounds: nothing else runs on the host meanwhile
-            measured = [
-                (c.label, measure(cell, c.candidate, c.reference, c.opts, rounds, evidence.detail, out=c.out))
-                for c in series
-            ]
+            taken = measure_series(cell, series, rounds, evidence.detail)
+            measured = [(c.label, samples) for c, samples in zip(series, taken, strict=True)]
         settings = perf_settings(series[0].opts if series else opts)
         about: dict[str, object] = {
             "reference": words,
@@ -488,19 +555,9 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             # The declared rounds could not decide (a noisy host): as many again, once, still
             # interleaved, then the verdict of all of them. --rounds N runs exactly N.
             with job.alone():
-                for c, (_, samples) in zip(series, measured, strict=True):
-                    samples.extend(
-                        measure(
-                            cell,
-                            c.candidate,
-                            c.reference,
-                            c.opts,
-                            rounds,
-                            evidence.detail,
-                            first=rounds,
-                            out=c.out,
-                        )
-                    )
+                more = measure_series(cell, series, rounds, evidence.detail, first=rounds)
+                for (_, samples), extra in zip(measured, more, strict=True):
+                    samples.extend(extra)
             about["rounds_run"] = 2 * rounds
             about["instruments"] = _instruments(check, step, 2 * rounds)
             about["peak_rss_source"] = _sources(measured)
