@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,24 @@ def inherit_in_children(fd: int) -> None:
 
 def stop_inheriting(fd: int) -> None:
     _inherited.discard(fd)
+
+
+# Laid over the environment of every child started meanwhile, under what its caller names:
+# a verify's decode threads per process while its checks run side by side.
+_overlay: dict[str, str] = {}
+
+
+@contextmanager
+def children_environment(values: Mapping[str, str]) -> Iterator[None]:
+    """While the block runs, every program started gets `values` in its environment (a
+    caller's own `extra_env` still wins)."""
+    before = dict(_overlay)
+    _overlay.update(values)
+    try:
+        yield
+    finally:
+        _overlay.clear()
+        _overlay.update(before)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +72,7 @@ def run(
     """Runs argv to completion. `env` replaces the environment (default: this process's);
     `extra_env` is laid over it."""
     words = tuple(str(a) for a in argv)
-    environment = {**(os.environ if env is None else env), **(extra_env or {})}
+    environment = {**(os.environ if env is None else env), **_overlay, **(extra_env or {})}
     try:
         done = subprocess.run(
             words,
@@ -90,7 +109,7 @@ def stream(
     with stdout_to.open("w") as out:
         child = subprocess.Popen(
             [str(a) for a in argv],
-            env=dict(env),
+            env={**env, **_overlay},
             stdout=out,
             stderr=subprocess.PIPE,
             text=True,

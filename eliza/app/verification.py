@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from eliza.adapters import conan
+from eliza.adapters import conan, proc
 from eliza.adapters.errors import ToolError
 from eliza.adapters.host_probe import usable_cores
 from eliza.app.context import Context
@@ -33,6 +33,7 @@ from eliza.core.cell_id import CellId
 from eliza.core.host import check_blockers
 from eliza.core.lab import Lab
 from eliza.core.matrix import Matrix
+from eliza.core.suite import side_by_side_env
 from eliza.core.target import library_file
 from eliza.core.verify_plan import PlanFacts, Selection, VerifyPlan, plan
 from eliza.formats.files import HASH_MEMO, atomic_write_text, file_identity, sha256_file
@@ -296,18 +297,26 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         for note in planned.plan.notes:
             ctx.log(note)
         evidence_run.notes_said = tuple(planned.plan.notes)
-        done = execute(
-            planned.plan,
-            evidence_run,
-            builder,
-            ctx.capabilities(),
-            bench=bench_options_for(
-                ctx, bundle, planned.baseline, rounds=options.rounds, perf_reference=planned.perf_reference
-            ),
-            describe_build=describe_build,
-            devices=lab.device_targets(ctx),
-            jobs=options.jobs or usable_cores(),
-        )
+        jobs = options.jobs or usable_cores()
+        # Checks side by side share the cores: each process decodes with its share (the
+        # wall-time rounds, alone, name their own threads).
+        with proc.children_environment(side_by_side_env(jobs, ctx.project.env, cpus=usable_cores())):
+            done = execute(
+                planned.plan,
+                evidence_run,
+                builder,
+                ctx.capabilities(),
+                bench=bench_options_for(
+                    ctx,
+                    bundle,
+                    planned.baseline,
+                    rounds=options.rounds,
+                    perf_reference=planned.perf_reference,
+                ),
+                describe_build=describe_build,
+                devices=lab.device_targets(ctx),
+                jobs=jobs,
+            )
         ctx.log(f"verify: {done.summary()}")
         done.timings.add("bundles", "ensured", bundle_seconds)
         sample = sample_bundle(ctx.matrix)

@@ -62,10 +62,21 @@ def pytest_argv(argv: Sequence[str], *, cpus: int, xdist_installed: bool) -> lis
     return [*parallel, f"--durations={SLOWEST_SHOWN}", *argv]
 
 
+def side_by_side_env(processes: int, env: Mapping[str, str], *, cpus: int) -> dict[str, str]:
+    """What the environment of `processes` decoding side by side on `cpus` adds to `env`:
+    each its share of the cores as decode threads (at least one), unless the caller chose a
+    thread budget. A process left ggml's default, a thread per CPU, spins at its barriers
+    while its threads wait for cores the others hold: a tiny model's bench of 1 s took 16 s
+    beside one other process on 2 cores."""
+    if processes < 2 or "ELIZA_N_THREADS" in env:
+        return {}
+    return {"ELIZA_N_THREADS": str(max(1, cpus // processes))}
+
+
 def pytest_env(
     argv: Sequence[str], env: Mapping[str, str], *, cpus: int, xdist_installed: bool
 ) -> dict[str, str]:
     """What the suite's environment adds to `env`: one decode thread per process when there
     are several processes and the caller chose no thread budget."""
-    several = processes(argv, cpus=cpus, xdist_installed=xdist_installed) > 1
-    return {"ELIZA_N_THREADS": "1"} if several and "ELIZA_N_THREADS" not in env else {}
+    several = processes(argv, cpus=cpus, xdist_installed=xdist_installed)
+    return side_by_side_env(several, env, cpus=min(cpus, several))

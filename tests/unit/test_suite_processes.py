@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eliza.core.suite import MAX_PROCESSES, chosen_tiers, processes, pytest_argv, pytest_env
+from eliza.adapters import proc
+from eliza.core.suite import MAX_PROCESSES, chosen_tiers, processes, pytest_argv, pytest_env, side_by_side_env
 
 
 @pytest.mark.parametrize(
@@ -62,3 +63,22 @@ def test_processes_side_by_side_decode_with_one_thread_unless_the_caller_chose()
     assert pytest_env([], {"ELIZA_N_THREADS": "4"}, cpus=2, xdist_installed=True) == {}
     assert pytest_env(["--tier", "slow"], {}, cpus=2, xdist_installed=True) == {}
     assert pytest_env([], {}, cpus=1, xdist_installed=True) == {}
+
+
+def test_checks_side_by_side_decode_with_their_share_of_the_cores() -> None:
+    # verify's checks: `--jobs N` processes on the host's cores, each its share
+    assert side_by_side_env(2, {}, cpus=2) == {"ELIZA_N_THREADS": "1"}
+    assert side_by_side_env(4, {}, cpus=16) == {"ELIZA_N_THREADS": "4"}
+    assert side_by_side_env(8, {}, cpus=2) == {"ELIZA_N_THREADS": "1"}
+    # alone, a process keeps the library's default; the caller's budget always wins
+    assert side_by_side_env(1, {}, cpus=16) == {}
+    assert side_by_side_env(2, {"ELIZA_N_THREADS": "2"}, cpus=2) == {}
+
+
+def test_the_children_of_a_verify_get_the_overlay_under_their_callers_own_values() -> None:
+    show = ["sh", "-c", 'echo "${ELIZA_N_THREADS:-unset}"']
+    with proc.children_environment({"ELIZA_N_THREADS": "1"}):
+        assert proc.run(show).stdout.strip() == "1"
+        # a wall-time round names its own threads
+        assert proc.run(show, extra_env={"ELIZA_N_THREADS": "3"}).stdout.strip() == "3"
+    assert proc.run(show, env={}).stdout.strip() == "unset"  # gone after the block
