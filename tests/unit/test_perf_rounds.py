@@ -124,9 +124,9 @@ def test_backends_of_one_cell_share_the_reference_rounds(
     cell = MATRIX.cell(CellId.parse("linux-cpu.litert+mlx"))
     mlx, litert = perf.measure_series(cell, series, 3, lambda line: None)
     assert ran == [
-        "llama.cpp", "mlx-coreml", "litert-lm",
         "mlx-coreml", "litert-lm", "llama.cpp",
         "litert-lm", "llama.cpp", "mlx-coreml",
+        "llama.cpp", "mlx-coreml", "litert-lm",
     ]  # fmt: skip
     reference_samples = [float(i + 1) for i, name in enumerate(ran) if name == "llama.cpp"]
     assert mlx.reference["decode_tok_s"] == litert.reference["decode_tok_s"] == reference_samples

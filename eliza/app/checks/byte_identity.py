@@ -117,16 +117,13 @@ class CellRuns:
 ReferenceRuns = dict[str, tuple[BenchRun, Path]]
 
 
-def run_cell(
-    cell: Cell, library: Path, opts: BenchOptions, log: Log, references: ReferenceRuns | None = None
-) -> CellRuns:
+def run_cell(cell: Cell, library: Path, opts: BenchOptions, log: Log, references: ReferenceRuns) -> CellRuns:
     out = opts.out_dir / cell.platform.id / cell.gate_key
     build_dir = library.parent
     ffi_path, ref_path = out / "ffi.jsonl", out / "reference.jsonl"
     ffi = run_tool(
         bench_argv(build_dir, library, opts.settings, cell.id, ffi_path), ffi_path, runner=opts.runner
     )
-    references = {} if references is None else references
     runner_sha = sha256_file(build_dir / "reference_runner")
     if runner_sha in references:
         reference, ref_path = references[runner_sha]

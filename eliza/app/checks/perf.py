@@ -113,22 +113,8 @@ def measure(
     """Rounds of candidate and reference, AB then BA alternately, so warm-up and drift
     favour neither; the cell's bench tool drives both sides, where the platform's binaries
     run (here, or on its lab device: a device's timings are its own)."""
-    settings = perf_settings(opts)
     out = out or opts.out_dir / cell.platform.id / cell.key / "perf"
-    tool_dir = candidate.library.parent
-    samples = Samples()
-    for i in range(first, first + rounds):
-        order = ("candidate", "reference") if i % 2 == 0 else ("reference", "candidate")
-        for name in order:
-            side = candidate if name == "candidate" else reference
-            path = out / f"{name}-{i}.jsonl"
-            argv = bench_argv(tool_dir, side.library, settings, f"{cell.id} {name}", path)
-            env = {"ELIZA_N_THREADS": str(opts.overhead_threads), **side.env}
-            done = run_tool(argv, path, env, runner=opts.runner)
-            samples.peak_rss_sources.add(done.peak_rss_source)
-            into = samples.candidate if name == "candidate" else samples.reference
-            for metric, value in run_metrics(done).items():
-                into.setdefault(metric, []).append(value)
+    (samples,) = _rounds(cell, [(candidate, out)], reference, out, opts, rounds, first)
     log(f"{cell.id}: perf: {rounds} rounds of candidate and reference")
     return samples
 
@@ -145,35 +131,47 @@ def measure_shared(
     reference_out: Path,
 ) -> list[Samples]:
     """Rounds of several candidates against one reference (the backends of one cell, each
-    against the same llama.cpp path): each round runs the reference once and every
-    candidate once, the order rotating from round to round so warm-up and drift favour no
-    side; every candidate's series shares the reference's samples. With one candidate this
-    is `measure`'s AB, BA."""
+    against the same llama.cpp path): each round runs every candidate once and the
+    reference once, the order rotating from round to round so warm-up and drift favour no
+    side; every candidate's series shares the reference's samples."""
+    taken = _rounds(cell, candidates, reference, reference_out, opts, rounds, first)
+    log(f"{cell.id}: perf: {rounds} rounds of {len(candidates)} candidates and their shared reference")
+    return taken
+
+
+def _rounds(
+    cell: Cell,
+    candidates: Sequence[tuple[Side, Path]],
+    reference: Side,
+    reference_out: Path,
+    opts: BenchOptions,
+    rounds: int,
+    first: int,
+) -> list[Samples]:
+    """The rounds of `measure` and `measure_shared`: the sides in turn, candidates first,
+    the order rotated by one each round (with one candidate: AB, then BA). The cell's own
+    bench tool (the first candidate's folder) drives every side."""
     settings = perf_settings(opts)
-    tool_dir = reference.library.parent
-    sides = [
-        ("reference", reference, reference_out),
-        *((f"candidate{k}", side, out) for k, (side, out) in enumerate(candidates)),
-    ]
-    taken: dict[str, Samples] = {name: Samples() for name, _, _ in sides}
+    tool_dir = candidates[0][0].library.parent
+    sides = [*((k, side, out) for k, (side, out) in enumerate(candidates)), (-1, reference, reference_out)]
+    taken: dict[int, dict[str, list[float]]] = {k: {} for k, _, _ in sides}
+    sources: dict[int, set[str]] = {k: set() for k, _, _ in sides}
     for i in range(first, first + rounds):
         turn = i % len(sides)
-        for name, side, out in sides[turn:] + sides[:turn]:
-            label = "reference" if name == "reference" else "candidate"
-            path = out / f"{label}-{i}.jsonl"
-            argv = bench_argv(tool_dir, side.library, settings, f"{cell.id} {label}", path)
+        for k, side, out in sides[turn:] + sides[:turn]:
+            name = "reference" if k < 0 else "candidate"
+            path = out / f"{name}-{i}.jsonl"
+            argv = bench_argv(tool_dir, side.library, settings, f"{cell.id} {name}", path)
             env = {"ELIZA_N_THREADS": str(opts.overhead_threads), **side.env}
             done = run_tool(argv, path, env, runner=opts.runner)
-            taken[name].peak_rss_sources.add(done.peak_rss_source)
+            sources[k].add(done.peak_rss_source)
             for metric, value in run_metrics(done).items():
-                taken[name].candidate.setdefault(metric, []).append(value)
-    log(f"{cell.id}: perf: {rounds} rounds of {len(candidates)} candidates and their shared reference")
-    shared = taken["reference"]
+                taken[k].setdefault(metric, []).append(value)
     return [
         Samples(
-            candidate=taken[f"candidate{k}"].candidate,
-            reference={m: list(v) for m, v in shared.candidate.items()},
-            peak_rss_sources=taken[f"candidate{k}"].peak_rss_sources | shared.peak_rss_sources,
+            candidate=taken[k],
+            reference={metric: list(values) for metric, values in taken[-1].items()},
+            peak_rss_sources=sources[k] | sources[-1],
         )
         for k in range(len(candidates))
     ]
