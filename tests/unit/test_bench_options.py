@@ -67,6 +67,17 @@ def test_verify_times_the_drafter_speedup_on_the_no_gate_cell_only(repo: Path) -
     assert options_description(opts, {}) == default_settings_description({})
 
 
+def test_verify_measures_the_seam_overhead_in_the_fewest_pairs_a_session_accepts(repo: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    session = parse_bench_args([], default_bundle=repo / "tiny", repo=root)
+    verify = verify_bench_options(default_bundle=repo / "tiny", repo=root, baseline=None)
+    assert verify.overhead_pairs == 5 < session.overhead_pairs
+    with pytest.raises(UsageError, match="at least 5"):
+        parse_bench_args(
+            ["--overhead-pairs", str(verify.overhead_pairs - 1)], default_bundle=repo / "tiny", repo=root
+        )
+
+
 def test_the_context_override_is_part_of_the_description() -> None:
     assert default_settings_description({"ELIZA_N_CTX": "512"}) != default_settings_description({})
 
