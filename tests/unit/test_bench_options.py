@@ -10,6 +10,7 @@ import pytest
 
 from eliza.app.errors import UsageError
 from eliza.app.services.bench_options import (
+    MIN_OVERHEAD_PAIRS,
     default_settings_description,
     options_description,
     parse_bench_args,
@@ -71,7 +72,7 @@ def test_verify_measures_the_seam_overhead_in_the_fewest_pairs_a_session_accepts
     root = Path(__file__).resolve().parents[2]
     session = parse_bench_args([], default_bundle=repo / "tiny", repo=root)
     verify = verify_bench_options(default_bundle=repo / "tiny", repo=root, baseline=None)
-    assert verify.overhead_pairs == 5 < session.overhead_pairs
+    assert verify.overhead_pairs == MIN_OVERHEAD_PAIRS == 5 < session.overhead_pairs
     with pytest.raises(UsageError, match="at least 5"):
         parse_bench_args(
             ["--overhead-pairs", str(verify.overhead_pairs - 1)], default_bundle=repo / "tiny", repo=root

@@ -14,6 +14,9 @@ from eliza.app.options import Parser, positive
 from eliza.core.layout import default_prompts
 from eliza.core.matrix import Bundle, Matrix
 
+# The fewest interleaved FFI/reference pairs a seam-overhead figure is taken from.
+MIN_OVERHEAD_PAIRS = 5
+
 
 @dataclass(frozen=True, kw_only=True)
 class BenchOptions:
@@ -65,7 +68,10 @@ def parse_bench_args(
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2, help="repeats per prompt in the identity runs")
     parser.add_argument(
-        "--overhead-pairs", type=int, default=9, help="interleaved FFI/reference pairs (>= 5)"
+        "--overhead-pairs",
+        type=int,
+        default=9,
+        help=f"interleaved FFI/reference pairs (>= {MIN_OVERHEAD_PAIRS})",
     )
     parser.add_argument(
         "--overhead-threads",
@@ -96,8 +102,8 @@ def parse_bench_args(
     args = parser.parse_args(list(argv))
     if args.json and not args.dry_run:
         parser.error("--json goes with --dry-run (the plan as JSON)")
-    if args.overhead_pairs < 5:
-        parser.error(f"--overhead-pairs {args.overhead_pairs}: must be at least 5")
+    if args.overhead_pairs < MIN_OVERHEAD_PAIRS:
+        parser.error(f"--overhead-pairs {args.overhead_pairs}: must be at least {MIN_OVERHEAD_PAIRS}")
     positive("--max-tokens", args.max_tokens)
     positive("--repeats", args.repeats)
     positive("--overhead-threads", args.overhead_threads)
@@ -126,21 +132,18 @@ def parse_bench_args(
     )
 
 
-# The fewest pairs the seam overhead is measured in (as a real model's); each tiny-model pair
-# is two runs of 6,144 tokens, about 6 s that must run with nothing beside them.
-VERIFY_OVERHEAD_PAIRS = 5
-
-
 def verify_bench_options(*, default_bundle: Path, repo: Path, baseline: str | None) -> BenchOptions:
     """The bench options of a verify's checks: a bench session's defaults, but the drafter
     speedup's timed rounds on the no-gate cell only (a gated cell runs one round, identity
     and stats: its llama.cpp path is the same code, which byte-identity-gates shows), and
-    the seam overhead in VERIFY_OVERHEAD_PAIRS pairs (its figure is reported, not judged:
-    a bench session's 9 buy a narrower interval for someone studying it)."""
+    the seam overhead in the fewest pairs a session accepts, as on a real model (its figure
+    is reported, not judged; a tiny-model pair is two runs of 6,144 tokens, about 6 s that
+    must run alone, and a bench session's 9 buy a narrower interval for someone studying
+    it)."""
     opts = parse_bench_args(
         ["--baseline", baseline] if baseline else [], default_bundle=default_bundle, repo=repo
     )
-    return replace(opts, speedup_on_every_cell=False, overhead_pairs=VERIFY_OVERHEAD_PAIRS)
+    return replace(opts, speedup_on_every_cell=False, overhead_pairs=MIN_OVERHEAD_PAIRS)
 
 
 def check_prompts(path: Path) -> None:
@@ -228,7 +231,9 @@ def on_bundle(opts: BenchOptions, bundle: Bundle, folder: Path, prompts: Path) -
         perf_repeats=sizing.perf_repeats or opts.perf_repeats,
         overhead_max_tokens=sizing.perf_max_tokens or opts.overhead_max_tokens,
         overhead_repeats=sizing.perf_repeats or opts.overhead_repeats,
-        overhead_pairs=max(5, sizing.perf_rounds) if sizing.perf_rounds else opts.overhead_pairs,
+        overhead_pairs=max(MIN_OVERHEAD_PAIRS, sizing.perf_rounds)
+        if sizing.perf_rounds
+        else opts.overhead_pairs,
     )
 
 
