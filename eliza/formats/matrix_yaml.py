@@ -125,7 +125,15 @@ def _parse(text: str, source: str, sha256: str, *, schema_checked: bool = False)
 # --- YAML ---------------------------------------------------------------------------------
 
 
-class _Loader(yaml.SafeLoader):
+# libyaml's parser when PyYAML was built with it: the matrix is read by every session, and
+# the pure-Python parser spends about 0.1 s on it.
+if TYPE_CHECKING:
+    _SafeLoader = yaml.SafeLoader
+else:
+    _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_SafeLoader):
     # Dates stay text (a waiver's `expires: 2027-01-31` unquoted): the schema and the rules
     # read them, and report a bad one with its line.
     yaml_implicit_resolvers = {  # noqa: RUF012  (PyYAML's own class attribute, replaced)

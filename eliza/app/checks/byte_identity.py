@@ -37,7 +37,6 @@ from eliza.core.perf_stats import compare as perf_compare
 from eliza.core.verify_plan import IDENTITY_KINDS
 from eliza.formats.bench_jsonl import load_run
 from eliza.formats.files import atomic_write_text, sha256_file
-from eliza.formats.tiny_gguf import draft_model
 
 Log = Callable[[str], None]
 
@@ -379,6 +378,8 @@ def baseline_outcome(
 def drafters_of(bundle: Path) -> list[tuple[str, Path]]:
     """The drafters a bundle is checked with: its draft model (when its manifest names one)
     and its text model drafting for itself (acceptance must then be 1)."""
+    from eliza.formats.tiny_gguf import draft_model  # gguf and numpy: only where a bundle is read
+
     found: list[tuple[str, Path]] = []
     draft = draft_model(bundle)
     if draft is not None:
