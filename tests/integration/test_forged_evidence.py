@@ -12,6 +12,8 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.ci.helpers import copy_tree, seeded_cache
 from tests.integration.test_synthetic_gate import copy_env, run
 
@@ -75,6 +77,12 @@ def _entry(report: dict[str, object], cell: str, check: str) -> dict[str, object
     return next(e for row in rows for e in row["entries"] if (e["cell"], e["check"]) == (cell, check))
 
 
+# The slow tier (13 s of a 2-core suite): the cheaper tests of the same path are in
+# tests/unit/test_signed_evidence.py: the same forgery judged by the same report code
+# (test_the_issue_s_attack_a_bare_copy_with_a_recomputed_fingerprint_is_untrusted) and the
+# private key kept out of every record and report
+# (test_the_private_key_appears_in_no_record_and_no_report).
+@pytest.mark.slow
 def test_the_forgery_of_the_issue_is_untrusted_and_the_key_stays_private(tmp_path: Path) -> None:
     repo = copy_tree(tmp_path / "repo")
     env = {**copy_env(repo), "ELIZA_CACHE_DIR": str(seeded_cache(tmp_path / "cache"))}  # a machine of its own

@@ -111,6 +111,14 @@ def judged(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {m["metric"]: m for m in record["details"]["perf"]["metrics"]}
 
 
+# The slow tier (30 s of a 2-core suite): each part has a cheaper test of the same path. The
+# bench process's own peak whatever its parent holds is
+# tests/bench/test_bench_tools.py::test_peak_rss_is_the_tools_own_whoever_starts_it; the exact
+# counts of each phase, tests/bench/test_simulated_cpu.py::test_two_runs_count_the_same_phases_exactly;
+# the verdicts of a ratio beyond the bound on either instrument, tests/unit/test_simulated_cpu.py
+# and tests/unit/test_perf_report.py; and tests/slow/test_perf_regressions.py plants the same
+# memory growth and work per token in a whole verify, with more rounds.
+@pytest.mark.slow
 def test_planted_memory_and_work_fail_their_instruments_and_the_unchanged_tree_passes(tmp_path: Path) -> None:
     repo = copy_tree(tmp_path / "repo")
     run_only(repo, ["build", "perf"])
