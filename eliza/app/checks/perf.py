@@ -25,6 +25,9 @@ from eliza.app.checks.runtimes import backends_of
 from eliza.app.services.bench_options import BenchOptions
 from eliza.app.services.bundle import ensure_runtime_bundle
 from eliza.app.services.clock import Stopwatch, now
+from eliza.app.services.counts_cache import FOLDER as COUNTS_FOLDER
+from eliza.app.services.counts_cache import CountsCache
+from eliza.app.services.recording import ArtifactHashes
 from eliza.app.services.run import Run
 from eliza.core.bench_records import BenchRun
 from eliza.core.evidence import Status
@@ -41,7 +44,7 @@ from eliza.core.simulated_cpu import (
 from eliza.core.verify_plan import BACKEND_PERF_REFERENCE, perf_identity, simulated_identity
 from eliza.core.verify_plan import Run as PlanRun
 from eliza.formats.callgrind import load_profile
-from eliza.formats.files import atomic_write_text, sha256_file
+from eliza.formats.files import atomic_write_text, sha256_file, tree_hash
 
 Log = Callable[[str], None]
 
@@ -209,6 +212,8 @@ class Simulated:
     instrument: SimulatedInstrument
     simulator: str  # "valgrind 3.19.0"
     reference_shared: bool  # the reference's counts were measured for another cell of this run
+    # the sides whose counts were read back from the cache: the same bytes counted by an earlier run
+    cached: tuple[str, ...] = ()
 
     def figures(self) -> tuple[dict[str, float], dict[str, float]]:
         weights = self.instrument.weights
@@ -223,26 +228,66 @@ class Simulated:
             "candidate": self.candidate.as_dict(weights),
             "reference": self.reference.as_dict(weights),
             "reference_shared": self.reference_shared,
+            "cached": list(self.cached),
         }
 
 
+# The code that runs the simulator and reads its counts: kept counts (counts_cache) are
+# read back only while it is the same.
+SIMULATED_COUNT_INPUTS = (
+    "eliza/app/checks/perf.py",
+    "eliza/adapters/bench_tools.py",
+    "eliza/app/services/counts_cache.py",
+    "eliza/core/simulated_cpu.py",
+    "eliza/formats/callgrind.py",
+)
+
+
 def simulated_key(
-    tool: Path, side: Side, library_sha256: str, settings: BenchSettings, identity: str, tool_sha256: str
+    side: Side,
+    settings: BenchSettings,
+    *,
+    tool_sha256: str,
+    library_sha256: str,
+    bundle: str,
+    prompts_sha256: str,
+    identity: str,
+    code: str,
 ) -> str:
-    """Everything a side's simulated counts depend on: the bench tool and the library (their
-    bytes), the bench settings (bundle, prompts, tokens), the environment the side adds and
-    the instrument's identity (simulator version, caches, weights)."""
+    """Everything a side's simulated counts depend on, by content, never by path (the same
+    bytes in another checkout are the same run): the bench tool and the library, the
+    bundle's files and the prompts, the other bench settings, the environment the side adds,
+    the instrument's identity (simulator version, caches, weights) and the code that runs
+    and reads the simulator."""
     said = json.dumps(
         {
-            "tool": [str(tool.name), tool_sha256],
+            "tool": tool_sha256,
             "library": library_sha256,
-            "settings": settings.flags(),
+            "bundle": bundle,
+            "prompts": prompts_sha256,
+            "settings": _flags_without_paths(settings),
             "env": dict(sorted(side.env.items())),
             "instrument": identity,
+            "code": code,
         },
         sort_keys=True,
     )
     return hashlib.sha256(said.encode()).hexdigest()
+
+
+def _flags_without_paths(settings: BenchSettings) -> list[str]:
+    """The bench flags but the bundle's and the prompts' paths, which the key names by content."""
+    flags = settings.flags()
+    by_path = {"--bundle", "--prompts"}
+    return [f for i, f in enumerate(flags) if f not in by_path and (i == 0 or flags[i - 1] not in by_path)]
+
+
+def _bundle_identity(bundle: Path, hashes: ArtifactHashes) -> str:
+    """sha256 over (relative path, sha256) of every file of a bundle folder."""
+    digest = hashlib.sha256()
+    for f in sorted(p for p in bundle.rglob("*") if p.is_file()):
+        digest.update(f"{f.relative_to(bundle).as_posix()}\0{hashes.sha256(f)}\n".encode())
+    return digest.hexdigest()
 
 
 def _simulate(
@@ -291,36 +336,50 @@ def measure_simulated(
     evidence: Run,
 ) -> Simulated:
     """Candidate and reference under the simulator, one run each with the same bundle,
-    prompts, token budget and threads; a side whose counts this run already has (the same
-    reference library for every cell of a platform) is not run again."""
+    prompts, token budget and threads. A side whose counts this run already has (the same
+    reference library for every cell of a platform) is not run again, nor one whose counts
+    the cache keeps from an earlier run of the same bytes (counts_cache)."""
     settings = replace(perf_settings(c.opts), max_tokens=instrument.max_tokens, repeats=1)
     tool_dir = c.candidate.library.parent
-    tool_sha = evidence.file_hashes.sha256(tool_dir / "e2e_loop_bench")
-    identity = instrument.identity(simulator)
+    hashes = evidence.file_hashes
+    kept = CountsCache(evidence.project.cache / COUNTS_FOLDER)
+    common = {
+        "tool_sha256": hashes.sha256(tool_dir / "e2e_loop_bench"),
+        "bundle": _bundle_identity(settings.bundle, hashes),
+        "prompts_sha256": hashes.sha256(settings.prompts),
+        "identity": instrument.identity(simulator),
+        "code": tree_hash(evidence.project.repo, SIMULATED_COUNT_INPUTS),
+    }
+    out = c.out / "simulated"
     measured: dict[str, SimulatedRun] = {}
     shared = False
+    cached: list[str] = []
     for name, side in (("candidate", c.candidate), ("reference", c.reference)):
-        library_sha = evidence.file_hashes.sha256(side.library)
-        key = simulated_key(tool_dir / "e2e_loop_bench", side, library_sha, settings, identity, tool_sha)
+        library_sha = hashes.sha256(side.library)
+        key = simulated_key(side, settings, library_sha256=library_sha, **common)
         known = evidence.simulated_counts.get(key)
-        if known is None:
-            known = _simulate(
-                tool_dir, side, settings, instrument, c.out / "simulated", name, library_sha, threads
-            )
+        if known is not None:
+            shared = shared or name == "reference"
+        else:
+            known = kept.load(key, out, name)
+            if known is not None:
+                cached.append(name)
+            else:
+                known = _simulate(tool_dir, side, settings, instrument, out, name, library_sha, threads)
+                kept.save(key, known, out / f"{name}.callgrind.out", out / f"{name}.jsonl")
             evidence.simulated_counts[key] = known
-        elif name == "reference":
-            shared = True
         measured[name] = known
-    evidence.detail(
-        f"{cell.id}: perf: simulated CPU ({simulator}), "
-        + ("the reference's counts measured once for this run's cells" if shared else "both sides run")
-    )
+    said = "the reference's counts measured once for this run's cells" if shared else "both sides run"
+    if cached:
+        said = f"{' and '.join(cached)} counts read back from the cache (the same bytes counted before)"
+    evidence.detail(f"{cell.id}: perf: simulated CPU ({simulator}), {said}")
     return Simulated(
         candidate=measured["candidate"],
         reference=measured["reference"],
         instrument=instrument,
         simulator=simulator,
         reference_shared=shared,
+        cached=tuple(cached),
     )
 
 

@@ -1,0 +1,88 @@
+"""The simulated CPU's counts kept across verifies, in the cache (`<cache>/simulated-counts`).
+
+A side's counts are a deterministic function of what its key names (eliza.app.checks.perf
+.simulated_key: the bench tool's and the library's bytes, the bundle's and the prompts'
+contents, the settings, the environment, the instrument, and the code that runs and reads
+the simulator). The library builds byte for byte the same in every checkout, so the same
+key in another verify, or in a fresh clone on the same cache, is the same run: it is read
+back instead of running callgrind again (a Gemma side is about a minute). Only the
+simulated CPU is kept: wall-time rounds are never reused.
+
+Each entry is `<key>.json` (the counts and the token counts) beside `<key>.callgrind.out`
+and `<key>.jsonl` (the profile and the bench records it was read from), which a hit copies
+to where the run would have written them, so `callgrind_annotate` still finds them in
+build/bench. An entry that cannot be read is a miss and is written again; nothing here is
+trusted that the run could not have measured itself: delete the folder to count again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from eliza.core.simulated_cpu import PhaseCost, SimulatedRun
+from eliza.formats.files import atomic_write_text
+
+FOLDER = "simulated-counts"
+FORMAT = 1
+_PHASES = ("total", "prefill", "decode")
+
+
+@dataclass(frozen=True)
+class CountsCache:
+    folder: Path
+
+    def load(self, key: str, out: Path, name: str) -> SimulatedRun | None:
+        """The counts kept under `key`, their profile and records copied to
+        `out/<name>.callgrind.out` and `out/<name>.jsonl`; None when there are none."""
+        entry = self.folder / f"{key}.json"
+        profile, records = self.folder / f"{key}.callgrind.out", self.folder / f"{key}.jsonl"
+        try:
+            data = json.loads(entry.read_text(encoding="utf-8"))
+            if data.get("format") != FORMAT or data.get("key") != key:
+                return None
+            run = SimulatedRun(
+                **{phase: PhaseCost(**{k: int(v) for k, v in data[phase].items()}) for phase in _PHASES},
+                prompt_tokens=int(data["prompt_tokens"]),
+                decoded_tokens=int(data["decoded_tokens"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if not (profile.is_file() and records.is_file()):
+            return None
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(profile, out / f"{name}.callgrind.out")
+        shutil.copyfile(records, out / f"{name}.jsonl")
+        return run
+
+    def save(self, key: str, run: SimulatedRun, profile: Path, records: Path) -> None:
+        """Keeps `run` under `key` with the files it was read from; the entry's json is
+        written last, so an interrupted save leaves no entry that a load would take."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        _copy_atomically(profile, self.folder / f"{key}.callgrind.out")
+        _copy_atomically(records, self.folder / f"{key}.jsonl")
+        data: dict[str, object] = {"format": FORMAT, "key": key}
+        for phase in _PHASES:
+            cost: PhaseCost = getattr(run, phase)
+            data[phase] = {
+                "instructions": cost.instructions,
+                "l1_misses": cost.l1_misses,
+                "ll_misses": cost.ll_misses,
+            }
+        data["prompt_tokens"] = run.prompt_tokens
+        data["decoded_tokens"] = run.decoded_tokens
+        atomic_write_text(self.folder / f"{key}.json", json.dumps(data, indent=2) + "\n")
+
+
+def _copy_atomically(source: Path, target: Path) -> None:
+    """Copied beside the target and renamed: another verify sharing the cache reads the old
+    file or the new one, never half of one."""
+    part = target.with_name(f"{target.name}.part-{os.getpid()}")
+    try:
+        shutil.copyfile(source, part)
+        part.replace(target)
+    finally:
+        part.unlink(missing_ok=True)
