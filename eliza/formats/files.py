@@ -279,10 +279,17 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def tree_hash(root: Path, entries: Iterable[str], exclude: Iterable[str] = ()) -> str:
+def tree_hash(
+    root: Path,
+    entries: Iterable[str],
+    exclude: Iterable[str] = (),
+    *,
+    file_sha256: Callable[[Path], str] = sha256_file,
+) -> str:
     """sha256 over (relative path, content hash) of every file under the given entries of
     root, in path order; an entry may be a file or a directory, a missing one adds nothing.
-    `exclude`: folders (relative to root) left out, with everything under them."""
+    `exclude`: folders (relative to root) left out, with everything under them.
+    `file_sha256`: how a file's hash is had (a memo of hashes by file identity, for large files)."""
     digest = hashlib.sha256()
     left_out = tuple(Path(e).parts for e in exclude)
     for entry in sorted(entries):
@@ -295,5 +302,5 @@ def tree_hash(root: Path, entries: Iterable[str], exclude: Iterable[str] = ()) -
             if any(relative.parts[: len(parts)] == parts for parts in left_out):
                 continue
             digest.update(relative.as_posix().encode() + b"\0")
-            digest.update(bytes.fromhex(sha256_file(f)))
+            digest.update(bytes.fromhex(file_sha256(f)))
     return digest.hexdigest()

@@ -79,16 +79,19 @@ class Checkout:
         )
 
 
-def measure(checkout: Checkout, cache: Path, env: dict[str, str] | None = None) -> perf.Simulated:
-    """One verify's simulated runs: its own run state, the shared cache."""
-    assert INSTRUMENT is not None
-    evidence = SimpleNamespace(
+def run_state(cache: Path) -> Any:
+    """What measure_simulated reads of a verify's run: its hashes, the cache, its counts."""
+    return SimpleNamespace(
         file_hashes=ArtifactHashes(),
         project=SimpleNamespace(cache=cache, repo=REPO_ROOT),
         simulated_counts={},
         detail=lambda line: None,
     )
-    return perf.measure_simulated(CELL, checkout.comparison(env), INSTRUMENT, "valgrind 3.19.0", 1, evidence)  # type: ignore[arg-type]
+
+
+def measure(checkout: Checkout, evidence: Any, env: dict[str, str] | None = None) -> perf.Simulated:
+    assert INSTRUMENT is not None
+    return perf.measure_simulated(CELL, checkout.comparison(env), INSTRUMENT, "valgrind 3.19.0", 1, evidence)
 
 
 @pytest.fixture
@@ -102,10 +105,10 @@ def test_the_same_bytes_in_another_checkout_are_read_back_not_counted_again(
     tmp_path: Path, callgrind: Callgrind
 ) -> None:
     cache = tmp_path / "cache"
-    first = measure(Checkout(tmp_path / "one"), cache)
+    first = measure(Checkout(tmp_path / "one"), run_state(cache))
     assert callgrind.ran == ["candidate", "reference"] and first.cached == ()
     second_checkout = Checkout(tmp_path / "another" / "clone")
-    second = measure(second_checkout, cache)
+    second = measure(second_checkout, run_state(cache))
     assert callgrind.ran == ["candidate", "reference"], "nothing was counted again"
     assert second.cached == ("candidate", "reference")
     assert second.candidate == first.candidate and second.reference == first.reference
@@ -124,7 +127,7 @@ def test_a_change_to_what_the_counts_depend_on_counts_again(
     tmp_path: Path, callgrind: Callgrind, change: str
 ) -> None:
     cache = tmp_path / "cache"
-    measure(Checkout(tmp_path / "one"), cache)
+    measure(Checkout(tmp_path / "one"), run_state(cache))
     other = Checkout(
         tmp_path / "two", prompts="A different prompt\n" if change == "prompts" else "Once upon a time\n"
     )
@@ -136,7 +139,7 @@ def test_a_change_to_what_the_counts_depend_on_counts_again(
         (other.bundle / "text" / "model.gguf").write_bytes(b"other GGUF weights")
     env = {"ELIZA_LLM_BACKEND": "llama.cpp"} if change == "environment" else None
     callgrind.ran.clear()
-    measured = measure(other, cache, env)
+    measured = measure(other, run_state(cache), env)
     expected = ["candidate", "reference"] if change in ("tool", "bundle", "prompts") else ["candidate"]
     assert callgrind.ran == expected, change
     assert measured.cached == tuple(n for n in ("candidate", "reference") if n not in expected)
@@ -144,16 +147,10 @@ def test_a_change_to_what_the_counts_depend_on_counts_again(
 
 def test_the_reference_of_several_cells_is_counted_once_per_run(tmp_path: Path, callgrind: Callgrind) -> None:
     checkout = Checkout(tmp_path / "one")
-    assert INSTRUMENT is not None
-    evidence = SimpleNamespace(
-        file_hashes=ArtifactHashes(),
-        project=SimpleNamespace(cache=tmp_path / "cache", repo=REPO_ROOT),
-        simulated_counts={},
-        detail=lambda line: None,
-    )
-    perf.measure_simulated(CELL, checkout.comparison(), INSTRUMENT, "valgrind 3.19.0", 1, evidence)  # type: ignore[arg-type]
+    evidence = run_state(tmp_path / "cache")  # one verify, two cells
+    measure(checkout, evidence)
     checkout.candidate.write_bytes(b"another cell's library")
-    again = perf.measure_simulated(CELL, checkout.comparison(), INSTRUMENT, "valgrind 3.19.0", 1, evidence)  # type: ignore[arg-type]
+    again = measure(checkout, evidence)
     assert callgrind.ran == ["candidate", "reference", "candidate"]
     assert again.reference_shared and again.cached == ()
 
@@ -167,7 +164,7 @@ def test_an_entry_that_cannot_be_read_is_a_miss_and_is_written_again(
     tmp_path: Path, callgrind: Callgrind, damage: str
 ) -> None:
     cache = tmp_path / "cache"
-    measure(Checkout(tmp_path / "one"), cache)
+    measure(Checkout(tmp_path / "one"), run_state(cache))
     entry = entry_files(cache)[0]
     text = entry.read_text()
     if damage == "truncated":
@@ -179,7 +176,7 @@ def test_an_entry_that_cannot_be_read_is_a_miss_and_is_written_again(
     else:
         entry.with_suffix(".callgrind.out").unlink()
     callgrind.ran.clear()
-    measure(Checkout(tmp_path / "two"), cache)
+    measure(Checkout(tmp_path / "two"), run_state(cache))
     assert len(callgrind.ran) == 1, damage
     assert entry.read_text() == text  # counted again and kept again
 

@@ -27,7 +27,6 @@ from eliza.app.services.bundle import ensure_runtime_bundle
 from eliza.app.services.clock import Stopwatch, now
 from eliza.app.services.counts_cache import FOLDER as COUNTS_FOLDER
 from eliza.app.services.counts_cache import CountsCache
-from eliza.app.services.recording import ArtifactHashes
 from eliza.app.services.run import Run
 from eliza.core.bench_records import BenchRun
 from eliza.core.evidence import Status
@@ -282,14 +281,6 @@ def _flags_without_paths(settings: BenchSettings) -> list[str]:
     return [f for i, f in enumerate(flags) if f not in by_path and (i == 0 or flags[i - 1] not in by_path)]
 
 
-def _bundle_identity(bundle: Path, hashes: ArtifactHashes) -> str:
-    """sha256 over (relative path, sha256) of every file of a bundle folder."""
-    digest = hashlib.sha256()
-    for f in sorted(p for p in bundle.rglob("*") if p.is_file()):
-        digest.update(f"{f.relative_to(bundle).as_posix()}\0{hashes.sha256(f)}\n".encode())
-    return digest.hexdigest()
-
-
 def _simulate(
     tool_dir: Path,
     side: Side,
@@ -345,7 +336,7 @@ def measure_simulated(
     kept = CountsCache(evidence.project.cache / COUNTS_FOLDER)
     common = {
         "tool_sha256": hashes.sha256(tool_dir / "e2e_loop_bench"),
-        "bundle": _bundle_identity(settings.bundle, hashes),
+        "bundle": tree_hash(settings.bundle, ["."], file_sha256=hashes.sha256),
         "prompts_sha256": hashes.sha256(settings.prompts),
         "identity": instrument.identity(simulator),
         "code": tree_hash(evidence.project.repo, SIMULATED_COUNT_INPUTS),

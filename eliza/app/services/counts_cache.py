@@ -18,13 +18,12 @@ trusted that the run could not have measured itself: delete the folder to count 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from eliza.core.simulated_cpu import PhaseCost, SimulatedRun
-from eliza.formats.files import atomic_write_text
+from eliza.formats.files import atomic_write_text, atomic_write_with
 
 FOLDER = "simulated-counts"
 FORMAT = 1
@@ -53,36 +52,24 @@ class CountsCache:
             return None
         if not (profile.is_file() and records.is_file()):
             return None
-        out.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(profile, out / f"{name}.callgrind.out")
-        shutil.copyfile(records, out / f"{name}.jsonl")
+        _copy(profile, out / f"{name}.callgrind.out")
+        _copy(records, out / f"{name}.jsonl")
         return run
 
     def save(self, key: str, run: SimulatedRun, profile: Path, records: Path) -> None:
         """Keeps `run` under `key` with the files it was read from; the entry's json is
         written last, so an interrupted save leaves no entry that a load would take."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        _copy_atomically(profile, self.folder / f"{key}.callgrind.out")
-        _copy_atomically(records, self.folder / f"{key}.jsonl")
-        data: dict[str, object] = {"format": FORMAT, "key": key}
-        for phase in _PHASES:
-            cost: PhaseCost = getattr(run, phase)
-            data[phase] = {
-                "instructions": cost.instructions,
-                "l1_misses": cost.l1_misses,
-                "ll_misses": cost.ll_misses,
-            }
-        data["prompt_tokens"] = run.prompt_tokens
-        data["decoded_tokens"] = run.decoded_tokens
+        _copy(profile, self.folder / f"{key}.callgrind.out")
+        _copy(records, self.folder / f"{key}.jsonl")
+        data = {"format": FORMAT, "key": key, **asdict(run)}
         atomic_write_text(self.folder / f"{key}.json", json.dumps(data, indent=2) + "\n")
 
 
-def _copy_atomically(source: Path, target: Path) -> None:
-    """Copied beside the target and renamed: another verify sharing the cache reads the old
-    file or the new one, never half of one."""
-    part = target.with_name(f"{target.name}.part-{os.getpid()}")
-    try:
+def _copy(source: Path, target: Path) -> None:
+    """Whole or not at all, as every file the project writes: another verify sharing the
+    cache reads the old file or the new one, never half of one."""
+
+    def fill(part: Path) -> None:
         shutil.copyfile(source, part)
-        part.replace(target)
-    finally:
-        part.unlink(missing_ok=True)
+
+    atomic_write_with(target, fill)
