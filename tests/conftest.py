@@ -91,6 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, words in TIERS.items():
         config.addinivalue_line("markers", f"{name}: tier: {words}")
     config.addinivalue_line("markers", f"{CHECKOUT}: {CHECKOUT_WORDS}")
+    config.addinivalue_line("markers", f"{AS_OTHER_USER}: {AS_OTHER_USER_WORDS}")
 
 
 # --------------------------------------------------------------------------- parallel runs
@@ -105,6 +106,11 @@ def pytest_configure(config: pytest.Config) -> None:
 # (eliza.adapters.checkout_lock).
 CHECKOUT = "checkout"
 CHECKOUT_WORDS = "runs sessions on this checkout (its build/): never beside another such test"
+# A test that starts a process as another user (root dropping to `nobody`) is marked so:
+# tests/integration/test_private_checkout.py runs every such test again from a copy of the
+# repository under a 0700 directory, where that user can read nothing of the checkout.
+AS_OTHER_USER = "as_other_user"
+AS_OTHER_USER_WORDS = "starts a process as another user: also run from a checkout under a private directory"
 FOLDER_GROUPS = {"consumers", "gates", "selector", "bench", "benchmarks", "report"}
 
 

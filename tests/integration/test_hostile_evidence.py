@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -28,10 +29,21 @@ pytestmark = pytest.mark.checkout
 NOBODY = 65534
 
 
+def _others_may_enter(directory: Path) -> bool:
+    """Every folder from / down to `directory` lets other users through (o+x)."""
+    resolved = directory.resolve()
+    return all(part.stat().st_mode & stat.S_IXOTH for part in (resolved, *resolved.parents))
+
+
 @pytest.fixture()
 def shared_tmp() -> Iterator[Path]:
-    """A directory another user may enter (pytest's tmp_path is private to its owner)."""
-    path = Path(tempfile.mkdtemp(prefix="eliza-hostile-"))
+    """A directory another user may enter: pytest's tmp_path is private to its owner, and so
+    may be $TMPDIR; the first temporary folder every user can reach is taken."""
+    candidates = [Path(tempfile.gettempdir()), Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")]
+    usable = [c for c in candidates if c.is_dir() and os.access(c, os.W_OK) and _others_may_enter(c)]
+    if not usable:
+        pytest.skip(f"no temporary folder another user may enter (tried {', '.join(map(str, candidates))})")
+    path = Path(tempfile.mkdtemp(prefix="eliza-hostile-", dir=usable[0]))
     path.chmod(0o755)
     try:
         yield path
@@ -104,25 +116,36 @@ def test_hostile_files_become_load_problems(tmp_path: Path) -> None:
 
 
 def _read_as_nobody(directory: Path) -> dict[str, str]:
+    """read_records over `directory` in a child that drops to `nobody` first.
+
+    Everything the read needs from the checkout and the interpreter's tree (the modules it
+    imports lazily, the evidence schema) is loaded by a first read while the child is still
+    root: after the drop, a checkout or a Python under a private directory (a clone in
+    `mktemp -d`, /root, a 0700 home) could not be read again, and the verdict would depend on
+    where the repository was cloned. The child runs in `directory`'s parent, which `nobody`
+    may enter, never in the checkout.
+    """
     code = (
         "import json, os, sys; "
         "from eliza.formats.evidence_json import read_records; "
-        "import jsonschema; "  # the schema's checker is imported on first use, and /root is private:
-        f"os.setgid({NOBODY}); os.setuid({NOBODY}); "  # the privileges go after the imports
+        "read_records([sys.argv[1]], {}); "  # as root: lazy imports and the schema, loaded now
+        f"os.setgid({NOBODY}); os.setuid({NOBODY}); "
         "print(json.dumps({str(i.path): i.problem for i in read_records([sys.argv[1]], {}) if i.problem}))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, str(directory)],
         capture_output=True,
         text=True,
-        check=True,
-        cwd=REPO_ROOT,
+        check=False,
+        cwd=directory.parent,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
     )
+    assert done.returncode == 0, done.stderr
     found: dict[str, str] = json.loads(done.stdout)
     return found
 
 
+@pytest.mark.as_other_user
 def test_unreadable_files_and_directories_become_load_problems(shared_tmp: Path) -> None:
     root = shared_tmp / "evidence"
     write_signed(root, make_record(cell="linux-cpu.none", check="build"))
