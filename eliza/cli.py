@@ -4,9 +4,11 @@ eliza check-matrix [PATH]      validate a matrix file (default: ELIZA_MATRIX, el
                                repository's matrix.yaml); print its cells (exit 2 on errors)
 eliza ci-files [--check]       regenerate the CI workflow from matrix.yaml (or fail on drift)
 eliza bench-diff A B           byte-identity diff of two bench record files
-eliza mlx-weights GGUF [--out DIR]
-                               convert a llama GGUF to an MLX-LM weights directory (default
-                               DIR: the GGUF's folder/mlx); exit 2 on a file it cannot convert
+eliza mlx-weights GGUF [--out DIR] [--dense]
+                               convert a llama or gemma3 GGUF to an MLX-LM weights directory
+                               (default DIR: the GGUF's folder/mlx), its quantized tensors as
+                               MLX affine groups (--dense: all float32, for debugging); exit 2
+                               on a file it cannot convert
 eliza litertlm GGUF [--out FILE] [--prefill N ...] [--context N]
                                write a llama or gemma3 GGUF as a .litertlm file (default FILE:
                                <stem>.litertlm beside the GGUF, its record beside that as
@@ -42,7 +44,7 @@ def _check_matrix(path: Path) -> int:
     return 0
 
 
-def _mlx_weights(gguf: Path, out: Path | None) -> int:
+def _mlx_weights(gguf: Path, out: Path | None, dense: bool) -> int:
     import time
 
     from eliza.app.errors import UsageError
@@ -50,11 +52,22 @@ def _mlx_weights(gguf: Path, out: Path | None) -> int:
 
     started = time.monotonic()
     try:
-        record = convert(gguf, out or default_out_dir(gguf))
+        record = convert(gguf, out or default_out_dir(gguf), dense=dense)
     except MlxWeightsError as exc:
         raise UsageError(str(exc)) from exc
     seconds = time.monotonic() - started
-    print(f"{record.out_dir}: {record.tensor_count} tensors from {gguf.name} in {seconds:.1f} s")
+    size = sum(f.stat().st_size for f in record.out_dir.iterdir() if f.is_file())
+    if record.dense:
+        kind = "float32, --dense"
+    elif not record.quantization:
+        kind = "float32, as the GGUF stores them"
+    else:
+        exact = sum(q.exact for q in record.quantization.values())
+        kind = f"{len(record.quantization)} modules as affine groups, {exact} exactly the GGUF's"
+    print(
+        f"{record.out_dir}: {record.tensor_count} tensors ({kind}), {size / 1e6:.0f} MB, "
+        f"from {gguf.name} in {seconds:.1f} s"
+    )
     return 0
 
 
@@ -173,10 +186,15 @@ def main(argv: list[str] | None = None) -> int:
     diff = sub.add_parser("bench-diff", help="byte-identity diff of two bench runs")
     diff.add_argument("left")
     diff.add_argument("right")
-    mlx = sub.add_parser("mlx-weights", help="convert a llama GGUF to an MLX-LM weights directory")
-    mlx.add_argument("gguf", type=Path, metavar="GGUF", help="a llama-architecture GGUF model file")
+    mlx = sub.add_parser("mlx-weights", help="convert a llama or gemma3 GGUF to an MLX-LM weights directory")
+    mlx.add_argument("gguf", type=Path, metavar="GGUF", help="a llama or gemma3 GGUF model file")
     mlx.add_argument(
         "--out", type=Path, metavar="DIR", help="the directory to (re)write (default: the GGUF's folder/mlx)"
+    )
+    mlx.add_argument(
+        "--dense",
+        action="store_true",
+        help="every tensor float32 (for debugging; default: the GGUF's blocks as MLX affine groups)",
     )
     litertlm = sub.add_parser("litertlm", help="write a llama or gemma3 GGUF as a LiteRT-LM .litertlm file")
     litertlm.add_argument("gguf", type=Path, metavar="GGUF", help="a llama or gemma3 GGUF model file")
@@ -230,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return write_or_check(check=args.check)
         if args.command == "mlx-weights":
-            return _mlx_weights(args.gguf, args.out)
+            return _mlx_weights(args.gguf, args.out, args.dense)
         if args.command == "litertlm":
             return _litertlm(args.gguf, args.out, args.prefill, args.context)
         if args.command == "verify-provenance":

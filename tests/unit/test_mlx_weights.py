@@ -174,22 +174,37 @@ def reference_unpermute(w: np.ndarray[Any, Any], n_head: int) -> np.ndarray[Any,
 
 
 def read_safetensors(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray[Any, Any]]]:
+    """(header, tensors): a quantized module's `.weight` as the float32 values its affine
+    groups hold (unpacked here from the little-endian bit stream MLX documents, groups of
+    32), its `.scales` and `.biases` not listed; every other tensor as stored."""
     raw = path.read_bytes()
     length = int.from_bytes(raw[:8], "little")
     text = raw[8 : 8 + length].decode("utf-8")
     header = json.loads(text)
     data = raw[8 + length :]
-    tensors: dict[str, np.ndarray[Any, Any]] = {}
+    stored: dict[str, np.ndarray[Any, Any]] = {}
     end = 0
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        assert info["dtype"] == "F32"
+        assert info["dtype"] in ("F32", "U32"), name
         begin, stop = info["data_offsets"]
         assert begin == end, f"{name}: tensors not packed in header order"
         end = stop
-        tensors[name] = np.frombuffer(data[begin:stop], dtype="<f4").reshape(info["shape"])
+        kind = "<f4" if info["dtype"] == "F32" else "<u4"
+        stored[name] = np.frombuffer(data[begin:stop], dtype=kind).reshape(info["shape"])
     assert end == len(data), "data past the last tensor"
+    tensors = {n: t for n, t in stored.items() if not n.endswith((".scales", ".biases"))}
+    for name in [n for n in tensors if stored[n].dtype == np.uint32]:
+        module = name.removesuffix(".weight")
+        scales, biases = stored[module + ".scales"], stored[module + ".biases"]
+        rows, words = stored[name].shape
+        columns = scales.shape[1] * 32
+        bits = words * 32 // columns
+        stream = np.unpackbits(stored[name].astype("<u4").view(np.uint8), axis=1, bitorder="little")
+        q = (stream.reshape(rows, columns, bits) << np.arange(bits, dtype=np.uint8)).sum(axis=2)
+        grouped = q.reshape(rows, -1, 32).astype(np.float32) * scales[..., None] + biases[..., None]
+        tensors[name] = grouped.reshape(rows, columns).astype(np.float32)
     return header, tensors
 
 
@@ -496,6 +511,8 @@ def test_conversion_is_byte_identical_run_twice(
         "source_gguf": "wider.gguf",
         "source_sha256": sha256_file(ggufs["wider"]),
         "files": dict(record.files),
+        "dense": False,
+        "requantized": {},
     }
 
 
@@ -533,8 +550,8 @@ def test_stale_reason_names_what_changed(small: Path, monkeypatch: pytest.Monkey
     assert_one_line_naming(stale_reason(small, out), out, small, WEIGHTS_NAME, "changed")
     convert(small, out)
 
-    monkeypatch.setattr(mlx_weights, "CONVERTER_VERSION", "2")  # another converter
-    assert_one_line_naming(stale_reason(small, out), out, small, "'1'", "'2'")
+    monkeypatch.setattr(mlx_weights, "CONVERTER_VERSION", "9")  # another converter
+    assert_one_line_naming(stale_reason(small, out), out, small, f"'{CONVERTER_VERSION}'", "'9'")
     monkeypatch.undo()
 
     (out / RECORD_NAME).unlink()  # (c) no record
@@ -654,9 +671,9 @@ def test_the_command_converts_and_reports_one_line(small: Path, capsys: pytest.C
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert len(lines) == 1 and err == ""
-    assert lines[0].startswith(f"{small.parent / 'mlx'}: 21 tensors from small.gguf in ") and lines[
-        0
-    ].endswith(" s")
+    assert lines[0].startswith(
+        f"{small.parent / 'mlx'}: 21 tensors (float32, as the GGUF stores them), "
+    ) and lines[0].endswith(" s")
     assert stale_reason(small, small.parent / "mlx") is None
 
     assert main(["mlx-weights", str(small), "--out", str(small.parent / "elsewhere")]) == 0
@@ -905,7 +922,7 @@ def test_gemma3_conversion_is_byte_identical_and_the_command_reports_it(
     assert main(["mlx-weights", str(gguf), "--out", str(tmp_path / "again")]) == 0
     spec = GEMMA_SPECS["gemma-other"]
     assert capsys.readouterr().out.startswith(
-        f"{tmp_path / 'again'}: {2 + 13 * spec.n_layer + 1} tensors from "
+        f"{tmp_path / 'again'}: {2 + 13 * spec.n_layer + 1} tensors (float32, as the GGUF stores them), "
     )
     for file in (CONFIG_NAME, WEIGHTS_NAME, RECORD_NAME):
         assert (gemma_converted["gemma-other"] / file).read_bytes() == (

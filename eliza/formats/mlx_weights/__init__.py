@@ -11,10 +11,14 @@ record, the staleness check, the output directory and the safetensors writer. A 
 architecture is one more module and one more entry in ARCHITECTURES.
 
 GGUFReader gives a 2-D tensor the numpy shape of ggml's `ne` reversed, which is the
-(out_features, in_features) shape of an MLX-LM linear weight: no transpose. Everything is
-written as float32 (quantized tensors dequantized), and the safetensors file is written here
-by hand: tensors in name order, a fixed header, so a conversion is byte-deterministic and
-needs no dependency besides numpy and gguf.
+(out_features, in_features) shape of an MLX-LM linear weight: no transpose. A quantized
+matrix is written as MLX affine groups (`<module>.weight` packed in uint32, `.scales`,
+`.biases`, float32) that hold the GGUF's own blocks, exactly where the type allows
+(eliza.formats.gguf_models.affine), and config.json's `quantization` says each module's
+bits as MLX-LM reads them; float tensors stay float32. `dense=True` (the command's
+`--dense`, for debugging) writes every tensor as float32 instead. The safetensors file is
+written here by hand: tensors in name order, a fixed header, so a conversion is
+byte-deterministic and needs no dependency besides numpy and gguf.
 """
 
 from __future__ import annotations
@@ -22,21 +26,25 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Protocol
 
 from gguf import GGUFReader
 
 from eliza import __version__ as ELIZA_VERSION
 from eliza.formats.files import atomic_write_directory, atomic_write_text, sha256_file
 from eliza.formats.gguf_models import header
+from eliza.formats.gguf_models.affine import GROUP_SIZE
 from eliza.formats.gguf_models.llama import unpermute_rope_rows
 from eliza.formats.mlx_weights import gemma3, llama
 from eliza.formats.mlx_weights.common import (
     MlxWeightsError,
     ModelConfig,
+    ModuleQuantization,
     Plan,
     PlannedTensor,
     write_safetensors,
@@ -57,8 +65,10 @@ __all__ = [
     "LlamaConfig",
     "MlxWeightsError",
     "ModelConfig",
+    "ModuleQuantization",
     "Plan",
     "PlannedTensor",
+    "config_json",
     "convert",
     "default_out_dir",
     "repair_command",
@@ -69,15 +79,20 @@ __all__ = [
 
 # Bump when the bytes a conversion writes change for the same GGUF: every directory written
 # by an older converter is then stale and rewritten.
-CONVERTER_VERSION = "1"
+CONVERTER_VERSION = "2"
 FORMAT = "eliza-mlx-weights/1"
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 RECORD_NAME = "eliza-conversion.json"
 DEFAULT_DIR_NAME = "mlx"
 
+
+class PlanFunction(Protocol):
+    def __call__(self, reader: GGUFReader, path: Path, *, dense: bool) -> Plan: ...
+
+
 # general.architecture -> the module's plan of the conversion.
-ARCHITECTURES: Mapping[str, Callable[[GGUFReader, Path], Plan]] = MappingProxyType(
+ARCHITECTURES: Mapping[str, PlanFunction] = MappingProxyType(
     {llama.ARCHITECTURE: llama.plan, gemma3.ARCHITECTURE: gemma3.plan}
 )
 
@@ -93,6 +108,9 @@ class ConversionRecord:
     files: Mapping[str, str]
     tensor_count: int
     config: ModelConfig
+    dense: bool
+    quantization: Mapping[str, ModuleQuantization]
+    added_error: Mapping[str, float]
     converter_version: str = CONVERTER_VERSION
     eliza_version: str = ELIZA_VERSION
     format: str = FORMAT
@@ -105,6 +123,16 @@ class ConversionRecord:
             "source_gguf": self.source_gguf,
             "source_sha256": self.source_sha256,
             "files": dict(sorted(self.files.items())),
+            "dense": self.dense,
+            # what was not carried over exactly: module -> GGUF type, bits, relative RMS error
+            "requantized": {
+                module: {
+                    "source_type": self.quantization[module].source_type,
+                    "bits": self.quantization[module].bits,
+                    "relative_rms_error": round(error, 6),
+                }
+                for module, error in sorted(self.added_error.items())
+            },
         }
 
 
@@ -113,26 +141,41 @@ def default_out_dir(gguf_path: Path) -> Path:
     return gguf_path.parent / DEFAULT_DIR_NAME
 
 
-def repair_command(gguf_path: Path, out_dir: Path) -> str:
+def repair_command(gguf_path: Path, out_dir: Path, *, dense: bool = False) -> str:
     command = f"eliza mlx-weights {shlex.quote(str(gguf_path))}"
     if out_dir != default_out_dir(gguf_path):
         command += f" --out {shlex.quote(str(out_dir))}"
-    return command
+    return command + (" --dense" if dense else "")
 
 
-def convert(gguf_path: Path, out_dir: Path) -> ConversionRecord:
+def config_json(plan: Plan) -> dict[str, object]:
+    """config.json: the architecture's keys, and MLX-LM's `quantization` when any module is
+    quantized: the most common bits as the default, and every module whose bits differ."""
+    config = plan.config.to_json()
+    if plan.quantization:
+        widths = Counter(q.bits for q in plan.quantization.values())
+        bits = max(sorted(widths), key=lambda b: widths[b])
+        quantization: dict[str, object] = {"group_size": GROUP_SIZE, "bits": bits, "mode": "affine"}
+        for module, q in sorted(plan.quantization.items()):
+            if q.bits != bits:
+                quantization[module] = {"group_size": q.group_size, "bits": q.bits}
+        config["quantization"] = quantization
+    return config
+
+
+def convert(gguf_path: Path, out_dir: Path, *, dense: bool = False) -> ConversionRecord:
     """Writes the MLX-LM directory of a GGUF of one of ARCHITECTURES into `out_dir`,
-    replacing it whole."""
+    replacing it whole: quantized as the GGUF is, or every tensor float32 when `dense`."""
     reader, architecture = header.open_model(
         gguf_path, MlxWeightsError, "convert to MLX-LM weights", tuple(ARCHITECTURES)
     )
-    plan = ARCHITECTURES[architecture](reader, gguf_path)
+    plan = ARCHITECTURES[architecture](reader, gguf_path, dense=dense)
     _check_out_dir(gguf_path, out_dir)
     source_sha256 = sha256_file(gguf_path)
     written: list[ConversionRecord] = []
 
     def fill(tmp: Path) -> None:
-        config_text = json.dumps(plan.config.to_json(), indent=2, sort_keys=True) + "\n"
+        config_text = json.dumps(config_json(plan), indent=2, sort_keys=True) + "\n"
         atomic_write_text(tmp / CONFIG_NAME, config_text)
         files = {
             CONFIG_NAME: hashlib.sha256(config_text.encode("utf-8")).hexdigest(),
@@ -145,6 +188,9 @@ def convert(gguf_path: Path, out_dir: Path) -> ConversionRecord:
             files=files,
             tensor_count=len(plan.tensors),
             config=plan.config,
+            dense=dense,
+            quantization=plan.quantization,
+            added_error=plan.added_error,
         )
         atomic_write_text(tmp / RECORD_NAME, json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")
         written.append(record)
@@ -153,12 +199,13 @@ def convert(gguf_path: Path, out_dir: Path) -> ConversionRecord:
     return written[0]
 
 
-def stale_reason(gguf_path: Path, weights_dir: Path) -> str | None:
-    """None when `weights_dir` is this converter's conversion of exactly this GGUF, with
-    every file as written; otherwise one line naming the directory, why, and the repair."""
+def stale_reason(gguf_path: Path, weights_dir: Path, *, dense: bool = False) -> str | None:
+    """None when `weights_dir` is this converter's conversion of exactly this GGUF (dense or
+    not, as asked), with every file as written; otherwise one line naming the directory,
+    why, and the repair."""
     if not gguf_path.is_file():
         raise MlxWeightsError(f"{gguf_path}: no such GGUF file; name an existing .gguf file")
-    repair = f"; rewrite it: {repair_command(gguf_path, weights_dir)}"
+    repair = f"; rewrite it: {repair_command(gguf_path, weights_dir, dense=dense)}"
     record_path = weights_dir / RECORD_NAME
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
@@ -175,6 +222,9 @@ def stale_reason(gguf_path: Path, weights_dir: Path) -> str | None:
             f"{weights_dir}: written by converter version {version!r}, this is version "
             f"{CONVERTER_VERSION!r}{repair}"
         )
+    if record.get("dense", False) != dense:
+        written, wanted = ("float32", "quantized") if record.get("dense") else ("quantized", "float32")
+        return f"{weights_dir}: written {written}, {wanted} wanted{repair}"
     source = sha256_file(gguf_path)
     recorded_source = str(record.get("source_sha256"))
     if recorded_source != source:

@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 from gguf import GGUFReader
 
 from eliza.formats.gguf_models import llama as gguf_llama
 from eliza.formats.gguf_models import tensors as gguf_tensors
 from eliza.formats.gguf_models.llama import unpermute_rope_rows
-from eliza.formats.mlx_weights.common import MlxWeightsError, Plan, PlannedTensor, loader
+from eliza.formats.mlx_weights.common import Mapping, MlxWeightsError, Plan, plan_of
 
 ARCHITECTURE = gguf_llama.ARCHITECTURE
 
@@ -63,7 +63,7 @@ class LlamaConfig:
         return {"model_type": "llama", "rope_traditional": False, **asdict(self)}
 
 
-def plan(reader: GGUFReader, path: Path) -> Plan:
+def plan(reader: GGUFReader, path: Path, *, dense: bool) -> Plan:
     h = gguf_llama.read_hparams(reader, path, MlxWeightsError)
     config = LlamaConfig(
         hidden_size=h.n_embd,
@@ -89,22 +89,21 @@ def plan(reader: GGUFReader, path: Path) -> Plan:
         layers=h.n_layer,
         known_unsupported=gguf_llama.KNOWN_UNSUPPORTED,
     )
-    planned = []
-    for name, shape in expected.items():
+
+    def mapping(name: str) -> Mapping:
         layer, _, kind = name.removesuffix(".weight").rpartition(".")
         if not layer:
-            mlx_name = _GLOBAL_NAMES[name]
-        else:
-            mlx_name = f"model.layers.{layer.removeprefix('blk.')}.{_LAYER_NAMES[kind]}.weight"
-        heads = {"attn_q": h.n_head, "attn_k": h.n_head_kv}.get(kind) if layer else None
-        transform = None if heads is None else _unpermuted(heads)
-        planned.append(PlannedTensor(name=mlx_name, shape=shape, load=loader(path, present[name], transform)))
-    return Plan(config=config, tensors=planned)
+            return Mapping(module=_GLOBAL_NAMES[name].removesuffix(".weight"))
+        heads = {"attn_q": h.n_head, "attn_k": h.n_head_kv}.get(kind)
+        module = f"model.layers.{layer.removeprefix('blk.')}.{_LAYER_NAMES[kind]}"
+        return Mapping(module=module, rows=None if heads is None else _unpermuted(heads))
+
+    return plan_of(config, path, present, expected, mapping, dense=dense)
 
 
-def _unpermuted(n_head: int) -> Callable[[npt.NDArray[np.float32]], npt.NDArray[np.float32]]:
-    def transform(weight: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+def _unpermuted(n_head: int) -> Callable[[npt.NDArray[Any]], npt.NDArray[Any]]:
+    def rows(weight: npt.NDArray[Any]) -> npt.NDArray[Any]:
         # This module's name, resolved at load time: the negative control replaces it here.
         return unpermute_rope_rows(weight, n_head)
 
-    return transform
+    return rows

@@ -158,29 +158,75 @@ Tensors::Tensors(const std::string & dir) : file_(dir + "/model.safetensors") {
     tensors_ = mx::load_safetensors(file_, compute_stream()).first;
 }
 
-mx::array Tensors::take(const std::string & name, const std::vector<int> & shape) {
+namespace {
+
+std::string dims(const mx::Shape & of) {
+    std::string out;
+    for (auto d : of) {
+        if (!out.empty()) out += 'x';
+        out += std::to_string(d);
+    }
+    return out;
+}
+
+}  // namespace
+
+mx::array Tensors::take_as_stored(const std::string & name, const std::vector<int> & shape) {
     const auto it = tensors_.find(name);
     if (it == tensors_.end()) throw std::runtime_error(file_ + ": no tensor '" + name + "'");
     const mx::Shape want(shape.begin(), shape.end());
     if (it->second.shape() != want) {
-        auto dims = [](const auto & of) {
-            std::string out;
-            for (auto d : of) {
-                if (!out.empty()) out += 'x';
-                out += std::to_string(d);
-            }
-            return out;
-        };
         throw std::runtime_error(file_ + ": tensor '" + name + "' is " + dims(it->second.shape()) +
-                                 ", config.json implies " + dims(shape));
+                                 ", config.json implies " + dims(want));
     }
-    mx::array out = mx::astype(it->second, mx::float32, compute_stream());
+    mx::array out = it->second;
     tensors_.erase(it);
     return out;
 }
 
-mx::array Tensors::take_linear(const std::string & name, int out_features, int in_features) {
-    return mx::transpose(take(name, {out_features, in_features}), compute_stream());
+mx::array Tensors::take(const std::string & name, const std::vector<int> & shape) {
+    return mx::astype(take_as_stored(name, shape), mx::float32, compute_stream());
+}
+
+Linear Tensors::linear(const std::string & module, int out_features, int in_features) {
+    const auto s = compute_stream();
+    const std::string weight = module + ".weight";
+    if (!has(module + ".scales")) {
+        return Linear::dense(mx::transpose(take(weight, {out_features, in_features}), s));
+    }
+    const auto w = tensors_.find(weight);
+    const auto scales = tensors_.find(module + ".scales");
+    if (w == tensors_.end() || !has(module + ".biases")) {
+        throw std::runtime_error(file_ + ": '" + module + ".scales' without its '.weight' and '.biases'");
+    }
+    // The widths follow from the shapes: (out, in * bits / 32) words, (out, in / group) scales.
+    const int words = w->second.ndim() == 2 ? w->second.shape(1) : 0;
+    const int groups = scales->second.ndim() == 2 ? scales->second.shape(1) : 0;
+    const int bits = in_features > 0 && (words * 32) % in_features == 0 ? words * 32 / in_features : 0;
+    const int group_size = groups > 0 && in_features % groups == 0 ? in_features / groups : 0;
+    const bool bits_ok = bits == 2 || bits == 3 || bits == 4 || bits == 5 || bits == 6 || bits == 8;
+    const bool group_ok = group_size == 32 || group_size == 64 || group_size == 128;
+    if (w->second.dtype() != mx::uint32 || !bits_ok || !group_ok) {
+        throw std::runtime_error(file_ + ": '" + weight + "' (" + dims(w->second.shape()) + ") and its scales (" +
+                                 dims(scales->second.shape()) + ") are not MLX affine groups of a " +
+                                 std::to_string(out_features) + "x" + std::to_string(in_features) +
+                                 " weight (uint32 words of 2-8 bits, groups of 32, 64 or 128)");
+    }
+    mx::array packed = take_as_stored(weight, {out_features, words});
+    mx::array sc = take(module + ".scales", {out_features, groups});
+    mx::array bi = take(module + ".biases", {out_features, groups});
+    return Linear::quantized(std::move(packed), std::move(sc), std::move(bi), group_size, bits);
+}
+
+mx::array Linear::apply(const mx::array & x, mx::Stream s) const {
+    if (!is_quantized()) return mx::matmul(x, w_, s);
+    return mx::quantized_matmul(x, w_, scales_, biases_, true, group_size_, bits_, "affine", s);
+}
+
+mx::array Linear::rows(const mx::array & ids, mx::Stream s) const {
+    if (!is_quantized()) return mx::transpose(mx::take(w_, ids, 1, s), s);  // columns of (in, out)
+    return mx::dequantize(mx::take(w_, ids, 0, s), mx::take(scales_, ids, 0, s), mx::take(biases_, ids, 0, s),
+                          group_size_, bits_, "affine", std::nullopt, mx::float32, s);
 }
 
 void materialize(const std::vector<mx::array *> & weights) {
@@ -191,24 +237,30 @@ void materialize(const std::vector<mx::array *> & weights) {
     for (size_t i = 0; i < weights.size(); ++i) *weights[i] = all[i];
 }
 
+std::vector<mx::array *> weights_of(std::initializer_list<mx::array *> vectors,
+                                    std::initializer_list<Linear *> linears) {
+    std::vector<mx::array *> all(vectors);
+    for (auto * linear : linears) {
+        for (auto * a : linear->arrays()) all.push_back(a);
+    }
+    return all;
+}
+
 EmbeddingAndHead::EmbeddingAndHead(Tensors & w, int vocab, int hidden, bool tied) : hidden_(hidden), tied_(tied) {
-    if (tied) {
-        head_t_ = w.take_linear("model.embed_tokens.weight", vocab, hidden);
-        materialize({&head_t_});
-    } else {
-        embed_ = w.take("model.embed_tokens.weight", {vocab, hidden});
-        head_t_ = w.take_linear("lm_head.weight", vocab, hidden);
-        materialize({&embed_, &head_t_});
+    head_ = w.linear(tied ? "model.embed_tokens" : "lm_head", vocab, hidden);
+    materialize(head_.arrays());
+    if (!tied) {
+        embed_ = w.linear("model.embed_tokens", vocab, hidden);
+        materialize(embed_.arrays());
     }
 }
 
 mx::array EmbeddingAndHead::embed(const int32_t * tokens, int len, mx::Stream s) const {
     const mx::array ids(tokens, mx::Shape{len}, mx::int32);
-    if (!tied_) return mx::reshape(mx::take(embed_, ids, 0, s), {1, len, hidden_}, s);
-    return mx::reshape(mx::transpose(mx::take(head_t_, ids, 1, s), s), {1, len, hidden_}, s);
+    return mx::reshape((tied_ ? head_ : embed_).rows(ids, s), {1, len, hidden_}, s);
 }
 
-mx::array EmbeddingAndHead::logits(const mx::array & x, mx::Stream s) const { return mx::matmul(x, head_t_, s); }
+mx::array EmbeddingAndHead::logits(const mx::array & x, mx::Stream s) const { return head_.apply(x, s); }
 
 mx::array attention(const mx::array & q, const mx::array & k, const mx::array & v, float scale, int n_past,
                     int window, mx::Stream s) {

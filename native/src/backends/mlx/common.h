@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,6 +56,32 @@ private:
     FlatJson json_;
 };
 
+// A linear layer's weight as the converter wrote it: MLX affine groups (the GGUF's own
+// blocks: `<module>.weight` packed in uint32, `.scales`, `.biases`), multiplied with
+// quantized_matmul as stored, or dense float32, kept as (in_features, out_features).
+class Linear {
+public:
+    Linear() = default;
+    static Linear dense(mx::array w_t) { return Linear(std::move(w_t)); }
+    static Linear quantized(mx::array w, mx::array scales, mx::array biases, int group_size, int bits) {
+        return Linear(std::move(w), std::move(scales), std::move(biases), group_size, bits);
+    }
+    mx::array apply(const mx::array & x, mx::Stream s) const;  // x (..., in) -> (..., out)
+    bool is_quantized() const { return bits_ > 0; }
+    // Rows `ids` of the (out, in) weight as float32 (out = vocabulary for an embedding).
+    mx::array rows(const mx::array & ids, mx::Stream s) const;
+    std::vector<mx::array *> arrays() { return {&w_, &scales_, &biases_}; }
+
+private:
+    explicit Linear(mx::array w_t) : w_(std::move(w_t)) {}
+    Linear(mx::array w, mx::array scales, mx::array biases, int group_size, int bits)
+        : w_(std::move(w)), scales_(std::move(scales)), biases_(std::move(biases)), group_size_(group_size),
+          bits_(bits) {}
+    mx::array w_ = mx::array(0.0f);  // dense: (in, out); quantized: (out, in * bits / 32) uint32
+    mx::array scales_ = mx::array(0.0f), biases_ = mx::array(0.0f);  // (out, in / group_size)
+    int group_size_ = 0, bits_ = 0;
+};
+
 // <dir>/model.safetensors, each tensor checked against the shape config.json implies and
 // handed over once: the loaded copy is dropped as soon as the model holds its own.
 class Tensors {
@@ -62,14 +89,16 @@ public:
     explicit Tensors(const std::string & dir);
     // float32, as stored: a linear weight is (out_features, in_features).
     mx::array take(const std::string & name, const std::vector<int> & shape);
-    // A linear weight as (in_features, out_features), contiguous: x @ w reads rows. MLX's CPU
-    // matmul reads a transposed view half as fast (Gemma 3 270M's output projection:
-    // 140 ms against 275 ms per token), so the copy is made once, at load.
-    mx::array take_linear(const std::string & name, int out_features, int in_features);
+    // `module`'s weight (`<module>.weight`, with `.scales` and `.biases` when quantized; its
+    // bits and group size follow from the shapes). A dense weight is copied once, at load,
+    // to (in_features, out_features), contiguous: MLX's CPU matmul reads a transposed view
+    // half as fast (Gemma 3 270M's output projection: 140 ms against 275 ms per token).
+    Linear linear(const std::string & module, int out_features, int in_features);
     bool has(const std::string & name) const { return tensors_.count(name) != 0; }
     const std::string & file() const { return file_; }
 
 private:
+    mx::array take_as_stored(const std::string & name, const std::vector<int> & shape);
     std::string file_;
     std::unordered_map<std::string, mx::array> tensors_;
 };
@@ -78,9 +107,12 @@ private:
 // file again inside every step's graph. Called per layer, so the loaded copies are freed
 // as the model's are made and the peak stays near one copy of the weights.
 void materialize(const std::vector<mx::array *> & weights);
+// A layer's vectors and the arrays of its linear weights, for materialize.
+std::vector<mx::array *> weights_of(std::initializer_list<mx::array *> vectors, std::initializer_list<Linear *> linears);
 
-// The token embedding and the output projection. Tied, they are one (hidden, vocab)
-// matrix, whose columns are the embeddings, so the model holds the vocabulary once.
+// The token embedding and the output projection. Tied, they are one (vocab, hidden) weight
+// (quantized: one table for the rows' gather and the projection; dense: kept as the
+// (hidden, vocab) projection, whose columns are the embeddings), held once.
 class EmbeddingAndHead {
 public:
     EmbeddingAndHead(Tensors & w, int vocab, int hidden, bool tied);
@@ -90,8 +122,8 @@ public:
 private:
     int hidden_;
     bool tied_;
-    mx::array embed_ = mx::array(0.0f);   // untied: (vocab, hidden)
-    mx::array head_t_ = mx::array(0.0f);  // (hidden, vocab)
+    Linear embed_;  // untied: (vocab, hidden)
+    Linear head_;   // the output projection; tied: also the embedding
 };
 
 // Grouped-query attention of q (1, heads, len, head_dim) at positions n_past.. over k, v

@@ -31,8 +31,13 @@ struct Gemma3Config {
 };
 
 struct Gemma3Layer {
-    mx::array attn_norm, wq, wk, wv, q_norm, k_norm, wo, post_attn_norm, ffn_norm, w_gate, w_up, w_down,
-        post_ffn_norm;
+    mx::array attn_norm;
+    Linear wq, wk, wv;
+    mx::array q_norm, k_norm;
+    Linear wo;
+    mx::array post_attn_norm, ffn_norm;
+    Linear w_gate, w_up, w_down;
+    mx::array post_ffn_norm;
 };
 
 mx::array gelu_tanh(const mx::array & x, mx::Stream s) {
@@ -88,21 +93,21 @@ public:
             const std::string p = "model.layers." + std::to_string(i) + ".";
             Gemma3Layer l{
                 norm(p + "input_layernorm.weight", c.hidden),
-                w.take_linear(p + "self_attn.q_proj.weight", q_rows, c.hidden),
-                w.take_linear(p + "self_attn.k_proj.weight", kv_rows, c.hidden),
-                w.take_linear(p + "self_attn.v_proj.weight", kv_rows, c.hidden),
+                w.linear(p + "self_attn.q_proj", q_rows, c.hidden),
+                w.linear(p + "self_attn.k_proj", kv_rows, c.hidden),
+                w.linear(p + "self_attn.v_proj", kv_rows, c.hidden),
                 norm(p + "self_attn.q_norm.weight", c.head_dim),
                 norm(p + "self_attn.k_norm.weight", c.head_dim),
-                w.take_linear(p + "self_attn.o_proj.weight", c.hidden, q_rows),
+                w.linear(p + "self_attn.o_proj", c.hidden, q_rows),
                 norm(p + "post_attention_layernorm.weight", c.hidden),
                 norm(p + "pre_feedforward_layernorm.weight", c.hidden),
-                w.take_linear(p + "mlp.gate_proj.weight", c.ff, c.hidden),
-                w.take_linear(p + "mlp.up_proj.weight", c.ff, c.hidden),
-                w.take_linear(p + "mlp.down_proj.weight", c.hidden, c.ff),
+                w.linear(p + "mlp.gate_proj", c.ff, c.hidden),
+                w.linear(p + "mlp.up_proj", c.ff, c.hidden),
+                w.linear(p + "mlp.down_proj", c.hidden, c.ff),
                 norm(p + "post_feedforward_layernorm.weight", c.hidden),
             };
-            materialize({&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.q_norm, &l.k_norm, &l.wo, &l.post_attn_norm,
-                         &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.post_ffn_norm});
+            materialize(weights_of({&l.attn_norm, &l.q_norm, &l.k_norm, &l.post_attn_norm, &l.ffn_norm, &l.post_ffn_norm},
+                                   {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}));
             layers_.push_back(std::move(l));
         }
     }
@@ -122,8 +127,8 @@ public:
             const float base = sliding ? c.rope_local : c.rope_global;
             const mx::array h = mx::fast::rms_norm(x, l.attn_norm, c.eps, s);
             // (1, heads, len, head_dim), per-head normed (when a norm is given) and roped.
-            auto heads = [&](const mx::array & w, int n_heads, const mx::array * head_norm) {
-                mx::array t = mx::reshape(mx::matmul(h, w, s), {1, len, n_heads, c.head_dim}, s);
+            auto heads = [&](const Linear & w, int n_heads, const mx::array * head_norm) {
+                mx::array t = mx::reshape(w.apply(h, s), {1, len, n_heads, c.head_dim}, s);
                 if (head_norm != nullptr) t = mx::fast::rms_norm(t, *head_norm, c.eps, s);
                 t = mx::transpose(t, {0, 2, 1, 3}, s);
                 if (head_norm == nullptr) return t;
@@ -138,11 +143,11 @@ public:
             }
             const mx::array o = attention(q, k, v, c.attn_scale, cache.n_past, sliding ? c.window : 0, s);
             const mx::array attn =
-                mx::matmul(mx::reshape(mx::transpose(o, {0, 2, 1, 3}, s), {1, len, c.heads * c.head_dim}, s), l.wo, s);
+                l.wo.apply(mx::reshape(mx::transpose(o, {0, 2, 1, 3}, s), {1, len, c.heads * c.head_dim}, s), s);
             x = mx::add(x, mx::fast::rms_norm(attn, l.post_attn_norm, c.eps, s), s);
             const mx::array g = mx::fast::rms_norm(x, l.ffn_norm, c.eps, s);
-            const mx::array act = mx::multiply(gelu_tanh(mx::matmul(g, l.w_gate, s), s), mx::matmul(g, l.w_up, s), s);
-            x = mx::add(x, mx::fast::rms_norm(mx::matmul(act, l.w_down, s), l.post_ffn_norm, c.eps, s), s);
+            const mx::array act = mx::multiply(gelu_tanh(l.w_gate.apply(g, s), s), l.w_up.apply(g, s), s);
+            x = mx::add(x, mx::fast::rms_norm(l.w_down.apply(act, s), l.post_ffn_norm, c.eps, s), s);
             step.keys.push_back(k);
             step.values.push_back(v);
         }

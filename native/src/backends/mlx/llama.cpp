@@ -18,7 +18,10 @@ struct LlamaConfig {
 };
 
 struct LlamaLayer {
-    mx::array attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+    mx::array attn_norm;
+    Linear wq, wk, wv, wo;
+    mx::array ffn_norm;
+    Linear w_gate, w_up, w_down;
 };
 
 class Llama final : public Model {
@@ -50,16 +53,16 @@ public:
             const std::string p = "model.layers." + std::to_string(i) + ".";
             LlamaLayer l{
                 w.take(p + "input_layernorm.weight", {c.hidden}),
-                w.take_linear(p + "self_attn.q_proj.weight", q_rows, c.hidden),
-                w.take_linear(p + "self_attn.k_proj.weight", kv_rows, c.hidden),
-                w.take_linear(p + "self_attn.v_proj.weight", kv_rows, c.hidden),
-                w.take_linear(p + "self_attn.o_proj.weight", c.hidden, q_rows),
+                w.linear(p + "self_attn.q_proj", q_rows, c.hidden),
+                w.linear(p + "self_attn.k_proj", kv_rows, c.hidden),
+                w.linear(p + "self_attn.v_proj", kv_rows, c.hidden),
+                w.linear(p + "self_attn.o_proj", c.hidden, q_rows),
                 w.take(p + "post_attention_layernorm.weight", {c.hidden}),
-                w.take_linear(p + "mlp.gate_proj.weight", c.ff, c.hidden),
-                w.take_linear(p + "mlp.up_proj.weight", c.ff, c.hidden),
-                w.take_linear(p + "mlp.down_proj.weight", c.hidden, c.ff),
+                w.linear(p + "mlp.gate_proj", c.ff, c.hidden),
+                w.linear(p + "mlp.up_proj", c.ff, c.hidden),
+                w.linear(p + "mlp.down_proj", c.hidden, c.ff),
             };
-            materialize({&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down});
+            materialize(weights_of({&l.attn_norm, &l.ffn_norm}, {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}));
             layers_.push_back(std::move(l));
         }
     }
@@ -76,8 +79,8 @@ public:
         for (size_t i = 0; i < layers_.size(); ++i) {
             const LlamaLayer & l = layers_[i];
             const mx::array h = mx::fast::rms_norm(x, l.attn_norm, c.eps, s);
-            auto heads = [&](const mx::array & w, int n_heads) {
-                const mx::array t = mx::reshape(mx::matmul(h, w, s), {1, len, n_heads, c.head_dim}, s);
+            auto heads = [&](const Linear & w, int n_heads) {
+                const mx::array t = mx::reshape(w.apply(h, s), {1, len, n_heads, c.head_dim}, s);
                 return mx::transpose(t, {0, 2, 1, 3}, s);
             };
             const mx::array q = mx::fast::rope(heads(l.wq, c.heads), c.head_dim, c.rope_traditional, c.rope_theta,
@@ -90,14 +93,13 @@ public:
                 v = mx::concatenate({cache.values[i], v}, 2, s);
             }
             const mx::array o = attention(q, k, v, scale, cache.n_past, 0, s);
-            x = mx::add(x, mx::matmul(mx::reshape(mx::transpose(o, {0, 2, 1, 3}, s), {1, len, c.heads * c.head_dim}, s),
-                                  l.wo, s),
+            x = mx::add(x, l.wo.apply(mx::reshape(mx::transpose(o, {0, 2, 1, 3}, s), {1, len, c.heads * c.head_dim}, s), s),
                         s);
             const mx::array g = mx::fast::rms_norm(x, l.ffn_norm, c.eps, s);
-            const mx::array gate = mx::matmul(g, l.w_gate, s);
+            const mx::array gate = l.w_gate.apply(g, s);
             const mx::array silu = mx::multiply(gate, mx::sigmoid(gate, s), s);
-            const mx::array act = mx::multiply(silu, mx::matmul(g, l.w_up, s), s);
-            x = mx::add(x, mx::matmul(act, l.w_down, s), s);
+            const mx::array act = mx::multiply(silu, l.w_up.apply(g, s), s);
+            x = mx::add(x, l.w_down.apply(act, s), s);
             step.keys.push_back(k);
             step.values.push_back(v);
         }

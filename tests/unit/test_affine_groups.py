@@ -1,0 +1,239 @@
+"""A GGUF's quantized weights as MLX affine groups (eliza.formats.gguf_models.affine, and the
+MLX converter over it): every exact type comes back from MLX's own `dequantize`, and from
+MLX-LM's strict load of a converted directory, as exactly gguf's dequantization of the
+file; the types without an exact form are quantized again to 8 bits with the error they
+add measured and recorded. MLX runs in a process of its own (its libmlx never shares one
+with a library under test)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
+from gguf.quants import dequantize
+
+from eliza.formats.gguf_models import affine
+from eliza.formats.mlx_weights import CONFIG_NAME, RECORD_NAME, convert, stale_reason
+from tests.quantized_gguf import stored
+
+Q = GGMLQuantizationType
+EXACT = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q4_K, Q.Q5_K)
+REQUANTIZED = (Q.Q6_K, Q.Q3_K, Q.Q2_K)
+
+
+def gguf_values(tensor: Any) -> np.ndarray[Any, Any]:
+    values = dequantize(tensor.data, tensor.tensor_type)
+    return np.asarray(values, dtype=np.float32).reshape(tuple(reversed(tensor.shape.tolist())))
+
+
+def one_tensor_gguf(path: Path, qtype: GGMLQuantizationType, rows: int = 8, columns: int = 512) -> Any:
+    rng = np.random.default_rng(int(qtype))
+    writer = GGUFWriter(str(path), arch="llama")
+    data = stored(rng.standard_normal((rows, columns)).astype(np.float32), qtype, rng)
+    writer.add_tensor("w", data, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return GGUFReader(path).tensors[0]
+
+
+def same_numbers(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
+    """Bit for bit, but for the sign of a zero (d * 0 against d * 16 - 16 * d)."""
+    return bool(np.array_equal((a + np.float32(0)).view(np.uint32), (b + np.float32(0)).view(np.uint32)))
+
+
+MLX_DEQUANTIZE = """
+import sys, numpy as np, mlx.core as mx
+d = np.load(sys.argv[1])
+out = mx.dequantize(mx.array(d["packed"]), mx.array(d["scales"]), mx.array(d["biases"]),
+                    group_size=32, bits=int(d["bits"]))
+np.save(sys.argv[2], np.array(out.astype(mx.float32)))
+"""
+
+
+def mlx_dequantize(tmp_path: Path, packed: Any, scales: Any, biases: Any, bits: int) -> np.ndarray[Any, Any]:
+    np.savez(tmp_path / "in.npz", packed=packed, scales=scales, biases=biases, bits=bits)
+    done = subprocess.run(
+        [sys.executable, "-c", MLX_DEQUANTIZE, str(tmp_path / "in.npz"), str(tmp_path / "out.npy")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return np.load(tmp_path / "out.npy")
+
+
+@pytest.mark.parametrize("qtype", EXACT, ids=lambda t: t.name)
+def test_an_exact_type_comes_back_from_mlx_as_gguf_dequantizes_it(
+    qtype: GGMLQuantizationType, tmp_path: Path
+) -> None:
+    tensor = one_tensor_gguf(tmp_path / "t.gguf", qtype)
+    groups = affine.decompose(tmp_path / "t.gguf", tensor, ValueError)
+    assert groups.exact and groups.relative_rms_error == 0.0 and groups.bits == affine.bits_of(tensor)
+    assert int(groups.q.max()) < 1 << groups.bits
+    expected = gguf_values(tensor)
+    assert same_numbers(groups.values(), expected)
+    packed = affine.pack(groups.q, groups.bits)
+    assert packed.shape == (8, 512 * groups.bits // 32)
+    assert same_numbers(mlx_dequantize(tmp_path, packed, groups.scales, groups.biases, groups.bits), expected)
+
+
+@pytest.mark.parametrize("qtype", REQUANTIZED, ids=lambda t: t.name)
+def test_a_type_without_an_exact_form_is_quantized_again_to_8_bits_with_its_error_measured(
+    qtype: GGMLQuantizationType, tmp_path: Path
+) -> None:
+    tensor = one_tensor_gguf(tmp_path / "t.gguf", qtype)
+    groups = affine.decompose(tmp_path / "t.gguf", tensor, ValueError)
+    expected = gguf_values(tensor)
+    error = groups.values() - expected
+    measured = float(
+        np.sqrt(np.mean(error.astype(np.float64) ** 2) / np.mean(expected.astype(np.float64) ** 2))
+    )
+    assert not groups.exact and groups.bits == 8
+    assert groups.relative_rms_error == pytest.approx(measured, rel=1e-6)
+    assert 0 < measured < 0.01  # 8 bits over a group's range: well under 1 %
+    back = mlx_dequantize(tmp_path, affine.pack(groups.q, 8), groups.scales, groups.biases, 8)
+    assert same_numbers(back, groups.values())
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, 8])
+def test_packing_is_mlxs_bit_layout_for_every_width(bits: int, tmp_path: Path) -> None:
+    q = np.random.default_rng(bits).integers(0, 1 << bits, size=(3, 128), dtype=np.uint8)
+    ones, zeros = np.ones((3, 4), np.float32), np.zeros((3, 4), np.float32)
+    back = mlx_dequantize(tmp_path, affine.pack(q, bits), ones, zeros, bits)
+    np.testing.assert_array_equal(back, q.astype(np.float32))
+
+
+# ------------------------------------------------------------------ whole models
+
+TYPES = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q8_0, Q.Q4_K, Q.Q6_K, Q.F16)
+MODULES = {
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}  # fmt: skip
+
+
+def model_gguf(path: Path, arch: str, qtype: GGMLQuantizationType) -> Path:
+    """A random-weights llama or gemma3 GGUF (256 wide: the K-quants' rows) whose matrices
+    are all of `qtype`, the embedding tied, the norms float32."""
+    rng = np.random.default_rng(int(qtype) + len(arch))
+    d, ff, heads, kv_heads, head_dim, vocab, layers = 256, 256, 2, 1, 128, 64, 2
+    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (vocab, d), "output_norm.weight": (d,)}
+    kinds = {
+        "attn_norm": (d,), "attn_q": (heads * head_dim, d), "attn_k": (kv_heads * head_dim, d),
+        "attn_v": (kv_heads * head_dim, d), "attn_output": (d, heads * head_dim), "ffn_norm": (d,),
+        "ffn_gate": (ff, d), "ffn_up": (ff, d), "ffn_down": (d, ff),
+    }  # fmt: skip
+    if arch == "gemma3":
+        kinds |= {"attn_q_norm": (head_dim,), "attn_k_norm": (head_dim,), "post_attention_norm": (d,),
+                  "post_ffw_norm": (d,)}  # fmt: skip
+    shapes |= {f"blk.{i}.{kind}.weight": shape for i in range(layers) for kind, shape in kinds.items()}
+    writer = GGUFWriter(str(path), arch=arch)
+    writer.add_context_length(128)
+    writer.add_embedding_length(d)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(ff)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_layer_norm_rms_eps(1e-6)
+    if arch == "gemma3":
+        writer.add_sliding_window(4)
+        writer.add_uint32("gemma3.attention.sliding_window_pattern", 2)
+    for name, shape in shapes.items():
+        values = (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+        if len(shape) == 1:
+            writer.add_tensor(name, 1 + 0.1 * values)
+        else:
+            writer.add_tensor(name, stored(values, qtype, rng), raw_dtype=qtype if qtype != Q.F16 else None)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+# MLX-LM's own strict load of the directory; each matrix written back as MLX computes it
+# (dequantize of a quantized module, the weight of a dense one).
+MLX_LM_WEIGHTS = """
+import sys, numpy as np, mlx.core as mx, mlx.nn as nn
+from pathlib import Path
+from mlx_lm.utils import load_model
+model, config = load_model(Path(sys.argv[1]), strict=True)
+out = {}
+for name, module in model.named_modules():
+    if isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+        w = mx.dequantize(module.weight, module.scales, module.biases, group_size=module.group_size,
+                          bits=module.bits)
+        out[name] = (np.array(w.astype(mx.float32)), module.bits)
+    elif isinstance(module, (nn.Linear, nn.Embedding)):
+        out[name] = (np.array(module.weight.astype(mx.float32)), 0)
+np.savez(sys.argv[2], **{k: v[0] for k, v in out.items()}, **{"bits:" + k: v[1] for k, v in out.items()})
+"""
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_mlx_lm_loads_every_type_and_computes_with_the_ggufs_weights(
+    arch: str, qtype: GGMLQuantizationType, tmp_path: Path
+) -> None:
+    from eliza.formats.gguf_models.llama import unpermute_rope_rows
+
+    gguf = model_gguf(tmp_path / f"{arch}.gguf", arch, qtype)
+    record = convert(gguf, tmp_path / "mlx")
+    assert stale_reason(gguf, tmp_path / "mlx") is None
+    done = subprocess.run(
+        [sys.executable, "-c", MLX_LM_WEIGHTS, str(tmp_path / "mlx"), str(tmp_path / "w.npz")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = np.load(tmp_path / "w.npz")
+    source = {t.name: t for t in GGUFReader(gguf).tensors}
+    config = json.loads((tmp_path / "mlx" / CONFIG_NAME).read_text())
+    dense = qtype == Q.F16
+    assert ("quantization" in config) is not dense
+    if not dense:
+        assert config["quantization"]["bits"] == affine.bits_of(source["blk.0.attn_q.weight"])
+    matrices = {"model.embed_tokens": "token_embd.weight"}
+    matrices |= {
+        f"model.layers.{i}.{hf}": f"blk.{i}.{kind}.weight" for i in range(2) for kind, hf in MODULES.items()
+    }
+    for module, name in matrices.items():
+        expected = np.asarray(dequantize(source[name].data, qtype), dtype=np.float32).reshape(
+            tuple(reversed(source[name].shape.tolist()))
+        )
+        if arch == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
+            expected = unpermute_rope_rows(expected, 2 if "attn_q" in name else 1)
+        got, bits = loaded[module], int(loaded["bits:" + module])
+        assert bits == (0 if dense else affine.bits_of(source[name])), module
+        if qtype in affine.EXACT_TYPES or dense:
+            assert same_numbers(got, expected), module
+        else:  # Q6_K: 8 bits in groups of 32, the error recorded
+            relative = float(np.sqrt(np.mean((got - expected) ** 2) / np.mean(expected**2)))
+            assert 0 < relative < 0.01, module
+            assert record.added_error[module] == pytest.approx(relative, rel=1e-3), module
+    written = json.loads((tmp_path / "mlx" / RECORD_NAME).read_text())
+    assert set(written["requantized"]) == (set() if qtype in affine.EXACT_TYPES or dense else set(matrices))
+    assert not any(name.startswith("lm_head") for name in loaded.files)  # the tied table, once
+
+
+def test_dense_stays_an_option_and_each_kind_is_stale_for_the_other(tmp_path: Path) -> None:
+    gguf = model_gguf(tmp_path / "m.gguf", "gemma3", Q.Q8_0)
+    quantized = convert(gguf, tmp_path / "q")
+    dense = convert(gguf, tmp_path / "d", dense=True)
+    assert quantized.quantization and not dense.quantization
+    assert "quantization" not in json.loads((tmp_path / "d" / CONFIG_NAME).read_text())
+    size = {p: (tmp_path / p / "model.safetensors").stat().st_size for p in ("q", "d")}
+    assert size["q"] < size["d"] / 3
+    assert stale_reason(gguf, tmp_path / "d", dense=True) is None
+    reason = stale_reason(gguf, tmp_path / "d")
+    assert reason is not None and "written float32, quantized wanted" in reason, reason
+    reason = stale_reason(gguf, tmp_path / "q", dense=True)
+    assert reason is not None and "--dense" in reason, reason
