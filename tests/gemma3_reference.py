@@ -25,10 +25,21 @@ def _tensor(t: Any) -> Array:
     return np.asarray(data, dtype=np.float64).reshape(shape)
 
 
-def reference_logits(gguf: Path | GGUFReader, tokens: list[int]) -> Array:
-    """Logits (len(tokens), n_vocab) of every position, in float64."""
+def int8_rows(w: Array) -> Array:
+    """A matrix as symmetric int8 per row would give it back (scale max|row| / 127): what a
+    runtime with int8 weights per output channel multiplies, written here independently."""
+    scale = np.abs(w).max(axis=1, keepdims=True) / 127
+    scale[scale == 0] = 1
+    return np.asarray(np.clip(np.rint(w / scale), -127, 127) * scale)
+
+
+def reference_logits(gguf: Path | GGUFReader, tokens: list[int], matrices: Any = None) -> Array:
+    """Logits (len(tokens), n_vocab) of every position, in float64; `matrices`, when given,
+    maps every matrix of the GGUF first (int8_rows: a runtime's int8 weights)."""
     reader = gguf if isinstance(gguf, GGUFReader) else GGUFReader(gguf)
     w = {t.name: _tensor(t) for t in reader.tensors}
+    if matrices is not None:
+        w = {name: matrices(v) if v.ndim == 2 else v for name, v in w.items()}
     d = int(_value(reader, "gemma3.embedding_length"))
     n_head = int(_value(reader, "gemma3.attention.head_count"))
     n_kv = int(_value(reader, "gemma3.attention.head_count_kv", n_head))

@@ -23,7 +23,7 @@ from eliza.adapters.bench_tools import BenchSettings, bench_argv, run_tool
 from eliza.app.checks.job import Job
 from eliza.app.checks.runtimes import backends_of
 from eliza.app.services.bench_options import BenchOptions
-from eliza.app.services.bundle import ensure_runtime_bundle
+from eliza.app.services.bundle import RUNTIME_WEIGHT_CACHES, ensure_runtime_bundle
 from eliza.app.services.clock import Stopwatch, now
 from eliza.app.services.counts_cache import FOLDER as COUNTS_FOLDER
 from eliza.app.services.counts_cache import CountsCache
@@ -84,12 +84,16 @@ class Samples:
     candidate: dict[str, list[float]] = field(default_factory=dict)
     reference: dict[str, list[float]] = field(default_factory=dict)
     peak_rss_sources: set[str] = field(default_factory=set)
+    # the candidate runtime's weight cache as each of its runs started ("cold", "warm"), in
+    # order; empty when the runtime keeps none
+    weight_cache: list[str] = field(default_factory=list)
 
     def extend(self, more: Samples) -> None:
         for mine, theirs in ((self.candidate, more.candidate), (self.reference, more.reference)):
             for name, values in theirs.items():
                 mine.setdefault(name, []).extend(values)
         self.peak_rss_sources |= more.peak_rss_sources
+        self.weight_cache += more.weight_cache
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,8 @@ class Side:
 
     library: Path
     env: Mapping[str, str] = field(default_factory=dict)
+    # the state of the side's runtime weight cache, read before each of its runs
+    weight_cache: Callable[[], str | None] | None = field(default=None, compare=False)
 
 
 def measure(
@@ -158,6 +164,7 @@ def _rounds(
     sides = [*((k, side, out) for k, (side, out) in enumerate(candidates)), (-1, reference, reference_out)]
     taken: dict[int, dict[str, list[float]]] = {k: {} for k, _, _ in sides}
     sources: dict[int, set[str]] = {k: set() for k, _, _ in sides}
+    caches: dict[int, list[str]] = {k: [] for k, _, _ in sides}
     for i in range(first, first + rounds):
         turn = i % len(sides)
         for k, side, out in sides[turn:] + sides[:turn]:
@@ -165,6 +172,9 @@ def _rounds(
             path = out / f"{name}-{i}.jsonl"
             argv = bench_argv(tool_dir, side.library, settings, f"{cell.id} {name}", path)
             env = {"ELIZA_N_THREADS": str(opts.overhead_threads), **side.env}
+            state = side.weight_cache() if side.weight_cache is not None else None
+            if state is not None:
+                caches[k].append(state)
             done = run_tool(argv, path, env, runner=opts.runner)
             sources[k].add(done.peak_rss_source)
             for metric, value in run_metrics(done).items():
@@ -174,6 +184,7 @@ def _rounds(
             candidate=taken[k],
             reference={metric: list(values) for metric, values in taken[-1].items()},
             peak_rss_sources=sources[k] | sources[-1],
+            weight_cache=caches[k],
         )
         for k in range(len(candidates))
     ]
@@ -420,7 +431,7 @@ def comparisons(
     series = [
         Comparison(
             gate.factory,
-            Side(library, {"ELIZA_LLM_BACKEND": gate.factory}),
+            Side(library, {"ELIZA_LLM_BACKEND": gate.factory}, _weight_cache_probe(gate.id, bundle)),
             Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"}),
             backend_opts,
             out / gate.factory,
@@ -429,6 +440,19 @@ def comparisons(
     ]
     words = "the llama.cpp path of the same library and bundle (ELIZA_LLM_BACKEND=llama.cpp)"
     return series, BACKEND_PERF_REFERENCE, words, (library,)
+
+
+def _weight_cache_probe(gate: str, bundle: Path) -> Callable[[], str | None] | None:
+    probe = RUNTIME_WEIGHT_CACHES.get(gate)
+    return None if probe is None else (lambda: probe(bundle))
+
+
+def _weight_caches(series: Sequence[tuple[str, Samples]]) -> dict[str, object]:
+    """{"weight_cache": {backend: the state each of its runs started with}} where a runtime
+    keeps a weight cache: a cold first round is the load users see once, the warm ones the
+    load of every later start."""
+    states = {label or "candidate": samples.weight_cache for label, samples in series if samples.weight_cache}
+    return {"weight_cache": states} if states else {}
 
 
 def perf_outcome(
@@ -479,6 +503,7 @@ def perf_outcome(
             **about,
             **({"simulated": simulated.as_dict()} if simulated is not None else {}),
             "metrics": rows,
+            **_weight_caches(series),
             "waived": list(state.waived),
             "warnings": list(state.warnings),
             "decided_by": list(state.decided_by),

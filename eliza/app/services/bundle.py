@@ -14,6 +14,7 @@ from eliza.app.project import current
 from eliza.core.cell_id import CellId
 from eliza.core.layout import tiny_bundle_dir
 from eliza.core.matrix import Bundle, Gate, Matrix
+from eliza.core.weight_cache import CacheState, cache_state, leftover_caches
 from eliza.formats.files import sha256_file
 
 
@@ -130,11 +131,34 @@ def ensure_litertlm(bundle: Path) -> Path:
             write_litertlm(gguf, out)
     except LitertlmError as exc:
         raise UsageError(str(exc)) from exc
+    _remove_leftover_caches(out)
     return out
+
+
+def litert_weight_cache(bundle: Path) -> CacheState | None:
+    """Whether a LiteRT-LM engine on `bundle` starts with its weight cache warm or cold
+    (eliza.core.weight_cache); None when the bundle has no .litertlm."""
+    models = sorted((bundle / "text").glob("*.litertlm"))
+    if not models:
+        return None
+    model = models[0]
+    info = model.stat()
+    present = [p.name for p in model.parent.iterdir()]
+    return cache_state(model.name, int(info.st_mtime), info.st_size, present)
+
+
+def _remove_leftover_caches(model: Path) -> None:
+    """The engine's caches of earlier versions of `model`: never mapped again, only disk."""
+    info = model.stat()
+    present = [p.name for p in model.parent.iterdir()]
+    for name in leftover_caches(model.name, int(info.st_mtime), info.st_size, present):
+        (model.parent / name).unlink(missing_ok=True)
 
 
 # Gate id -> what stages its runtime's artifact into a bundle from the bundle's GGUF.
 RUNTIME_STAGERS: dict[str, Callable[[Path], Path]] = {"mlx": ensure_mlx_weights, "litert": ensure_litertlm}
+# Gate id -> the state of the cache its runtime keeps beside the artifact, read before a run.
+RUNTIME_WEIGHT_CACHES: dict[str, Callable[[Path], CacheState | None]] = {"litert": litert_weight_cache}
 
 
 # Checks that run side by side stage the same runtime bundle: one stages it, the others wait.

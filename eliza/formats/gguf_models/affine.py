@@ -23,6 +23,9 @@ has no exact form; it is dequantized and quantized again to 8 bits in groups of 
 per group), which adds about 0.5 % relative RMS error to a Q6_K weight, a quarter of Q6_K's
 own. `Decomposed.relative_rms_error` says what was added, 0 for an exact type. Float
 tensors (F32, F16, BF16) are not quantized at all: the converters keep them dense.
+
+`int8_rows` is the other scheme the runtimes deploy: XNNPACK's (LiteRT-LM's CPU path)
+symmetric int8 per output channel, which no GGUF block type matches exactly.
 """
 
 from __future__ import annotations
@@ -196,3 +199,43 @@ def _k_scale_min(packed: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.uint8], 
     sc = np.concatenate([d & 0x3F, (low & 0x0F) | ((d >> 2) & 0x30)], axis=-1)
     mins = np.concatenate([m & 0x3F, (low >> 4) | ((m >> 2) & 0x30)], axis=-1)
     return sc.astype(np.uint8), mins.astype(np.uint8)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Int8Rows:
+    """A matrix as symmetric int8 with one float32 scale per row (w = scale * q, q in
+    -127..127): per output channel for a linear layer, per token for an embedding table.
+    XNNPACK's int8 weights; no GGUF type carries over exactly, so the error it adds over the
+    GGUF's values is measured."""
+
+    q: npt.NDArray[np.int8]  # (rows, columns)
+    scales: npt.NDArray[np.float32]  # (rows,)
+    relative_rms_error: float
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.q.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.q.nbytes + self.scales.nbytes)
+
+    def rows(self, order: npt.NDArray[np.intp]) -> Int8Rows:
+        """The same weight with its rows taken in `order` (each row carries its own scale)."""
+        return Int8Rows(
+            q=np.ascontiguousarray(self.q[order]),
+            scales=np.ascontiguousarray(self.scales[order]),
+            relative_rms_error=self.relative_rms_error,
+        )
+
+
+def int8_rows(values: npt.NDArray[np.float32]) -> Int8Rows:
+    """`values` (rows, columns) as symmetric int8 per row: scale max|w| / 127, q rounded to the
+    nearest; an all-zero row gets scale 1 (TFLite wants every scale positive)."""
+    peak = np.abs(values).max(axis=1)
+    scales = np.where(peak > 0, peak / np.float32(127), np.float32(1)).astype(np.float32)
+    q = np.clip(np.rint(values / scales[:, None]), -127, 127).astype(np.int8)
+    error = q.astype(np.float32) * scales[:, None] - values
+    norm = float(np.sqrt(np.mean(np.square(values, dtype=np.float64))))
+    relative = float(np.sqrt(np.mean(np.square(error, dtype=np.float64)))) / norm if norm else 0.0
+    return Int8Rows(q=q, scales=scales, relative_rms_error=relative)

@@ -12,12 +12,13 @@ import numpy as np
 import numpy.typing as npt
 from gguf import GGUFReader
 
-from eliza.formats.gguf_models import tensors
+from eliza.formats.gguf_models import affine, tensors
 from eliza.formats.sentencepiece_vocab import SpmVocabulary, VocabularyError, read_vocabulary
 
 # Bump when the bytes written for the same GGUF and options change: every file written by
 # an older writer is then stale and rewritten.
-WRITER_VERSION = "2"  # 2: the default context is the library's (at most 4096), not the GGUF's
+# 2: the default context is the library's (at most 4096), not the GGUF's; 3: int8 matrices
+WRITER_VERSION = "3"
 FORMAT = "eliza-litertlm/1"
 SUFFIX = ".litertlm"
 RECORD_SUFFIX = ".json"
@@ -28,8 +29,11 @@ CREATION_TIMESTAMP = "1970-01-01T00:00:00+00:00"
 # and rope tables of the graph are this long by default, not Gemma's 32768.
 DEFAULT_MAX_CONTEXT = 4096
 
-# A flatbuffer addresses at most 2 GiB; weights are written as float32.
+# A flatbuffer addresses at most 2 GiB; matrices are written as int8, vectors as float32.
 FLATBUFFER_LIMIT = 2**31 - (64 << 20)
+
+# A weight as the graph holds it: a matrix as int8 per row, a vector (a norm) as float32.
+Weight = npt.NDArray[np.float32] | affine.Int8Rows
 
 
 class LitertlmError(ValueError):
@@ -79,9 +83,11 @@ def read_weights(
     architecture: str,
     layers: int,
     known_unsupported: dict[str, str] | None = None,
-) -> dict[str, npt.NDArray[np.float32]]:
-    """Every expected tensor as float32 of its (rows, columns) shape, after checking that the
-    file holds exactly these and that they fit one flatbuffer."""
+) -> dict[str, Weight]:
+    """Every expected tensor of its (rows, columns) shape, after checking that the file holds
+    exactly these and that they fit one flatbuffer: each matrix symmetric int8 per row (the
+    weights LiteRT-LM deploys on the CPU; a linear layer's rows are its output channels, the
+    embedding's its tokens), each vector float32."""
     present = {t.name: t for t in reader.tensors}
     tensors.check_tensors(
         path,
@@ -92,13 +98,17 @@ def read_weights(
         layers=layers,
         known_unsupported=known_unsupported,
     )
-    total = 4 * sum(int(np.prod(dims)) for dims in expected.values())
+    total = sum(int(np.prod(dims)) * (1 if len(dims) == 2 else 4) for dims in expected.values())
     if total > FLATBUFFER_LIMIT:
         raise LitertlmError(
-            f"{path}: {total / 2**30:.1f} GiB of float32 weights; a TFLite flatbuffer holds under 2 GiB "
-            "(this writer writes float32 only: use a smaller model)"
+            f"{path}: {total / 2**30:.1f} GiB of int8 and float32 weights; a TFLite flatbuffer holds under "
+            "2 GiB: use a smaller model"
         )
-    return {name: tensors.float32(path, present[name], LitertlmError) for name in expected}
+    weights: dict[str, Weight] = {}
+    for name, dims in expected.items():
+        values = tensors.float32(path, present[name], LitertlmError)
+        weights[name] = affine.int8_rows(values) if len(dims) == 2 else values
+    return weights
 
 
 class Converter(Protocol):
@@ -117,8 +127,6 @@ class Converter(Protocol):
 
     def stop_ids(self, vocab: SpmVocabulary) -> list[int]: ...
 
-    def read_weights(self) -> dict[str, npt.NDArray[np.float32]]: ...
+    def read_weights(self) -> dict[str, Weight]: ...
 
-    def tflite_model(
-        self, weights: Mapping[str, npt.NDArray[np.float32]], prefill_lengths: Sequence[int]
-    ) -> bytes: ...
+    def tflite_model(self, weights: Mapping[str, Weight], prefill_lengths: Sequence[int]) -> bytes: ...

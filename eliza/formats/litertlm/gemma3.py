@@ -15,12 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
 from gguf import GGUFReader
 
 from eliza.formats.gguf_models import gemma3 as arch
-from eliza.formats.litertlm.common import LitertlmError, chosen_context, read_weights
+from eliza.formats.litertlm.common import LitertlmError, Weight, chosen_context, read_weights
 from eliza.formats.litertlm.decoder import Signature
 from eliza.formats.litertlm.tflite import Model
 from eliza.formats.sentencepiece_vocab import SpmVocabulary, eog_ids
@@ -43,7 +41,7 @@ class Gemma3Converter:
     def stop_ids(self, vocab: SpmVocabulary) -> list[int]:
         return stop_ids(vocab)
 
-    def read_weights(self) -> dict[str, npt.NDArray[np.float32]]:
+    def read_weights(self) -> dict[str, Weight]:
         """Every tensor as float32 of its (out, in) shape, as stored: the norms already hold
         Gemma's +1 and the Q/K rows are in the halves-rope order."""
         return read_weights(
@@ -58,18 +56,14 @@ class Gemma3Converter:
         """A window that reaches past the context masks nothing: such a layer is global here."""
         return self.h.is_sliding(layer) and self.h.sliding_window < self.context
 
-    def tflite_model(
-        self, weights: Mapping[str, npt.NDArray[np.float32]], prefill_lengths: Sequence[int]
-    ) -> bytes:
+    def tflite_model(self, weights: Mapping[str, Weight], prefill_lengths: Sequence[int]) -> bytes:
         model = Model(capacity=sum(w.nbytes for w in weights.values()))
         for n in prefill_lengths:
             self._signature(model, weights, n, decode=False)
         self._signature(model, weights, 1, decode=True)
         return model.to_bytes()
 
-    def _signature(
-        self, model: Model, weights: Mapping[str, npt.NDArray[np.float32]], n: int, decode: bool
-    ) -> None:
+    def _signature(self, model: Model, weights: Mapping[str, Weight], n: int, decode: bool) -> None:
         h = self.h
         s = Signature(
             model,

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 from gguf import GGUFReader
 
 from eliza.formats.gguf_models import header
 from eliza.formats.gguf_models import llama as arch
-from eliza.formats.litertlm.common import LitertlmError, chosen_context, read_weights
+from eliza.formats.gguf_models.affine import Int8Rows
+from eliza.formats.litertlm.common import LitertlmError, Weight, chosen_context, read_weights
 from eliza.formats.litertlm.decoder import Signature
 from eliza.formats.litertlm.tflite import Model
 from eliza.formats.sentencepiece_vocab import SpmVocabulary
@@ -43,8 +43,9 @@ class LlamaConverter:
     def stop_ids(self, vocab: SpmVocabulary) -> list[int]:
         return [vocab.eos_id]
 
-    def read_weights(self) -> dict[str, npt.NDArray[np.float32]]:
-        """Every tensor as float32 of its (out, in) shape, Q and K rows un-permuted to halves rope."""
+    def read_weights(self) -> dict[str, Weight]:
+        """Every tensor of its (out, in) shape (common.read_weights), Q and K rows un-permuted to
+        halves rope."""
         h = self.h
         weights = read_weights(
             self.reader,
@@ -58,21 +59,21 @@ class LlamaConverter:
             kind = name.split(".")[-2]
             if kind in ("attn_q", "attn_k"):
                 heads = h.n_head if kind == "attn_q" else h.n_head_kv
-                weights[name] = np.ascontiguousarray(arch.unpermute_rope_rows(weight, heads))
+                if isinstance(weight, Int8Rows):
+                    order = arch.unpermute_rope_rows(np.arange(weight.shape[0]), heads)
+                    weights[name] = weight.rows(np.asarray(order, dtype=np.intp))
+                else:
+                    weights[name] = np.ascontiguousarray(arch.unpermute_rope_rows(weight, heads))
         return weights
 
-    def tflite_model(
-        self, weights: Mapping[str, npt.NDArray[np.float32]], prefill_lengths: Sequence[int]
-    ) -> bytes:
+    def tflite_model(self, weights: Mapping[str, Weight], prefill_lengths: Sequence[int]) -> bytes:
         model = Model(capacity=sum(w.nbytes for w in weights.values()))
         for n in prefill_lengths:
             self._signature(model, weights, n, decode=False)
         self._signature(model, weights, 1, decode=True)
         return model.to_bytes()
 
-    def _signature(
-        self, model: Model, weights: Mapping[str, npt.NDArray[np.float32]], n: int, decode: bool
-    ) -> None:
+    def _signature(self, model: Model, weights: Mapping[str, Weight], n: int, decode: bool) -> None:
         h = self.h
         s = Signature(
             model,

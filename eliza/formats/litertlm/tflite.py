@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from eliza.formats.gguf_models.affine import Int8Rows
 from eliza.formats.litertlm.common import FORMAT, WRITER_VERSION
 
 _ALIGN = 64  # weights are read in place: XNNPACK wants their buffers aligned
@@ -105,14 +106,24 @@ class Graph:
         self.subgraph.inputs, self.subgraph.outputs = [], []
         self.shapes: list[list[int]] = []
         self.types: list[int] = []
+        self.row_scales: dict[int, tuple[str, npt.NDArray[np.float32]]] = {}
         self.count = 0
 
-    def tensor(self, name: str, shape: Sequence[int], dtype: type[np.generic], buffer: int = 0) -> int:
+    def tensor(
+        self,
+        name: str,
+        shape: Sequence[int],
+        dtype: type[np.generic],
+        buffer: int = 0,
+        quantization: Any = None,
+    ) -> int:
         tensor = self.tfl.TensorT()
         tensor.name = name
         tensor.shape = [int(s) for s in shape]
-        tensor.type = self.tfl.TensorType.INT32 if dtype is np.int32 else self.tfl.TensorType.FLOAT32
+        types = {np.int32: self.tfl.TensorType.INT32, np.int8: self.tfl.TensorType.INT8}
+        tensor.type = types.get(dtype, self.tfl.TensorType.FLOAT32)
         tensor.buffer = buffer
+        tensor.quantization = quantization
         self.subgraph.tensors.append(tensor)
         self.shapes.append(list(tensor.shape))
         self.types.append(tensor.type)
@@ -123,9 +134,24 @@ class Graph:
         self.subgraph.inputs.append(index)
         return index
 
-    def const(self, key: str, array: npt.NDArray[Any]) -> int:
+    def const(self, key: str, array: npt.NDArray[Any] | Int8Rows) -> int:
+        if isinstance(array, Int8Rows):
+            return self._int8_rows(key, array)
         dtype = np.int32 if array.dtype == np.int32 else np.float32
         return self.tensor(key, array.shape, dtype, self.model.buffer(key, np.asarray(array, dtype=dtype)))
+
+    def _int8_rows(self, key: str, weight: Int8Rows) -> int:
+        """An int8 tensor quantized per row (axis 0, zero point 0): FULLY_CONNECTED takes it as
+        int8 weights per output channel with float activations (XNNPACK's dynamically
+        quantized kernels), GATHER through `gather`. Its scales are also a float32 constant,
+        `<key>.scales`, for the rows a gather takes."""
+        quantization = self.tfl.QuantizationParametersT()
+        quantization.scale = [float(s) for s in weight.scales]
+        quantization.zeroPoint = [0] * len(weight.scales)
+        quantization.quantizedDimension = 0
+        index = self.tensor(key, weight.shape, np.int8, self.model.buffer(key, weight.q), quantization)
+        self.row_scales[index] = key + ".scales", weight.scales
+        return index
 
     def i32(self, values: Sequence[int]) -> int:
         ints = [int(v) for v in values]
@@ -181,9 +207,7 @@ class Graph:
         return self._broadcast(self.tfl.BuiltinOperator.MINIMUM, "MaximumMinimum", a, b)
 
     def cast_float(self, x: int) -> int:
-        options = self._options(
-            "Cast", inDataType=self.tfl.TensorType.INT32, outDataType=self.tfl.TensorType.FLOAT32
-        )
+        options = self._options("Cast", inDataType=self.types[x], outDataType=self.tfl.TensorType.FLOAT32)
         return self.op(self.tfl.BuiltinOperator.CAST, [x], self.shapes[x], options)
 
     def gelu_tanh(self, x: int) -> int:
@@ -211,9 +235,15 @@ class Graph:
         )
 
     def gather(self, params: int, indices: int) -> int:
+        """Rows of `params` as float32; an int8 table's rows times their own scales."""
         shape = self.shapes[indices] + self.shapes[params][1:]
         options = self._options("Gather", axis=0)
-        return self.op(self.tfl.BuiltinOperator.GATHER, [params, indices], shape, options)
+        if params not in self.row_scales:
+            return self.op(self.tfl.BuiltinOperator.GATHER, [params, indices], shape, options)
+        rows = self.op(self.tfl.BuiltinOperator.GATHER, [params, indices], shape, options, np.int8)
+        key, scales = self.row_scales[params]
+        scale = self.gather(self.const(key, scales), indices)
+        return self.mul(self.cast_float(rows), self.reshape(scale, [*self.shapes[indices], 1]))
 
     def bmm(self, a: int, b: int, adj_y: bool = False) -> int:
         sa, sb = self.shapes[a], self.shapes[b]

@@ -27,6 +27,8 @@
 //     temperature and slot_id as the seed. The engine has no repeat penalty: a stream that
 //     asks for one is refused.
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -94,7 +96,6 @@ bool resolve_all(void * h, Api & a, std::string & missing) {
     ELIZA_LITERT_RESOLVE(engine_settings_delete);
     ELIZA_LITERT_RESOLVE(engine_settings_set_max_num_tokens);
     ELIZA_LITERT_RESOLVE(engine_settings_set_num_threads);
-    ELIZA_LITERT_RESOLVE(engine_settings_set_cache_dir);
     ELIZA_LITERT_RESOLVE(engine_settings_set_activation_data_type);
     ELIZA_LITERT_RESOLVE(engine_create);
     ELIZA_LITERT_RESOLVE(engine_delete);
@@ -230,6 +231,27 @@ bool litertlm_matches_gguf(const std::string & model, const std::string & gguf, 
     return artifact_matches_gguf(record, gguf, model_sha256, message);
 }
 
+// An advisory lock on the model file for as long as it lives (flock on a read-only
+// descriptor: a model on a read-only disk is locked too); a model that cannot be opened is
+// not locked, and the engine's own open then reports it.
+class ModelLock {
+public:
+    explicit ModelLock(const std::string & model) : fd_(::open(model.c_str(), O_RDONLY | O_CLOEXEC)) {
+        if (fd_ >= 0) {
+            while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+            }
+        }
+    }
+    ~ModelLock() {
+        if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the lock
+    }
+    ModelLock(const ModelLock &) = delete;
+    ModelLock & operator=(const ModelLock &) = delete;
+
+private:
+    int fd_;
+};
+
 std::shared_ptr<Engine> context_engine(const Runtime & rt, EliInferenceContext & ctx, const VocabView & vocab,
                                        uint32_t n_ctx, std::string & message) {
     std::lock_guard<std::mutex> lock(ctx.backend_state_mutex);
@@ -247,14 +269,21 @@ std::shared_ptr<Engine> context_engine(const Runtime & rt, EliInferenceContext &
         return nullptr;
     }
     // f32 activations: the engine's CPU default is f16, which would round away agreement
-    // with the llama.cpp path. ":nocache": no weight-cache file beside the bundle's model.
+    // with the llama.cpp path. The weight cache is left as the engine ships it: no cache
+    // directory set, so the first engine writes the weights XNNPACK packs beside the model
+    // (<model>_<mtime>_<size>.xnnpack_cache) and later ones map them instead of packing
+    // again; a model written anew has another mtime, so another cache.
     rt.api.engine_settings_set_activation_data_type(settings, kLiteRtLmActivationDataTypeFloat32);
     rt.api.engine_settings_set_num_threads(settings, thread_count(ctx));
-    rt.api.engine_settings_set_cache_dir(settings, ":nocache");
     rt.api.engine_settings_set_max_num_tokens(settings, static_cast<int>(n_ctx));
     auto engine = std::make_shared<Engine>();
     engine->api = &rt.api;
-    engine->handle = rt.api.engine_create(settings);
+    {
+        // Two processes starting on one cold model would both write its cache: the first
+        // to hold the model's lock writes it, the next finds it written.
+        const ModelLock lock(model);
+        engine->handle = rt.api.engine_create(settings);
+    }
     rt.api.engine_settings_delete(settings);
     if (engine->handle == nullptr) {
         message = "the LiteRT-LM engine cannot load '" + model +

@@ -48,7 +48,6 @@ struct Api {
     void (*engine_settings_delete)(LiteRtLmEngineSettings *);
     void (*engine_settings_set_max_num_tokens)(LiteRtLmEngineSettings *, int max_num_tokens);
     void (*engine_settings_set_num_threads)(LiteRtLmEngineSettings *, int num_threads);
-    void (*engine_settings_set_cache_dir)(LiteRtLmEngineSettings *, const char * cache_dir);
     void (*engine_settings_set_activation_data_type)(LiteRtLmEngineSettings *, int activation_data_type);
     LiteRtLmEngine * (*engine_create)(const LiteRtLmEngineSettings *);
     void (*engine_delete)(LiteRtLmEngine *);
