@@ -35,11 +35,12 @@ def int8_rows(w: Array) -> Array:
 
 def reference_logits(gguf: Path | GGUFReader, tokens: list[int], matrices: Any = None) -> Array:
     """Logits (len(tokens), n_vocab) of every position, in float64; `matrices`, when given,
-    maps every matrix of the GGUF first (int8_rows: a runtime's int8 weights)."""
+    maps every matrix of the GGUF first, by name and values (to int8_rows: a runtime's int8
+    weights)."""
     reader = gguf if isinstance(gguf, GGUFReader) else GGUFReader(gguf)
     w = {t.name: _tensor(t) for t in reader.tensors}
     if matrices is not None:
-        w = {name: matrices(v) if v.ndim == 2 else v for name, v in w.items()}
+        w = {name: matrices(name, v) if v.ndim == 2 else v for name, v in w.items()}
     d = int(_value(reader, "gemma3.embedding_length"))
     n_head = int(_value(reader, "gemma3.attention.head_count"))
     n_kv = int(_value(reader, "gemma3.attention.head_count_kv", n_head))

@@ -4,10 +4,11 @@ scale fields are finite float16 values, so every block is a valid one of its typ
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 from gguf.quants import quantize
 
 Q = GGMLQuantizationType
@@ -37,3 +38,29 @@ def stored(
         half = (rng.uniform(0.5, 1.5, size=len(blocks)) * spread / 32).astype(np.float16)
         blocks[:, offset : offset + 2] = half.view(np.uint8).reshape(-1, 2)
     return blocks.reshape(rows, columns // block_values * block_bytes)
+
+
+def quantized_copy(src: Path, dst: Path, qtype: GGMLQuantizationType, seed: int = 0) -> Path:
+    """The GGUF at `src` (a float model) written again with every matrix whose rows `qtype`'s
+    blocks divide stored as `qtype`: the same keys, the vectors and other matrices as they were."""
+    reader = GGUFReader(src)
+    rng = np.random.default_rng(seed)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    writer = GGUFWriter(str(dst), arch=str(reader.fields["general.architecture"].contents()))
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
+        writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
+    for t in reader.tensors:
+        values = np.asarray(t.data, dtype=np.float32).reshape(tuple(reversed(t.shape.tolist())))
+        if values.ndim == 2 and values.shape[1] % GGML_QUANT_SIZES[qtype][0] == 0:
+            writer.add_tensor(t.name, stored(values, qtype, rng), raw_dtype=qtype)
+        else:
+            writer.add_tensor(t.name, values)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return dst

@@ -19,6 +19,9 @@ from pathlib import Path
 
 # Never part of a source tree's content: written by tools inside the tree.
 _IGNORED_NAMES = frozenset({"CMakeUserPresets.json", "__pycache__", ".pytest_cache"})
+# Nor of a bundle's: a runtime's own cache beside its model (LiteRT-LM's packed weights,
+# eliza.core.weight_cache), which its first run writes.
+_IGNORED_SUFFIXES = (".xnnpack_cache",)
 
 
 TEMP_SUFFIX = ".tmp"
@@ -297,7 +300,7 @@ def tree_hash(
         files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
         for f in files:
             relative = f.relative_to(root)
-            if _IGNORED_NAMES.intersection(relative.parts):
+            if _IGNORED_NAMES.intersection(relative.parts) or relative.name.endswith(_IGNORED_SUFFIXES):
                 continue
             if any(relative.parts[: len(parts)] == parts for parts in left_out):
                 continue

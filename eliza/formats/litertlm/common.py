@@ -85,9 +85,11 @@ def read_weights(
     known_unsupported: dict[str, str] | None = None,
 ) -> dict[str, Weight]:
     """Every expected tensor of its (rows, columns) shape, after checking that the file holds
-    exactly these and that they fit one flatbuffer: each matrix symmetric int8 per row (the
-    weights LiteRT-LM deploys on the CPU; a linear layer's rows are its output channels, the
-    embedding's its tokens), each vector float32."""
+    exactly these and that they fit one flatbuffer. A quantized matrix becomes symmetric int8
+    per row (the weights LiteRT-LM deploys on the CPU; a linear layer's rows are its output
+    channels, the embedding's its tokens); a float one (F32, F16) and every vector stay
+    float32, as the MLX weights keep the GGUF's float tensors dense: a float model (the tiny
+    fixture) is computed as exactly as before."""
     present = {t.name: t for t in reader.tensors}
     tensors.check_tensors(
         path,
@@ -98,7 +100,10 @@ def read_weights(
         layers=layers,
         known_unsupported=known_unsupported,
     )
-    total = sum(int(np.prod(dims)) * (1 if len(dims) == 2 else 4) for dims in expected.values())
+    total = sum(
+        int(np.prod(dims)) * (1 if len(dims) == 2 and not affine.is_dense(present[name]) else 4)
+        for name, dims in expected.items()
+    )
     if total > FLATBUFFER_LIMIT:
         raise LitertlmError(
             f"{path}: {total / 2**30:.1f} GiB of int8 and float32 weights; a TFLite flatbuffer holds under "
@@ -107,7 +112,8 @@ def read_weights(
     weights: dict[str, Weight] = {}
     for name, dims in expected.items():
         values = tensors.float32(path, present[name], LitertlmError)
-        weights[name] = affine.int8_rows(values) if len(dims) == 2 else values
+        quantized = len(dims) == 2 and not affine.is_dense(present[name])
+        weights[name] = affine.int8_rows(values) if quantized else values
     return weights
 
 
