@@ -35,7 +35,8 @@ from mlx_lm.utils import load_model
 model, _ = load_model(Path(sys.argv[1]), strict=True)
 out = []
 for prompt in json.loads(sys.argv[2]):
-    steps = generate_step(mx.array(prompt), model, sampler=make_sampler(temp=0.0), max_tokens=int(sys.argv[3]))
+    greedy = make_sampler(temp=0.0)
+    steps = generate_step(mx.array(prompt), model, sampler=greedy, max_tokens=int(sys.argv[3]))
     out.append([int(token) for token, _ in steps])
 print(json.dumps(out))
 """
