@@ -5,12 +5,13 @@ attention under the executor's mask, optionally narrowed to a sliding window."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from eliza.formats.litertlm.common import Weight
 from eliza.formats.litertlm.tflite import Graph, Model
 
 
@@ -46,6 +47,7 @@ class Signature:
         self,
         model: Model,
         *,
+        weights: Mapping[str, Weight],
         n: int,
         decode: bool,
         context: int,
@@ -55,6 +57,7 @@ class Signature:
         head_dim: int,
     ) -> None:
         self.model = model
+        self.weights = weights
         self.key = "decode" if decode else f"prefill_{n}"
         self.decode = decode
         self.n, self.context, self.n_layer = n, context, n_layer
@@ -87,6 +90,10 @@ class Signature:
             return g.add(g.mul(x, cos), g.mul(g.fc(x, rotate), sin))
 
         return apply
+
+    def weight(self, name: str) -> int:
+        """The GGUF tensor `name` as this graph's constant (its buffer shared by every signature)."""
+        return self.g.const(name, self.weights[name])
 
     def scalar(self, key: str, value: float) -> int:
         return self.g.const(key, np.array([value], dtype=np.float32))
@@ -173,3 +180,46 @@ class Signature:
         g.subgraph.outputs = [entry.tensorIndex for entry in outputs]
         self.model.subgraphs.append(g.subgraph)
         self.model.signatures.append(signature)
+
+
+class Shape(Protocol):
+    """What every architecture's hyper-parameters say of the signatures' inputs."""
+
+    @property
+    def n_layer(self) -> int: ...
+
+    @property
+    def n_head(self) -> int: ...
+
+    @property
+    def n_head_kv(self) -> int: ...
+
+    @property
+    def head_dim(self) -> int: ...
+
+
+def tflite_model(
+    weights: Mapping[str, Weight],
+    shape: Shape,
+    context: int,
+    prefill_lengths: Sequence[int],
+    forward: Callable[[Signature], int | None],
+) -> bytes:
+    """The model of one architecture: a `prefill_<n>` signature per length, then `decode`,
+    each built by `forward` on the signature's inputs (it returns decode's logits, None
+    for a prefill), the weights' buffers shared by all of them."""
+    model = Model(capacity=sum(w.nbytes for w in weights.values()))
+    for n, decode in [*((n, False) for n in prefill_lengths), (1, True)]:
+        s = Signature(
+            model,
+            weights=weights,
+            n=n,
+            decode=decode,
+            context=context,
+            n_layer=shape.n_layer,
+            heads=shape.n_head,
+            kv_heads=shape.n_head_kv,
+            head_dim=shape.head_dim,
+        )
+        s.finish(forward(s))
+    return model.to_bytes()

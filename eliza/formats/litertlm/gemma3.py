@@ -19,8 +19,7 @@ from gguf import GGUFReader
 
 from eliza.formats.gguf_models import gemma3 as arch
 from eliza.formats.litertlm.common import LitertlmError, Weight, chosen_context, read_weights
-from eliza.formats.litertlm.decoder import Signature
-from eliza.formats.litertlm.tflite import Model
+from eliza.formats.litertlm.decoder import Signature, tflite_model
 from eliza.formats.sentencepiece_vocab import SpmVocabulary, eog_ids
 
 ARCHITECTURE = arch.ARCHITECTURE
@@ -57,28 +56,11 @@ class Gemma3Converter:
         return self.h.is_sliding(layer) and self.h.sliding_window < self.context
 
     def tflite_model(self, weights: Mapping[str, Weight], prefill_lengths: Sequence[int]) -> bytes:
-        model = Model(capacity=sum(w.nbytes for w in weights.values()))
-        for n in prefill_lengths:
-            self._signature(model, weights, n, decode=False)
-        self._signature(model, weights, 1, decode=True)
-        return model.to_bytes()
+        return tflite_model(weights, self.h, self.context, prefill_lengths, self._forward)
 
-    def _signature(self, model: Model, weights: Mapping[str, Weight], n: int, decode: bool) -> None:
-        h = self.h
-        s = Signature(
-            model,
-            n=n,
-            decode=decode,
-            context=self.context,
-            n_layer=h.n_layer,
-            heads=h.n_head,
-            kv_heads=h.n_head_kv,
-            head_dim=h.head_dim,
-        )
-        g = s.g
-
-        def weight(name: str) -> int:
-            return g.const(name, weights[name])
+    def _forward(self, s: Signature) -> int | None:
+        h, n, decode = self.h, s.n, s.decode
+        g, weight = s.g, s.weight
 
         def norm(x: int, name: str) -> int:
             return g.rms_norm(x, weight(name), h.rms_eps)
@@ -116,7 +98,7 @@ class Gemma3Converter:
         if decode:
             x = norm(x, "output_norm.weight")
             logits = g.fc(x, embedding if h.tied_output else weight("output.weight"))
-        s.finish(logits)
+        return logits
 
 
 def stop_ids(vocab: SpmVocabulary) -> list[int]:

@@ -17,8 +17,7 @@ from eliza.formats.gguf_models import header
 from eliza.formats.gguf_models import llama as arch
 from eliza.formats.gguf_models.affine import Int8Rows
 from eliza.formats.litertlm.common import LitertlmError, Weight, chosen_context, read_weights
-from eliza.formats.litertlm.decoder import Signature
-from eliza.formats.litertlm.tflite import Model
+from eliza.formats.litertlm.decoder import Signature, tflite_model
 from eliza.formats.sentencepiece_vocab import SpmVocabulary
 
 ARCHITECTURE = arch.ARCHITECTURE
@@ -67,29 +66,11 @@ class LlamaConverter:
         return weights
 
     def tflite_model(self, weights: Mapping[str, Weight], prefill_lengths: Sequence[int]) -> bytes:
-        model = Model(capacity=sum(w.nbytes for w in weights.values()))
-        for n in prefill_lengths:
-            self._signature(model, weights, n, decode=False)
-        self._signature(model, weights, 1, decode=True)
-        return model.to_bytes()
+        return tflite_model(weights, self.h, self.context, prefill_lengths, self._forward)
 
-    def _signature(self, model: Model, weights: Mapping[str, Weight], n: int, decode: bool) -> None:
-        h = self.h
-        s = Signature(
-            model,
-            n=n,
-            decode=decode,
-            context=self.context,
-            n_layer=h.n_layer,
-            heads=h.n_head,
-            kv_heads=h.n_head_kv,
-            head_dim=h.head_dim,
-        )
-        g = s.g
-
-        def weight(name: str) -> int:
-            return g.const(name, weights[name])
-
+    def _forward(self, s: Signature) -> int | None:
+        h, n, decode = self.h, s.n, s.decode
+        g, weight = s.g, s.weight
         rope = s.rope(self.rope_base)
         s.cache_start()
         scale = s.scalar("attn_scale", float(1.0 / np.sqrt(h.head_dim)))
@@ -115,7 +96,7 @@ class LlamaConverter:
             x = g.rms_norm(x, weight("output_norm.weight"), self.rms_eps)
             # A tied model's output matrix is its embedding table: one buffer serves both.
             logits = g.fc(x, weight("token_embd.weight" if h.tied_output else "output.weight"))
-        s.finish(logits)
+        return logits
 
 
 def converter(reader: GGUFReader, path: Path, context: int | None) -> LlamaConverter:

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
-from gguf import ReaderTensor
+from gguf import GGUFReader, ReaderTensor
 
 from eliza.formats.gguf_models import affine
 from eliza.formats.gguf_models import tensors as gguf_tensors
@@ -86,16 +86,30 @@ class Mapping:
 def plan_of(
     config: ModelConfig,
     path: Path,
-    present: dict[str, ReaderTensor],
+    reader: GGUFReader,
     expected: dict[str, tuple[int, ...]],
     mapping: Callable[[str], Mapping],
     *,
+    architecture: str,
+    layers: int,
+    known_unsupported: dict[str, str] | None = None,
     dense: bool,
 ) -> Plan:
     """Every expected GGUF tensor as its MLX-LM tensors. A quantized matrix becomes affine
     groups (`<module>.weight` packed, `.scales`, `.biases`: eliza.formats.gguf_models.affine),
     exact where its type allows; a float one, a vector, or everything when `dense`, float32.
-    A requantized module's added error goes into the plan's `added_error` as it is written."""
+    A requantized module's added error goes into the plan's `added_error` as it is written.
+    The file's tensors must be exactly `expected` (names and shapes), else MlxWeightsError."""
+    present = {t.name: t for t in reader.tensors}
+    gguf_tensors.check_tensors(
+        path,
+        present,
+        expected,
+        MlxWeightsError,
+        architecture=architecture,
+        layers=layers,
+        known_unsupported=known_unsupported,
+    )
     added_error: dict[str, float] = {}
     planned: list[PlannedTensor] = []
     quantization: dict[str, ModuleQuantization] = {}
@@ -128,6 +142,15 @@ def plan_of(
             exact=affine.is_exact(tensor),
         )
     return Plan(config=config, tensors=planned, quantization=quantization, added_error=added_error)
+
+
+def module_name(name: str, global_names: dict[str, str], layer_names: dict[str, str]) -> tuple[str, str]:
+    """(the MLX-LM module of GGUF tensor `name`, its kind): `token_embd.weight` by
+    `global_names`, `blk.<i>.<kind>.weight` as `model.layers.<i>.<layer_names[kind]>`."""
+    layer, _, kind = name.removesuffix(".weight").rpartition(".")
+    if not layer:
+        return global_names[name], kind
+    return f"model.layers.{layer.removeprefix('blk.')}.{layer_names[kind]}", kind
 
 
 def _dense(path: Path, tensor: ReaderTensor, where: Mapping) -> Callable[[], npt.NDArray[np.float32]]:

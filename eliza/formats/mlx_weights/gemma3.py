@@ -30,16 +30,15 @@ import numpy.typing as npt
 from gguf import GGUFReader
 
 from eliza.formats.gguf_models import gemma3 as gguf_gemma3
-from eliza.formats.gguf_models import tensors as gguf_tensors
-from eliza.formats.mlx_weights.common import Mapping, MlxWeightsError, Plan, plan_of
+from eliza.formats.mlx_weights.common import Mapping, MlxWeightsError, Plan, module_name, plan_of
 
 ARCHITECTURE = gguf_gemma3.ARCHITECTURE
 _PATTERN_KEY = "gemma3.attention.sliding_window_pattern"
 
 _GLOBAL_NAMES = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
+    "token_embd.weight": "model.embed_tokens",
+    "output_norm.weight": "model.norm",
+    "output.weight": "lm_head",
 }
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
@@ -114,24 +113,13 @@ def plan(reader: GGUFReader, path: Path, *, dense: bool) -> Plan:
         tie_word_embeddings=h.tied_output,
     )
     expected = gguf_gemma3.expected_tensors(h)
-    present = {t.name: t for t in reader.tensors}
-    gguf_tensors.check_tensors(
-        path,
-        present,
-        expected,
-        MlxWeightsError,
-        architecture=ARCHITECTURE,
-        layers=h.n_layer,
+    return plan_of(
+        config, path, reader, expected, _mapping, architecture=ARCHITECTURE, layers=h.n_layer, dense=dense
     )
-    return plan_of(config, path, present, expected, _mapping, dense=dense)
 
 
 def _mapping(name: str) -> Mapping:
-    layer, _, kind = name.removesuffix(".weight").rpartition(".")
-    if not layer:
-        module = _GLOBAL_NAMES[name].removesuffix(".weight")
-    else:
-        module = f"model.layers.{layer.removeprefix('blk.')}.{_LAYER_NAMES[kind]}"
+    module, kind = module_name(name, _GLOBAL_NAMES, _LAYER_NAMES)
     is_norm = kind in gguf_gemma3.NORM_TENSORS or name == "output_norm.weight"
     return Mapping(module=module, transform=_without_the_one if is_norm else None)
 

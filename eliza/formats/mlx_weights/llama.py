@@ -17,16 +17,15 @@ import numpy.typing as npt
 from gguf import GGUFReader
 
 from eliza.formats.gguf_models import llama as gguf_llama
-from eliza.formats.gguf_models import tensors as gguf_tensors
 from eliza.formats.gguf_models.llama import unpermute_rope_rows
-from eliza.formats.mlx_weights.common import Mapping, MlxWeightsError, Plan, plan_of
+from eliza.formats.mlx_weights.common import Mapping, MlxWeightsError, Plan, module_name, plan_of
 
 ARCHITECTURE = gguf_llama.ARCHITECTURE
 
 _GLOBAL_NAMES = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
+    "token_embd.weight": "model.embed_tokens",
+    "output_norm.weight": "model.norm",
+    "output.weight": "lm_head",
 }
 _LAYER_NAMES = {
     "attn_q": "self_attn.q_proj",
@@ -79,26 +78,23 @@ def plan(reader: GGUFReader, path: Path, *, dense: bool) -> Plan:
         tie_word_embeddings=h.tied_output,
     )
     expected = gguf_llama.expected_tensors(h)
-    present = {t.name: t for t in reader.tensors}
-    gguf_tensors.check_tensors(
+
+    def mapping(name: str) -> Mapping:
+        module, kind = module_name(name, _GLOBAL_NAMES, _LAYER_NAMES)
+        heads = {"attn_q": h.n_head, "attn_k": h.n_head_kv}.get(kind) if name.startswith("blk.") else None
+        return Mapping(module=module, rows=None if heads is None else _unpermuted(heads))
+
+    return plan_of(
+        config,
         path,
-        present,
+        reader,
         expected,
-        MlxWeightsError,
+        mapping,
         architecture=ARCHITECTURE,
         layers=h.n_layer,
         known_unsupported=gguf_llama.KNOWN_UNSUPPORTED,
+        dense=dense,
     )
-
-    def mapping(name: str) -> Mapping:
-        layer, _, kind = name.removesuffix(".weight").rpartition(".")
-        if not layer:
-            return Mapping(module=_GLOBAL_NAMES[name].removesuffix(".weight"))
-        heads = {"attn_q": h.n_head, "attn_k": h.n_head_kv}.get(kind)
-        module = f"model.layers.{layer.removeprefix('blk.')}.{_LAYER_NAMES[kind]}"
-        return Mapping(module=module, rows=None if heads is None else _unpermuted(heads))
-
-    return plan_of(config, path, present, expected, mapping, dense=dense)
 
 
 def _unpermuted(n_head: int) -> Callable[[npt.NDArray[Any]], npt.NDArray[Any]]:
