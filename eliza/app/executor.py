@@ -255,6 +255,8 @@ def execute(
             done.written += run.record(outcomes, judged)
     if calls:
         done.timings.wall("checks", checks.seconds(), jobs)
+    if done.written:
+        run.collect_artifacts()
     return done
 
 

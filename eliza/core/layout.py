@@ -47,6 +47,24 @@ def evidence_dir(repo: Path) -> Path:
     return build_root(repo) / "evidence"
 
 
+def artifact_store(repo: Path) -> Path:
+    """The evidence's own copies of the check outputs its records name, by content:
+    `<store>/<sha256>/<file name>` (eliza.app.services.artifact_store)."""
+    return build_root(repo) / "artifacts"
+
+
+def is_check_output(path: PurePath, repo: Path) -> bool:
+    """A file a check wrote under build/ (a bench run, a junit file, a consumer's output),
+    which a later run may write again: not one of a build tree's outputs (a library, its
+    build-info.json: under a `build` folder of a cell or of the baseline), not already in
+    the store, not a source of the repository."""
+    root = build_root(repo)
+    if not path.is_relative_to(root):
+        return False
+    folders = path.relative_to(root).parts[:-1]
+    return bool(folders) and folders[0] != artifact_store(repo).name and "build" not in folders
+
+
 def imported_evidence_dir(repo: Path) -> Path:
     """Evidence made elsewhere (a device run) and brought in by `nox -s import-evidence`."""
     return build_root(repo) / "imported-evidence"

@@ -26,8 +26,8 @@ from eliza.core.evidence import EvidenceRecord, Status
 from eliza.core.fingerprint import InputHashes, fingerprint_for, is_fresh_pass
 from eliza.core.host import Capability, bundle_blockers
 from eliza.core.matrix import Cell, Check, CheckKind, Matrix, Platform
-from eliza.core.report.judge import BuildStanding, bind_to_build, unavailable_state
-from eliza.core.report.model import PlatformCapability
+from eliza.core.report.judge import BuildStanding, bind_to_build, judge_record, unavailable_state
+from eliza.core.report.model import ArtifactResult, PlatformCapability
 from eliza.core.report.states import GridState
 
 __all__ = [
@@ -145,12 +145,14 @@ S = TypeVar("S", Build, Run, Keep, Skip)
 
 @dataclass(frozen=True, kw_only=True)
 class KnownRecord:
-    """A record on disk as the planner sees it: the record, where it is, and whether every
-    artifact it names is here and hashes as recorded (the app hashes them)."""
+    """A record on disk as the planner sees it: the record, where it is, whether every
+    artifact it names is here and hashes as recorded (the app hashes them), and each
+    artifact's state as the report's judge sees it (absent here is not a mismatch there)."""
 
     record: EvidenceRecord
     path: str
     artifacts_intact: bool
+    artifacts: tuple[ArtifactResult, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -373,6 +375,12 @@ class _Planner:
         undecided = self.undecided_perf(check, record)
         if not (undecided or is_fresh_pass(record, current)):
             return f"last run {record.status.value} ({record.counts.passed}/{record.counts.ran} passed)"
+        # The report's own judge of the record (eliza.core.report.judge): what it would not
+        # count is never kept, so a verify never ends with evidence it counted fresh and the
+        # report counts INVALID (a shared file a later run wrote again, say).
+        state, why = judge_record(record, current, known.artifacts)
+        if state not in (GridState.VERIFIED, GridState.INCONCLUSIVE):
+            return f"the report would count it {state.value.upper()}: {why}"
         if artifacts and not known.artifacts_intact:
             return "an artifact it names is missing or its bytes changed"
         other = self.other_library(cell, check, record)

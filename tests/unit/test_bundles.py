@@ -192,13 +192,28 @@ def test_a_wrong_chunk_is_one_line_naming_it_and_its_pin_and_nothing_is_used(tmp
     assert (out / "text" / "real.gguf").is_file()  # the assembled model is left as it was
 
 
-def test_a_damaged_model_is_assembled_again_from_its_good_chunks(tmp_path: Path) -> None:
+def test_a_damaged_model_is_assembled_again_from_its_good_chunks_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     bundle = _model(tmp_path)
     out = ensure_model_bundle(tmp_path, bundle, "m.yaml", "nox -s verify")
     model = out / "text" / "real.gguf"
-    model.write_bytes(model.read_bytes()[:-1] + b"\0")
+    assert not caplog.records  # a first assembly is no repair
+    data = bytearray(model.read_bytes())
+    data[-1] ^= 0xFF  # one byte flipped
+    model.write_bytes(bytes(data))
+    damaged = hashlib.sha256(model.read_bytes()).hexdigest()
+    assert damaged != bundle.sha256
     ensure_model_bundle(tmp_path, bundle, "m.yaml", "nox -s verify")
     assert hashlib.sha256(model.read_bytes()).hexdigest() == bundle.sha256
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert str(model) in line and damaged[:12] in line and bundle.sha256[:12] in line, line
+    assert "assembling it again" in line and "\n" not in line
+    caplog.clear()
+    model.unlink()  # gone from a bundle folder that is there: a repair too
+    ensure_model_bundle(tmp_path, bundle, "m.yaml", "nox -s verify")
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert str(model) in line and "missing" in line, line
 
 
 def test_chunks_that_assemble_to_another_model_are_refused(tmp_path: Path) -> None:

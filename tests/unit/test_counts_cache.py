@@ -161,7 +161,7 @@ def entry_files(cache: Path) -> list[Path]:
 
 @pytest.mark.parametrize("damage", ["truncated", "another format", "another key", "no profile"])
 def test_an_entry_that_cannot_be_read_is_a_miss_and_is_written_again(
-    tmp_path: Path, callgrind: Callgrind, damage: str
+    tmp_path: Path, callgrind: Callgrind, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     cache = tmp_path / "cache"
     measure(Checkout(tmp_path / "one"), run_state(cache))
@@ -176,9 +176,12 @@ def test_an_entry_that_cannot_be_read_is_a_miss_and_is_written_again(
     else:
         entry.with_suffix(".callgrind.out").unlink()
     callgrind.ran.clear()
+    caplog.clear()
     measure(Checkout(tmp_path / "two"), run_state(cache))
     assert len(callgrind.ran) == 1, damage
     assert entry.read_text() == text  # counted again and kept again
+    said = [r.getMessage() for r in caplog.records if r.name == "eliza.cache"]
+    assert len(said) == 1 and str(entry) in said[0] and "written anew" in said[0], said
 
 
 def test_a_save_then_a_load_gives_the_same_counts(tmp_path: Path) -> None:

@@ -206,6 +206,40 @@ def test_failed_evidence_and_missing_artifacts_rerun(matrix: Matrix) -> None:
     assert isinstance(only_step(p, "linux-cpu.none", "selector"), Keep)
 
 
+def test_a_record_whose_shared_artifact_was_written_again_runs_again(matrix: Matrix) -> None:
+    """The plan and the report judge a record alike: a gate-fallthrough record (a check
+    whose artifacts the plan did not weigh on their own) naming a platform's junit file
+    that a later run wrote again is INVALID in the report, so the plan runs it again
+    rather than keeping it; the same record with the file as recorded, or absent here
+    (the report: not verified, not a mismatch), stands."""
+    from eliza.core.evidence import Artifact
+    from eliza.core.report.model import ArtifactResult, ArtifactState
+
+    junit = "build/junit/gates-linux-cpu.xml"
+
+    def with_junit(state: ArtifactState) -> dict[tuple[str, str], KnownRecord]:
+        known = evidence_for(matrix, LINUX_CPU)
+        for cell in ("linux-cpu.litert", "linux-cpu.mlx"):
+            entry = known[(cell, "gate-fallthrough")]
+            record = replace(entry.record, artifacts=(Artifact(path=junit, sha256="ab" * 32),))
+            known[(cell, "gate-fallthrough")] = replace(
+                entry,
+                record=record,
+                artifacts_intact=state is ArtifactState.MATCH,
+                artifacts=(ArtifactResult(path=junit, sha256="ab" * 32, state=state),),
+            )
+        return known
+
+    p = plan(matrix, facts(matrix, evidence=with_junit(ArtifactState.MISMATCH)), SELECT_ALL)
+    for cell in ("linux-cpu.litert", "linux-cpu.mlx"):
+        run = only_step(p, cell, "gate-fallthrough")
+        assert isinstance(run, Run), run
+        assert "the report would count it INVALID" in run.reason and junit in run.reason, run.reason
+    for state in (ArtifactState.MATCH, ArtifactState.ABSENT):
+        p = plan(matrix, facts(matrix, evidence=with_junit(state)), SELECT_ALL)
+        assert isinstance(only_step(p, "linux-cpu.mlx", "gate-fallthrough"), Keep), state
+
+
 def test_a_run_check_of_another_library_than_the_cells_build_reruns(matrix: Matrix) -> None:
     from tests.signing import library_subject
 

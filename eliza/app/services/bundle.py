@@ -4,6 +4,7 @@ C ABI."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 from collections.abc import Callable, Iterable
@@ -16,6 +17,8 @@ from eliza.core.layout import tiny_bundle_dir
 from eliza.core.matrix import Bundle, Gate, Matrix
 from eliza.core.weight_cache import CacheState, cache_state, leftover_caches
 from eliza.formats.files import sha256_file
+
+_log = logging.getLogger("eliza.cache")
 
 
 def tiny_bundle_default() -> Path:
@@ -111,7 +114,9 @@ def ensure_mlx_weights(bundle: Path) -> Path:
     gguf = _one_gguf(bundle, " to derive the MLX weights from")
     out = default_out_dir(gguf)
     try:
-        if stale_reason(gguf, out) is not None:
+        reason = stale_reason(gguf, out)
+        if reason is not None:
+            _say_repair(out, reason)
             convert(gguf, out)
     except MlxWeightsError as exc:
         raise UsageError(str(exc)) from exc
@@ -127,12 +132,21 @@ def ensure_litertlm(bundle: Path) -> Path:
     gguf = _one_gguf(bundle, " to write the .litertlm from")
     out = default_out_path(gguf)
     try:
-        if stale_reason(gguf, out) is not None:
+        reason = stale_reason(gguf, out)
+        if reason is not None:
+            _say_repair(out, reason)
             write_litertlm(gguf, out)
     except LitertlmError as exc:
         raise UsageError(str(exc)) from exc
     _remove_leftover_caches(out)
     return out
+
+
+def _say_repair(artifact: Path, reason: str) -> None:
+    """A runtime artifact there but not what its converter would write now is repaired:
+    said in one line (one that is not there yet is simply written)."""
+    if artifact.exists():
+        _log.warning("%s; writing it again", reason.partition("; rewrite it:")[0] or reason)
 
 
 def litert_weight_cache(bundle: Path) -> CacheState | None:
@@ -153,6 +167,7 @@ def _remove_leftover_caches(model: Path) -> None:
     present = [p.name for p in model.parent.iterdir()]
     for name in leftover_caches(model.name, int(info.st_mtime), info.st_size, present):
         (model.parent / name).unlink(missing_ok=True)
+        _log.warning("%s: the weight cache of an earlier %s; removed", model.parent / name, model.name)
 
 
 # Gate id -> what stages its runtime's artifact into a bundle from the bundle's GGUF.

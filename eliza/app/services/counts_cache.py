@@ -11,19 +11,22 @@ simulated CPU is kept: wall-time rounds are never reused.
 Each entry is `<key>.json` (the counts and the token counts) beside `<key>.callgrind.out`
 and `<key>.jsonl` (the profile and the bench records it was read from), which a hit copies
 to where the run would have written them, so `callgrind_annotate` still finds them in
-build/bench. An entry that cannot be read is a miss and is written again; nothing here is
+build/bench. An entry that cannot be read is a miss, said in one line, and is written again; nothing here is
 trusted that the run could not have measured itself: delete the folder to count again.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from eliza.core.simulated_cpu import PhaseCost, SimulatedRun
 from eliza.formats.files import atomic_write_text, atomic_write_with
+
+_log = logging.getLogger("eliza.cache")
 
 FOLDER = "simulated-counts"
 FORMAT = 1
@@ -39,18 +42,24 @@ class CountsCache:
         `out/<name>.callgrind.out` and `out/<name>.jsonl`; None when there are none."""
         entry = self.folder / f"{key}.json"
         profile, records = self.folder / f"{key}.callgrind.out", self.folder / f"{key}.jsonl"
+        if not entry.exists():
+            return None
         try:
             data = json.loads(entry.read_text(encoding="utf-8"))
             if data.get("format") != FORMAT or data.get("key") != key:
+                _repairing(entry, f"of format {data.get('format')!r} and key {data.get('key')!r}")
                 return None
             run = SimulatedRun(
                 **{phase: PhaseCost(**{k: int(v) for k, v in data[phase].items()}) for phase in _PHASES},
                 prompt_tokens=int(data["prompt_tokens"]),
                 decoded_tokens=int(data["decoded_tokens"]),
             )
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            _repairing(entry, f"unreadable ({type(exc).__name__}: {exc})")
             return None
-        if not (profile.is_file() and records.is_file()):
+        missing = [p.name for p in (profile, records) if not p.is_file()]
+        if missing:
+            _repairing(entry, f"without its {' and '.join(missing)}")
             return None
         _copy(profile, out / f"{name}.callgrind.out")
         _copy(records, out / f"{name}.jsonl")
@@ -63,6 +72,11 @@ class CountsCache:
         _copy(records, self.folder / f"{key}.jsonl")
         data = {"format": FORMAT, "key": key, **asdict(run)}
         atomic_write_text(self.folder / f"{key}.json", json.dumps(data, indent=2) + "\n")
+
+
+def _repairing(entry: Path, what: str) -> None:
+    """A damaged entry is a miss that the run writes again: said in one line."""
+    _log.warning("%s: %s; the simulated CPU counts again and the entry is written anew", entry, what)
 
 
 def _copy(source: Path, target: Path) -> None:

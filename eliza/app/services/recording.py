@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eliza.adapters.git import GitState
+from eliza.app.services import artifact_store
 from eliza.core.evidence import (
     Artifact,
     Counts,
@@ -49,10 +50,12 @@ def host_info(host: HostFacts) -> HostInfo:
 
 
 def artifact(path: Path, repo: Path) -> Artifact:
-    """A file as evidence names it: relative to the repository when inside it."""
-    shown = path.resolve()
-    rel = shown.relative_to(repo) if shown.is_relative_to(repo) else shown
-    return Artifact(path=rel.as_posix(), sha256=sha256_file(shown))
+    """A file as evidence names it: a check's output by the store's copy of its bytes
+    (eliza.app.services.artifact_store), any other file where it is; relative to the
+    repository when inside it."""
+    kept, sha256 = artifact_store.keep(path.resolve(), repo)
+    rel = kept.relative_to(repo) if kept.is_relative_to(repo) else kept
+    return Artifact(path=rel.as_posix(), sha256=sha256)
 
 
 def _shown(path: Path, repo: Path) -> str:

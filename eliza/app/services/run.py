@@ -12,7 +12,7 @@ from eliza.adapters.abi_tools import abidiff_version
 from eliza.adapters.conan import llama_source_version
 from eliza.adapters.errors import ToolError
 from eliza.app.project import Project
-from eliza.app.services import recording
+from eliza.app.services import artifact_store, recording
 from eliza.app.services.bench_options import bundle_inputs, bundle_prompts, default_settings_description
 from eliza.app.services.inputs import input_hashes
 from eliza.app.services.signing import signing_key
@@ -23,6 +23,7 @@ from eliza.core.host import HostFacts
 from eliza.core.layout import default_prompts
 from eliza.core.matrix import Check, Matrix
 from eliza.core.outcome import CheckOutcome
+from eliza.core.report.judge import check_artifacts
 from eliza.core.simulated_cpu import SimulatedRun
 from eliza.core.trust import TrustPolicy, judge_signature
 from eliza.core.verify_plan import KnownRecord
@@ -87,6 +88,17 @@ class Run:
             return self
         bundle, prompts = self.other_bundles[bundle_id]
         return replace(self, bundle=bundle, prompts=prompts)
+
+    def collect_artifacts(self) -> list[Path]:
+        """Removes the artifact store's copies that no record of this checkout's evidence
+        names any more (a record written again names its own); returns them."""
+        named = [
+            a.path
+            for item in read_records([self.evidence_dir], {})
+            if item.record is not None
+            for a in item.record.artifacts
+        ]
+        return artifact_store.collect(self.project.repo, named)
 
     def record(
         self,
@@ -230,6 +242,8 @@ def evidence_index(run: Run, hashes: recording.ArtifactHashes) -> dict[tuple[str
                 hashes.resolve(Artifact(path=s.name, sha256=s.sha256)) is not False
                 for s in item.record.subjects
             ),
+            # as the report checks them, so the plan keeps nothing the report would not count
+            artifacts=check_artifacts(item.record, hashes.resolve),
         )
         for key, item in existing_records(
             run.evidence_dir, run.matrix.trust.with_local(run.key.public_raw), run.matrix
