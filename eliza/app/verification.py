@@ -33,6 +33,8 @@ from eliza.core.cell_id import CellId
 from eliza.core.host import check_blockers
 from eliza.core.lab import Lab
 from eliza.core.matrix import Matrix
+from eliza.core.report.model import Entry, Report
+from eliza.core.report.states import GridState
 from eliza.core.suite import side_by_side_env
 from eliza.core.target import library_file
 from eliza.core.verify_plan import PlanFacts, Selection, VerifyPlan, plan
@@ -328,6 +330,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         key = _report_key(ctx, evidence_dirs, evidence_run)
         said = _report_said_before(memo, key, ctx.project.report_dir)
         html = ctx.project.report_dir / _REPORT_FILES[0]  # as rendered last time
+        report: Report | None = None
         if said is None:
             paths, report = render(
                 ctx.matrix,
@@ -355,7 +358,32 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
                 f"{len(done.failed)} check(s) failed: "
                 + ", ".join(f"{o.cell}/{o.check}" for o in done.failed)
             )
+        if report is not None:
+            changed = kept_but_not_counted(planned.plan, report)
+            if changed:
+                cells = sorted({e.cell for e in changed})
+                for e in changed:
+                    ctx.log(f"  {e.cell:<24} {e.check:<24} {e.state.value.upper()} ({e.reason[:200]})")
+                raise ChecksFailed(
+                    f"{len(changed)} record(s) this verify kept as fresh are not counted by the report now "
+                    f"(cells {', '.join(cells)}): mend them with nox -s verify -- --rerun "
+                    + " ".join(f"--cell {c}" for c in cells)
+                )
         return VerifyResult(plan=planned.plan, report=html, execution=done)
+
+
+def kept_but_not_counted(plan: VerifyPlan, report: Report) -> list[Entry]:
+    """The entries whose record the plan kept (ran nothing for) that the report, rendered
+    after the run, does not count: their evidence changed state while this verify ran
+    (something it ran wrote a file they name). Verify's last line must not call such a
+    run successful."""
+    counted = (GridState.VERIFIED, GridState.INCONCLUSIVE)
+    found = []
+    for step in plan.kept:
+        entry = report.entry(str(step.cell), step.check)
+        if entry.state not in counted:
+            found.append(entry)
+    return found
 
 
 def _generate_sample(
