@@ -49,46 +49,79 @@ def same_numbers(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
     return bool(np.array_equal((a + np.float32(0)).view(np.uint32), (b + np.float32(0)).view(np.uint32)))
 
 
+# Every case's groups in one process: (packed, scales, biases, bits) in, MLX's values out.
 MLX_DEQUANTIZE = """
 import sys, numpy as np, mlx.core as mx
-d = np.load(sys.argv[1])
-out = mx.dequantize(mx.array(d["packed"]), mx.array(d["scales"]), mx.array(d["biases"]),
-                    group_size=32, bits=int(d["bits"]))
-np.save(sys.argv[2], np.array(out.astype(mx.float32)))
+cases = np.load(sys.argv[1])
+out = {}
+for name in sorted({k.split(":")[0] for k in cases.files}):
+    w = mx.dequantize(mx.array(cases[name + ":packed"]), mx.array(cases[name + ":scales"]),
+                      mx.array(cases[name + ":biases"]), group_size=32, bits=int(cases[name + ":bits"]))
+    out[name] = np.array(w.astype(mx.float32))
+np.savez(sys.argv[2], **out)
 """
 
 
-def mlx_dequantize(tmp_path: Path, packed: Any, scales: Any, biases: Any, bits: int) -> np.ndarray[Any, Any]:
-    np.savez(tmp_path / "in.npz", packed=packed, scales=scales, biases=biases, bits=bits)
+def pack_cases() -> dict[str, tuple[Any, Any, Any, int]]:
+    """name -> (packed, scales, biases, bits) of every case the tests hand MLX."""
+    cases: dict[str, tuple[Any, Any, Any, int]] = {}
+    for bits in (2, 3, 4, 5, 6, 8):
+        q = np.random.default_rng(bits).integers(0, 1 << bits, size=(3, 128), dtype=np.uint8)
+        cases[f"pack{bits}"] = (
+            affine.pack(q, bits),
+            np.ones((3, 4), np.float32),
+            np.zeros((3, 4), np.float32),
+            bits,
+        )
+    return cases
+
+
+@pytest.fixture(scope="module")
+def one_tensor(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, Any]]:
+    """For each type: (its GGUF tensor, its groups); "mlx" -> MLX's dequantization of each
+    type's packed groups and of the packing cases, computed in one process."""
+    root = tmp_path_factory.mktemp("one-tensor")
+    found: dict[str, Any] = {}
+    cases = pack_cases()
+    for qtype in (*EXACT, *REQUANTIZED):
+        path = root / f"{qtype.name}.gguf"
+        tensor = one_tensor_gguf(path, qtype)
+        groups = affine.decompose(path, tensor, ValueError)
+        found[qtype.name] = (tensor, groups)
+        cases[qtype.name] = (affine.pack(groups.q, groups.bits), groups.scales, groups.biases, groups.bits)
+    arrays = {
+        f"{n}:{part}": v
+        for n, c in cases.items()
+        for part, v in zip(("packed", "scales", "biases", "bits"), c, strict=True)
+    }
+    np.savez(root / "in.npz", **arrays)
     done = subprocess.run(
-        [sys.executable, "-c", MLX_DEQUANTIZE, str(tmp_path / "in.npz"), str(tmp_path / "out.npy")],
+        [sys.executable, "-c", MLX_DEQUANTIZE, str(root / "in.npz"), str(root / "out.npz")],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    return np.load(tmp_path / "out.npy")
+    found["mlx"] = dict(np.load(root / "out.npz"))
+    return found
 
 
 @pytest.mark.parametrize("qtype", EXACT, ids=lambda t: t.name)
 def test_an_exact_type_comes_back_from_mlx_as_gguf_dequantizes_it(
-    qtype: GGMLQuantizationType, tmp_path: Path
+    qtype: GGMLQuantizationType, one_tensor: dict[str, Any]
 ) -> None:
-    tensor = one_tensor_gguf(tmp_path / "t.gguf", qtype)
-    groups = affine.decompose(tmp_path / "t.gguf", tensor, ValueError)
+    tensor, groups = one_tensor[qtype.name]
     assert groups.exact and groups.relative_rms_error == 0.0 and groups.bits == affine.bits_of(tensor)
     assert int(groups.q.max()) < 1 << groups.bits
     expected = gguf_values(tensor)
     assert same_numbers(groups.values(), expected)
-    packed = affine.pack(groups.q, groups.bits)
-    assert packed.shape == (8, 512 * groups.bits // 32)
-    assert same_numbers(mlx_dequantize(tmp_path, packed, groups.scales, groups.biases, groups.bits), expected)
+    assert affine.pack(groups.q, groups.bits).shape == (8, 512 * groups.bits // 32)
+    assert same_numbers(one_tensor["mlx"][qtype.name], expected)
 
 
 @pytest.mark.parametrize("qtype", REQUANTIZED, ids=lambda t: t.name)
 def test_a_type_without_an_exact_form_is_quantized_again_to_8_bits_with_its_error_measured(
-    qtype: GGMLQuantizationType, tmp_path: Path
+    qtype: GGMLQuantizationType, one_tensor: dict[str, Any]
 ) -> None:
-    tensor = one_tensor_gguf(tmp_path / "t.gguf", qtype)
-    groups = affine.decompose(tmp_path / "t.gguf", tensor, ValueError)
+    tensor, groups = one_tensor[qtype.name]
     expected = gguf_values(tensor)
     error = groups.values() - expected
     measured = float(
@@ -97,16 +130,13 @@ def test_a_type_without_an_exact_form_is_quantized_again_to_8_bits_with_its_erro
     assert not groups.exact and groups.bits == 8
     assert groups.relative_rms_error == pytest.approx(measured, rel=1e-6)
     assert 0 < measured < 0.01  # 8 bits over a group's range: well under 1 %
-    back = mlx_dequantize(tmp_path, affine.pack(groups.q, 8), groups.scales, groups.biases, 8)
-    assert same_numbers(back, groups.values())
+    assert same_numbers(one_tensor["mlx"][qtype.name], groups.values())
 
 
 @pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, 8])
-def test_packing_is_mlxs_bit_layout_for_every_width(bits: int, tmp_path: Path) -> None:
+def test_packing_is_mlxs_bit_layout_for_every_width(bits: int, one_tensor: dict[str, Any]) -> None:
     q = np.random.default_rng(bits).integers(0, 1 << bits, size=(3, 128), dtype=np.uint8)
-    ones, zeros = np.ones((3, 4), np.float32), np.zeros((3, 4), np.float32)
-    back = mlx_dequantize(tmp_path, affine.pack(q, bits), ones, zeros, bits)
-    np.testing.assert_array_equal(back, q.astype(np.float32))
+    np.testing.assert_array_equal(one_tensor["mlx"][f"pack{bits}"], q.astype(np.float32))
 
 
 # ------------------------------------------------------------------ whole models
@@ -160,51 +190,67 @@ def model_gguf(path: Path, arch: str, qtype: GGMLQuantizationType) -> Path:
     return path
 
 
-# MLX-LM's own strict load of the directory; each matrix written back as MLX computes it
-# (dequantize of a quantized module, the weight of a dense one).
+# MLX-LM's own strict load of each directory; each matrix written back as MLX computes it
+# (dequantize of a quantized module, the weight of a dense one). All models in one process.
 MLX_LM_WEIGHTS = """
 import sys, numpy as np, mlx.core as mx, mlx.nn as nn
 from pathlib import Path
 from mlx_lm.utils import load_model
-model, config = load_model(Path(sys.argv[1]), strict=True)
-out = {}
-for name, module in model.named_modules():
-    if isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
-        w = mx.dequantize(module.weight, module.scales, module.biases, group_size=module.group_size,
-                          bits=module.bits)
-        out[name] = (np.array(w.astype(mx.float32)), module.bits)
-    elif isinstance(module, (nn.Linear, nn.Embedding)):
-        out[name] = (np.array(module.weight.astype(mx.float32)), 0)
-np.savez(sys.argv[2], **{k: v[0] for k, v in out.items()}, **{"bits:" + k: v[1] for k, v in out.items()})
+for directory in sys.argv[1:]:
+    model, config = load_model(Path(directory), strict=True)
+    out = {}
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+            w = mx.dequantize(module.weight, module.scales, module.biases, group_size=module.group_size,
+                              bits=module.bits)
+            out[name] = (np.array(w.astype(mx.float32)), module.bits)
+        elif isinstance(module, (nn.Linear, nn.Embedding)):
+            out[name] = (np.array(module.weight.astype(mx.float32)), 0)
+    np.savez(directory + "/loaded.npz", **{k: v[0] for k, v in out.items()},
+             **{"bits:" + k: v[1] for k, v in out.items()})
 """
+ARCHS = ("llama", "gemma3")
 
 
-@pytest.mark.parametrize("arch", ["llama", "gemma3"])
-@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
-def test_mlx_lm_loads_every_type_and_computes_with_the_ggufs_weights(
-    arch: str, qtype: GGMLQuantizationType, tmp_path: Path
-) -> None:
-    from eliza.formats.gguf_models.llama import unpermute_rope_rows
-
-    gguf = model_gguf(tmp_path / f"{arch}.gguf", arch, qtype)
-    record = convert(gguf, tmp_path / "mlx")
-    assert stale_reason(gguf, tmp_path / "mlx") is None
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], tuple[Path, Any, Path]]:
+    """(arch, type name) -> (its GGUF, its conversion record, the directory), every model
+    converted and loaded by MLX-LM (one process for all: its import is most of a load)."""
+    root = tmp_path_factory.mktemp("models")
+    made = {}
+    for arch in ARCHS:
+        for qtype in TYPES:
+            folder = root / f"{arch}-{qtype.name}"
+            folder.mkdir()
+            gguf = model_gguf(folder / f"{arch}.gguf", arch, qtype)
+            made[(arch, qtype.name)] = (gguf, convert(gguf, folder / "mlx"), folder / "mlx")
     done = subprocess.run(
-        [sys.executable, "-c", MLX_LM_WEIGHTS, str(tmp_path / "mlx"), str(tmp_path / "w.npz")],
+        [sys.executable, "-c", MLX_LM_WEIGHTS, *(str(d) for _, _, d in made.values())],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    loaded = np.load(tmp_path / "w.npz")
+    return made
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_mlx_lm_loads_every_type_and_computes_with_the_ggufs_weights(
+    arch: str, qtype: GGMLQuantizationType, models: dict[tuple[str, str], tuple[Path, Any, Path]]
+) -> None:
+    from eliza.formats.gguf_models.llama import unpermute_rope_rows
+
+    gguf, record, directory = models[(arch, qtype.name)]
+    assert stale_reason(gguf, directory) is None
+    loaded = np.load(directory / "loaded.npz")
     source = {t.name: t for t in GGUFReader(gguf).tensors}
-    config = json.loads((tmp_path / "mlx" / CONFIG_NAME).read_text())
+    config = json.loads((directory / CONFIG_NAME).read_text())
     dense = qtype == Q.F16
     assert ("quantization" in config) is not dense
     if not dense:
         assert config["quantization"]["bits"] == affine.bits_of(source["blk.0.attn_q.weight"])
     matrices = {"model.embed_tokens": "token_embd.weight"}
-    matrices |= {
-        f"model.layers.{i}.{hf}": f"blk.{i}.{kind}.weight" for i in range(2) for kind, hf in MODULES.items()
-    }
+    for i in range(2):
+        matrices |= {f"model.layers.{i}.{hf}": f"blk.{i}.{kind}.weight" for kind, hf in MODULES.items()}
     for module, name in matrices.items():
         expected = np.asarray(dequantize(source[name].data, qtype), dtype=np.float32).reshape(
             tuple(reversed(source[name].shape.tolist()))
@@ -219,7 +265,7 @@ def test_mlx_lm_loads_every_type_and_computes_with_the_ggufs_weights(
             relative = float(np.sqrt(np.mean((got - expected) ** 2) / np.mean(expected**2)))
             assert 0 < relative < 0.01, module
             assert record.added_error[module] == pytest.approx(relative, rel=1e-3), module
-    written = json.loads((tmp_path / "mlx" / RECORD_NAME).read_text())
+    written = json.loads((directory / RECORD_NAME).read_text())
     assert set(written["requantized"]) == (set() if qtype in affine.EXACT_TYPES or dense else set(matrices))
     assert not any(name.startswith("lm_head") for name in loaded.files)  # the tied table, once
 
