@@ -47,12 +47,7 @@ def quantized_copy(src: Path, dst: Path, qtype: GGMLQuantizationType, seed: int 
     rng = np.random.default_rng(seed)
     dst.parent.mkdir(parents=True, exist_ok=True)
     writer = GGUFWriter(str(dst), arch=str(reader.fields["general.architecture"].contents()))
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
-        writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
+    copy_keys(reader, writer)
     for t in reader.tensors:
         values = np.asarray(t.data, dtype=np.float32).reshape(tuple(reversed(t.shape.tolist())))
         if values.ndim == 2 and values.shape[1] % GGML_QUANT_SIZES[qtype][0] == 0:
@@ -64,3 +59,13 @@ def quantized_copy(src: Path, dst: Path, qtype: GGMLQuantizationType, seed: int 
     writer.write_tensors_to_file()
     writer.close()
     return dst
+
+
+def copy_keys(reader: GGUFReader, writer: GGUFWriter) -> None:
+    """Every key of `reader`'s file but the ones the writer writes itself."""
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
+        writer.add_key_value(name, field.contents(), vtype, sub_type=sub)

@@ -170,6 +170,10 @@ class Planned:
     baseline: BaselineChoice
     artifact_hashes: ArtifactHashes = field(default_factory=ArtifactHashes)
     perf_reference: PerfReference = field(default_factory=PerfReference)
+    # Every record that stands as the run starts, of any cell (what a verify of every cell
+    # without --rerun would keep): whatever of it the run does not run again must still
+    # count in the report afterwards.
+    standing: tuple[tuple[str, str], ...] = ()
 
 
 def plan_facts(
@@ -232,12 +236,14 @@ def plan_verify(options: VerifyOptions, ctx: Context, *, bundles: Mapping[str, P
         perf_reference_library=perf_reference.library_sha256,
         perf_rounds=options.rounds,
     )
+    everything = plan(matrix, facts, replace(selection, cells=None, rerun=False))
     return Planned(
         plan=plan(matrix, facts, selection),
         run=run,
         baseline=baseline,
         artifact_hashes=artifacts,
         perf_reference=perf_reference,
+        standing=tuple((str(k.cell), k.check) for k in everything.kept),
     )
 
 
@@ -359,28 +365,32 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
                 + ", ".join(f"{o.cell}/{o.check}" for o in done.failed)
             )
         if report is not None:
-            changed = kept_but_not_counted(planned.plan, report)
+            changed = no_longer_counted(planned, report)
             if changed:
                 cells = sorted({e.cell for e in changed})
                 for e in changed:
                     ctx.log(f"  {e.cell:<24} {e.check:<24} {e.state.value.upper()} ({e.reason[:200]})")
                 raise ChecksFailed(
-                    f"{len(changed)} record(s) this verify kept as fresh are not counted by the report now "
-                    f"(cells {', '.join(cells)}): mend them with nox -s verify -- --rerun "
-                    + " ".join(f"--cell {c}" for c in cells)
+                    f"{len(changed)} record(s) that stood when this verify started, and that it did not run, "
+                    f"are not counted by the report now (cells {', '.join(cells)}): mend them with "
+                    "nox -s verify -- --rerun " + " ".join(f"--cell {c}" for c in cells)
                 )
         return VerifyResult(plan=planned.plan, report=html, execution=done)
 
 
-def kept_but_not_counted(plan: VerifyPlan, report: Report) -> list[Entry]:
-    """The entries whose record the plan kept (ran nothing for) that the report, rendered
-    after the run, does not count: their evidence changed state while this verify ran
-    (something it ran wrote a file they name). Verify's last line must not call such a
-    run successful."""
+def no_longer_counted(planned: Planned, report: Report) -> list[Entry]:
+    """The entries whose record stood when the run started (of any cell: the selected ones'
+    kept records, the others' too) and that the run did not run again, which the report
+    rendered after it does not count: their evidence changed state while this verify ran
+    (something it ran wrote a file they name). Verify's last line must not call such a run
+    successful."""
+    ran = {(str(r.cell), r.check) for r in planned.plan.runs}
     counted = (GridState.VERIFIED, GridState.INCONCLUSIVE)
     found = []
-    for step in plan.kept:
-        entry = report.entry(str(step.cell), step.check)
+    for cell, check in planned.standing:
+        if (cell, check) in ran:
+            continue
+        entry = report.entry(cell, check)
         if entry.state not in counted:
             found.append(entry)
     return found

@@ -19,6 +19,7 @@ import numpy as np
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 from eliza.core.layout import REPO_ROOT
+from tests.quantized_gguf import copy_keys
 
 # --- XXH64 ----------------------------------------------------------------------------
 
@@ -169,12 +170,7 @@ def rewritten_bundle(
     writer = GGUFWriter(
         str(out / "text" / "model.gguf"), arch=str(reader.fields["general.architecture"].contents())
     )
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
-        writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
+    copy_keys(reader, writer)
     for name, (value, vtype) in dict(extra_kv).items():
         writer.add_key_value(name, value, vtype)
     for t in reader.tensors:
