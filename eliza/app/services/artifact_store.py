@@ -12,7 +12,6 @@ of this checkout's evidence names it; `collect` removes the others
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -20,9 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from eliza.core.layout import artifact_store, is_check_output
-from eliza.formats.files import TEMP_SUFFIX
-
-_CHUNK = 1 << 20
+from eliza.formats.files import TEMP_SUFFIX, sha256_file
 
 
 def keep(path: Path, repo: Path) -> tuple[Path, str]:
@@ -31,7 +28,7 @@ def keep(path: Path, repo: Path) -> tuple[Path, str]:
     bytes its name says even if `path` is written again meanwhile."""
     repo = repo.resolve()
     if not is_check_output(path.resolve(), repo):
-        return path, _sha256(path)
+        return path, sha256_file(path)
     store = artifact_store(repo)
     store.mkdir(parents=True, exist_ok=True)
     # A temporary in the project's pattern (".<name>.<pid>.<random>.tmp"): one a killed
@@ -41,7 +38,7 @@ def keep(path: Path, repo: Path) -> tuple[Path, str]:
     staged = Path(name)
     try:
         shutil.copyfile(path, staged)
-        sha256 = _sha256(staged)
+        sha256 = sha256_file(staged)
         target = store / sha256 / path.name
         if target.is_file():
             staged.unlink()
@@ -73,11 +70,3 @@ def collect(repo: Path, named: Iterable[str]) -> list[Path]:
         if not any(folder.iterdir()):
             folder.rmdir()
     return removed
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
