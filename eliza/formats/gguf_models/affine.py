@@ -15,13 +15,13 @@ types are exactly such groups, so their weights carry over without one value cha
 Scales and biases are float32: every product above is exact there (a float16 times an
 integer of at most 8 bits), and `scale * q + bias` rounds once, as gguf's dequantization
 does, so each value is the GGUF's bit for bit but for the sign of a zero (`decompose`
-checks it before returning).
-Only about 6 % of Q4_K's scales would fit float16.
+checks it before returning). Only about 6 % of Q4_K's scales would fit float16.
 
 Every other quantized type (Q6_K and Q2_K/Q3_K have sub-blocks of 16, the IQ types a grid)
 has no exact form; it is dequantized and quantized again to 8 bits in groups of 32 (min/max
-per group), which adds about 0.5 % relative RMS error to a Q6_K weight, a quarter of Q6_K's
-own. `Decomposed.relative_rms_error` says what was added, 0 for an exact type. Float
+per group), which adds about 0.5 % relative RMS error to a Q6_K weight (Gemma 3 270M's
+nine: 0.47-0.48 %). `Decomposed.relative_rms_error` says what was added, 0 for an exact
+type. Float
 tensors (F32, F16, BF16) are not quantized at all: the converters keep them dense.
 
 `int8_rows` is the other scheme the runtimes deploy: XNNPACK's (LiteRT-LM's CPU path)
