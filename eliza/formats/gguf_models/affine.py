@@ -98,7 +98,11 @@ def is_exact(tensor: ReaderTensor) -> bool:
 
 def bits_of(tensor: ReaderTensor) -> int:
     """The width its groups get: the type's own where exact, else REQUANTIZED_BITS."""
-    return _EXACT[tensor.tensor_type][0] if tensor.tensor_type in _EXACT else REQUANTIZED_BITS
+    return bits_of_type(tensor.tensor_type)
+
+
+def bits_of_type(kind: GGMLQuantizationType) -> int:
+    return _EXACT[kind][0] if kind in _EXACT else REQUANTIZED_BITS
 
 
 def decompose(path: Path, tensor: ReaderTensor, error: type[ValueError]) -> Decomposed:
