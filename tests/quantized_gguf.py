@@ -54,10 +54,7 @@ def quantized_copy(src: Path, dst: Path, qtype: GGMLQuantizationType, seed: int 
             writer.add_tensor(t.name, stored(values, qtype, rng), raw_dtype=qtype)
         else:
             writer.add_tensor(t.name, values)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_out(writer)
     return dst
 
 
@@ -69,3 +66,11 @@ def copy_keys(reader: GGUFReader, writer: GGUFWriter) -> None:
         vtype = field.types[0]
         sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
         writer.add_key_value(name, field.contents(), vtype, sub_type=sub)
+
+
+def write_out(writer: GGUFWriter) -> None:
+    """The header, the keys and the tensors added to `writer`, then the file closed."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()

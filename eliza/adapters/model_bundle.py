@@ -95,11 +95,12 @@ def ensure_model_bundle(cache: Path, bundle: Bundle, pinned_in: str, repair: str
         actual = remembered_sha256(model, memo) if model.is_file() else ""
         if actual == bundle.sha256 and (out / MANIFEST).is_file():
             return out
-        wrong = (
-            f"sha256 {actual[:12]}, not the pinned {bundle.sha256[:12]}"
-            if actual and actual != bundle.sha256
-            else ("missing" if not actual else f"its {MANIFEST} is missing")
-        )
+        if not actual:
+            wrong = "missing"
+        elif actual != bundle.sha256:
+            wrong = f"sha256 {actual[:12]}, not the pinned {bundle.sha256[:12]}"
+        else:
+            wrong = f"its {MANIFEST} is missing"
         _log.warning(
             "%s: %s (damaged in the cache); assembling it again from its checked chunks", model, wrong
         )

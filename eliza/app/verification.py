@@ -236,9 +236,11 @@ def plan_verify(options: VerifyOptions, ctx: Context, *, bundles: Mapping[str, P
         perf_reference_library=perf_reference.library_sha256,
         perf_rounds=options.rounds,
     )
-    everything = plan(matrix, facts, replace(selection, cells=None, rerun=False))
+    chosen = plan(matrix, facts, selection)
+    every_cell = replace(selection, cells=None, rerun=False)
+    everything = chosen if every_cell == selection else plan(matrix, facts, every_cell)
     return Planned(
-        plan=plan(matrix, facts, selection),
+        plan=chosen,
         run=run,
         baseline=baseline,
         artifact_hashes=artifacts,

@@ -17,11 +17,13 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from eliza.core import weight_cache
+
 # Never part of a source tree's content: written by tools inside the tree.
 _IGNORED_NAMES = frozenset({"CMakeUserPresets.json", "__pycache__", ".pytest_cache"})
 # Nor of a bundle's: a runtime's own cache beside its model (LiteRT-LM's packed weights,
 # eliza.core.weight_cache), which its first run writes.
-_IGNORED_SUFFIXES = (".xnnpack_cache",)
+_IGNORED_SUFFIXES = (weight_cache.SUFFIX,)
 
 
 TEMP_SUFFIX = ".tmp"

@@ -19,7 +19,7 @@ import numpy as np
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 from eliza.core.layout import REPO_ROOT
-from tests.quantized_gguf import copy_keys
+from tests.quantized_gguf import copy_keys, write_out
 
 # --- XXH64 ----------------------------------------------------------------------------
 
@@ -175,10 +175,7 @@ def rewritten_bundle(
         writer.add_key_value(name, value, vtype)
     for t in reader.tensors:
         writer.add_tensor(t.name, np.ascontiguousarray(tensors(t.name, np.array(t.data))))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_out(writer)
     return out
 
 

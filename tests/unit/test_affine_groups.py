@@ -20,7 +20,7 @@ from gguf.quants import dequantize
 
 from eliza.formats.gguf_models import affine
 from eliza.formats.mlx_weights import CONFIG_NAME, RECORD_NAME, convert, stale_reason
-from tests.quantized_gguf import stored
+from tests.quantized_gguf import stored, write_out
 
 Q = GGMLQuantizationType
 EXACT = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q4_K, Q.Q5_K)
@@ -37,10 +37,7 @@ def one_tensor_gguf(path: Path, qtype: GGMLQuantizationType, rows: int = 8, colu
     writer = GGUFWriter(str(path), arch="llama")
     data = stored(rng.standard_normal((rows, columns)).astype(np.float32), qtype, rng)
     writer.add_tensor("w", data, raw_dtype=qtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_out(writer)
     return GGUFReader(path).tensors[0]
 
 
@@ -183,10 +180,7 @@ def model_gguf(path: Path, arch: str, qtype: GGMLQuantizationType) -> Path:
             writer.add_tensor(name, 1 + 0.1 * values)
         else:
             writer.add_tensor(name, stored(values, qtype, rng), raw_dtype=qtype if qtype != Q.F16 else None)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_out(writer)
     return path
 
 

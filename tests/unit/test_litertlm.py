@@ -40,7 +40,7 @@ from eliza.formats.litertlm import (
 from eliza.formats.sentencepiece_vocab import sentencepiece_model
 from eliza.formats.tiny_gguf import TinyGemma3Spec, TinyModelSpec, write_tiny_gemma3_gguf, write_tiny_gguf
 from tests.gemma3_reference import int8_rows
-from tests.quantized_gguf import quantized_copy
+from tests.quantized_gguf import quantized_copy, write_out
 
 PREFILL = (1, 8)
 CONTEXT = 64
@@ -163,10 +163,7 @@ def write_small_gguf(path: Path, *, arch: str = "llama", vocab: bool = True, int
     for name, tensor in weights.items():
         integer = int_q and name == "blk.0.attn_q.weight"
         writer.add_tensor(name, tensor.astype(np.int32 if integer else np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_out(writer)
     return path
 
 
@@ -742,10 +739,7 @@ def write_small_gemma3(path: Path, *, drop: str = "", extra: dict[str, Any] | No
     for name, tensor in weights.items():
         if name != drop:
             writer.add_tensor(name, tensor.astype(np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_out(writer)
     return path
 
 

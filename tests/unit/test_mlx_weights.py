@@ -42,6 +42,7 @@ from eliza.formats.mlx_weights import (
     unpermute_rope_rows,
 )
 from eliza.formats.tiny_gguf import TinyGemma3Spec, TinyModelSpec, write_tiny_gemma3_gguf, write_tiny_gguf
+from tests.quantized_gguf import write_out
 
 SPECS = {
     "tiny": TinyModelSpec(),
@@ -142,10 +143,7 @@ def write_llama_gguf(
             writer.add_tensor(name, tensor)
         else:
             writer.add_tensor(name, quantize(tensor, qtype), raw_dtype=qtype)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_out(writer)
     return path
 
 
@@ -810,10 +808,7 @@ def write_gemma3_gguf(
         if drop and drop in name:
             continue
         writer.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_out(writer)
     return path
 
 

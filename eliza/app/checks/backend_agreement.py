@@ -18,7 +18,7 @@ from pathlib import Path
 from eliza.adapters.bench_tools import BenchSettings, BenchToolError, bench_argv, reference_argv, run_tool
 from eliza.app.checks.job import Job
 from eliza.app.checks.runtimes import backends_of
-from eliza.app.services.bundle import RUNTIME_WEIGHT_CACHES, ensure_runtime_bundle
+from eliza.app.services.bundle import ensure_runtime_bundle, weight_cache_state
 from eliza.app.services.clock import Stopwatch
 from eliza.app.services.run import Run
 from eliza.core.backend_agreement import AgreementInputError, AgreementVerdict, judge
@@ -92,8 +92,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         served: dict[str, object] = {}
         for gate in backends_of(cell):
             path = out / f"{gate.factory}.jsonl"
-            probe = RUNTIME_WEIGHT_CACHES.get(gate.id)
-            weight_cache = probe(bundle) if probe is not None else None
+            weight_cache = weight_cache_state(gate.id, bundle)
             try:
                 got = run_tool(
                     bench_argv(tools, library, settings, f"{cell.id} {gate.factory}", path),

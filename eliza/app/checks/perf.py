@@ -17,13 +17,14 @@ import json
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from eliza.adapters.bench_tools import BenchSettings, bench_argv, run_tool
 from eliza.app.checks.job import Job
 from eliza.app.checks.runtimes import backends_of
 from eliza.app.services.bench_options import BenchOptions
-from eliza.app.services.bundle import RUNTIME_WEIGHT_CACHES, ensure_runtime_bundle
+from eliza.app.services.bundle import ensure_runtime_bundle, weight_cache_state
 from eliza.app.services.clock import Stopwatch, now
 from eliza.app.services.counts_cache import FOLDER as COUNTS_FOLDER
 from eliza.app.services.counts_cache import CountsCache
@@ -431,7 +432,7 @@ def comparisons(
     series = [
         Comparison(
             gate.factory,
-            Side(library, {"ELIZA_LLM_BACKEND": gate.factory}, _weight_cache_probe(gate.id, bundle)),
+            Side(library, {"ELIZA_LLM_BACKEND": gate.factory}, partial(weight_cache_state, gate.id, bundle)),
             Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"}),
             backend_opts,
             out / gate.factory,
@@ -440,11 +441,6 @@ def comparisons(
     ]
     words = "the llama.cpp path of the same library and bundle (ELIZA_LLM_BACKEND=llama.cpp)"
     return series, BACKEND_PERF_REFERENCE, words, (library,)
-
-
-def _weight_cache_probe(gate: str, bundle: Path) -> Callable[[], str | None] | None:
-    probe = RUNTIME_WEIGHT_CACHES.get(gate)
-    return None if probe is None else (lambda: probe(bundle))
 
 
 def _weight_caches(series: Sequence[tuple[str, Samples]]) -> dict[str, object]:

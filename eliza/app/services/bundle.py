@@ -153,27 +153,34 @@ def litert_weight_cache(bundle: Path) -> CacheState | None:
     """Whether a LiteRT-LM engine on `bundle` starts with its weight cache warm or cold
     (eliza.core.weight_cache); None when the bundle has no .litertlm."""
     models = sorted((bundle / "text").glob("*.litertlm"))
-    if not models:
-        return None
-    model = models[0]
-    info = model.stat()
-    present = [p.name for p in model.parent.iterdir()]
-    return cache_state(model.name, int(info.st_mtime), info.st_size, present)
+    return cache_state(*_beside(models[0])) if models else None
 
 
 def _remove_leftover_caches(model: Path) -> None:
     """The engine's caches of earlier versions of `model`: never mapped again, only disk."""
-    info = model.stat()
-    present = [p.name for p in model.parent.iterdir()]
-    for name in leftover_caches(model.name, int(info.st_mtime), info.st_size, present):
+    for name in leftover_caches(*_beside(model)):
         (model.parent / name).unlink(missing_ok=True)
         _log.warning("%s: the weight cache of an earlier %s; removed", model.parent / name, model.name)
+
+
+def _beside(model: Path) -> tuple[str, int, int, list[str]]:
+    """(name, mtime in whole seconds, size, the names in its folder): what the engine names
+    its weight cache by, and what is there."""
+    info = model.stat()
+    return model.name, int(info.st_mtime), info.st_size, [p.name for p in model.parent.iterdir()]
 
 
 # Gate id -> what stages its runtime's artifact into a bundle from the bundle's GGUF.
 RUNTIME_STAGERS: dict[str, Callable[[Path], Path]] = {"mlx": ensure_mlx_weights, "litert": ensure_litertlm}
 # Gate id -> the state of the cache its runtime keeps beside the artifact, read before a run.
 RUNTIME_WEIGHT_CACHES: dict[str, Callable[[Path], CacheState | None]] = {"litert": litert_weight_cache}
+
+
+def weight_cache_state(gate: str, bundle: Path) -> CacheState | None:
+    """The state of the weight cache gate `gate`'s runtime keeps in `bundle` now; None for a
+    runtime that keeps none."""
+    probe = RUNTIME_WEIGHT_CACHES.get(gate)
+    return probe(bundle) if probe is not None else None
 
 
 # Checks that run side by side stage the same runtime bundle: one stages it, the others wait.

@@ -11,8 +11,9 @@ simulated CPU is kept: wall-time rounds are never reused.
 Each entry is `<key>.json` (the counts and the token counts) beside `<key>.callgrind.out`
 and `<key>.jsonl` (the profile and the bench records it was read from), which a hit copies
 to where the run would have written them, so `callgrind_annotate` still finds them in
-build/bench. An entry that cannot be read is a miss, said in one line, and is written again; nothing here is
-trusted that the run could not have measured itself: delete the folder to count again.
+build/bench. An entry that cannot be read is a miss, said in one line, and is written
+again; nothing here is trusted that the run could not have measured itself: delete the
+folder to count again.
 """
 
 from __future__ import annotations

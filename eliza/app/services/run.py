@@ -17,13 +17,14 @@ from eliza.app.services.bench_options import bundle_inputs, bundle_prompts, defa
 from eliza.app.services.inputs import input_hashes
 from eliza.app.services.signing import signing_key
 from eliza.core.cell_id import CellId
-from eliza.core.evidence import Artifact, HostInfo, LoadedRecord, Status, Subject
+from eliza.core.evidence import Artifact, EvidenceRecord, HostInfo, LoadedRecord, Status, Subject
 from eliza.core.fingerprint import InputHashes, fingerprint_for
 from eliza.core.host import HostFacts
 from eliza.core.layout import default_prompts
 from eliza.core.matrix import Check, Matrix
 from eliza.core.outcome import CheckOutcome
 from eliza.core.report.judge import check_artifacts
+from eliza.core.report.model import ArtifactState
 from eliza.core.simulated_cpu import SimulatedRun
 from eliza.core.trust import TrustPolicy, judge_signature
 from eliza.core.verify_plan import KnownRecord
@@ -228,25 +229,24 @@ def existing_records(
 def evidence_index(run: Run, hashes: recording.ArtifactHashes) -> dict[tuple[str, str], KnownRecord]:
     """The records of this checkout's evidence, each with whether its artifacts are intact."""
     return {
-        key: KnownRecord(
-            record=item.record,
-            path=str(
-                item.path.relative_to(run.project.repo)
-                if item.path.is_relative_to(run.project.repo)
-                else item.path
-            ),
-            # The files it judged too: a record of a library that was rebuilt differently
-            # would not count against the new build, so its check runs again.
-            artifacts_intact=all(hashes.matches(a) for a in item.record.artifacts)
-            and all(
-                hashes.resolve(Artifact(path=s.name, sha256=s.sha256)) is not False
-                for s in item.record.subjects
-            ),
-            # as the report checks them, so the plan keeps nothing the report would not count
-            artifacts=check_artifacts(item.record, hashes.resolve),
-        )
+        key: _known(item.record, item.path, run.project.repo, hashes)
         for key, item in existing_records(
             run.evidence_dir, run.matrix.trust.with_local(run.key.public_raw), run.matrix
         ).items()
         if item.record is not None
     }
+
+
+def _known(record: EvidenceRecord, path: Path, repo: Path, hashes: recording.ArtifactHashes) -> KnownRecord:
+    # Its artifacts as the report checks them, so the plan keeps nothing the report would
+    # not count; intact when every one is here as recorded, and the files it judged too: a
+    # record of a library that was rebuilt differently would not count against the new
+    # build, so its check runs again.
+    artifacts = check_artifacts(record, hashes.resolve)
+    return KnownRecord(
+        record=record,
+        path=str(path.relative_to(repo) if path.is_relative_to(repo) else path),
+        artifacts_intact=all(a.state is ArtifactState.MATCH for a in artifacts)
+        and all(hashes.resolve(Artifact(path=s.name, sha256=s.sha256)) is not False for s in record.subjects),
+        artifacts=artifacts,
+    )

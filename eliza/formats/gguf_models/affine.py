@@ -21,8 +21,8 @@ Every other quantized type (Q6_K and Q2_K/Q3_K have sub-blocks of 16, the IQ typ
 has no exact form; it is dequantized and quantized again to 8 bits in groups of 32 (min/max
 per group), which adds about 0.5 % relative RMS error to a Q6_K weight (Gemma 3 270M's
 nine: 0.47-0.48 %). `Decomposed.relative_rms_error` says what was added, 0 for an exact
-type. Float
-tensors (F32, F16, BF16) are not quantized at all: the converters keep them dense.
+type. Float tensors (F32, F16, BF16) are not quantized at all: the converters keep them
+dense.
 
 `int8_rows` is the other scheme the runtimes deploy: XNNPACK's (LiteRT-LM's CPU path)
 symmetric int8 per output channel, which no GGUF block type matches exactly.
@@ -30,7 +30,7 @@ symmetric int8 per output channel, which no GGUF block type matches exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -156,12 +156,7 @@ def requantize(values: npt.NDArray[np.float32], bits: int = REQUANTIZED_BITS) ->
     out = Decomposed(
         bits=bits, q=q, scales=scales, biases=low.astype(np.float32), exact=False, relative_rms_error=0.0
     )
-    error = out.values() - values
-    norm = float(np.sqrt(np.mean(np.square(values, dtype=np.float64))))
-    relative = float(np.sqrt(np.mean(np.square(error, dtype=np.float64)))) / norm if norm else 0.0
-    return Decomposed(
-        bits=bits, q=q, scales=out.scales, biases=out.biases, exact=False, relative_rms_error=relative
-    )
+    return replace(out, relative_rms_error=_relative_rms(out.values(), values))
 
 
 def pack(q: npt.NDArray[np.uint8], bits: int) -> npt.NDArray[np.uint32]:
@@ -239,7 +234,12 @@ def int8_rows(values: npt.NDArray[np.float32]) -> Int8Rows:
     peak = np.abs(values).max(axis=1)
     scales = np.where(peak > 0, peak / np.float32(127), np.float32(1)).astype(np.float32)
     q = np.clip(np.rint(values / scales[:, None]), -127, 127).astype(np.int8)
-    error = q.astype(np.float32) * scales[:, None] - values
-    norm = float(np.sqrt(np.mean(np.square(values, dtype=np.float64))))
-    relative = float(np.sqrt(np.mean(np.square(error, dtype=np.float64)))) / norm if norm else 0.0
+    relative = _relative_rms(q.astype(np.float32) * scales[:, None], values)
     return Int8Rows(q=q, scales=scales, relative_rms_error=relative)
+
+
+def _relative_rms(approximation: npt.NDArray[np.float32], values: npt.NDArray[np.float32]) -> float:
+    """The RMS of `approximation - values` over the RMS of `values` (0 for an all-zero one)."""
+    norm = float(np.sqrt(np.mean(np.square(values, dtype=np.float64))))
+    error = approximation - values
+    return float(np.sqrt(np.mean(np.square(error, dtype=np.float64)))) / norm if norm else 0.0

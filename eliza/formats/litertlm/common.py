@@ -100,20 +100,19 @@ def read_weights(
         layers=layers,
         known_unsupported=known_unsupported,
     )
-    total = sum(
-        int(np.prod(dims)) * (1 if len(dims) == 2 and not affine.is_dense(present[name]) else 4)
-        for name, dims in expected.items()
-    )
+    quantized = {
+        name for name, dims in expected.items() if len(dims) == 2 and not affine.is_dense(present[name])
+    }
+    total = sum(int(np.prod(dims)) * (1 if name in quantized else 4) for name, dims in expected.items())
     if total > FLATBUFFER_LIMIT:
         raise LitertlmError(
             f"{path}: {total / 2**30:.1f} GiB of int8 and float32 weights; a TFLite flatbuffer holds under "
             "2 GiB: use a smaller model"
         )
     weights: dict[str, Weight] = {}
-    for name, dims in expected.items():
+    for name in expected:
         values = tensors.float32(path, present[name], LitertlmError)
-        quantized = len(dims) == 2 and not affine.is_dense(present[name])
-        weights[name] = affine.int8_rows(values) if quantized else values
+        weights[name] = affine.int8_rows(values) if name in quantized else values
     return weights
 
 

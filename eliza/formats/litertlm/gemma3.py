@@ -41,8 +41,8 @@ class Gemma3Converter:
         return stop_ids(vocab)
 
     def read_weights(self) -> dict[str, Weight]:
-        """Every tensor as float32 of its (out, in) shape, as stored: the norms already hold
-        Gemma's +1 and the Q/K rows are in the halves-rope order."""
+        """Every tensor of its (out, in) shape (common.read_weights), as stored: the norms
+        already hold Gemma's +1 and the Q/K rows are in the halves-rope order."""
         return read_weights(
             self.reader,
             self.path,
