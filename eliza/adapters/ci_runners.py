@@ -193,19 +193,20 @@ def seconds_of(text: str) -> float:
 
 
 def read_gitlab_log(text: str, outputs: Path) -> dict[str, JobRun]:
-    """Jobs by name from gitlab-ci-local's "<job> finished in <time> [FAIL n]" lines, each
-    with the lines of its output file (<state>/output/<job>.log)."""
+    """Jobs by name from gitlab-ci-local's "<job> finished in <time> [FAIL n]" lines (of the
+    jobs that have an output file, <state>/output/<job>.log), each with that file's lines."""
     jobs: dict[str, JobRun] = {}
     for line in text.splitlines():
         found = _FINISHED.match(line.strip())
         if not found:
             continue
         name = found["job"].strip()
+        log = outputs / f"{name}.log"
+        if not log.is_file():  # "parsing and downloads finished in", "pipeline finished in"
+            continue
         run = JobRun(job=name, result="failure" if found["mark"] == "FAIL" else "success")
         run.seconds = seconds_of(found["took"])
-        log = outputs / f"{name}.log"
-        if log.is_file():
-            run.lines = log.read_text(errors="replace").splitlines()
+        run.lines = log.read_text(errors="replace").splitlines()
         jobs[name] = run
     return jobs
 

@@ -104,17 +104,20 @@ def test_act_s_json_lines_give_each_job_s_result_wall_time_and_output() -> None:
 
 def test_gitlab_ci_local_s_lines_give_each_job_s_result_and_wall_time(tmp_path: Path) -> None:
     (tmp_path / "linux-cpu_none.log").write_text("$ nox -s ci-check\nlinux-cpu.none ok\n")
+    (tmp_path / "build-linux-cpu.log").write_text("llama.cpp built 1 time(s) in build\n")
     text = "\n".join(
         [
             "[10:03:07  3 min 5 s] build-linux-cpu finished in 3 min 5 s",
             "[10:04:08 163 ms] linux-cpu_none finished in 163 ms  FAIL 1",
             " PASS  [ 3 min 5 s] build-linux-cpu",
+            "[10:04:09 1.2 s] pipeline finished in 4 min 6 s",
         ]
     )
     jobs = ci_runners.read_gitlab_log(text, tmp_path)
     assert (jobs["build-linux-cpu"].result, jobs["build-linux-cpu"].seconds) == ("success", 185.0)
     assert (jobs["linux-cpu_none"].result, jobs["linux-cpu_none"].seconds) == ("failure", 0.163)
     assert jobs["linux-cpu_none"].lines == ["$ nox -s ci-check", "linux-cpu.none ok"]
+    assert set(jobs) == {"build-linux-cpu", "linux-cpu_none"}  # not "pipeline"
 
 
 def test_the_gitlab_pipeline_is_the_workflow_s_job_graph_script_only() -> None:
