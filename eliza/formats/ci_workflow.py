@@ -120,28 +120,24 @@ def render_ci_files(matrix: Matrix, templates: Path) -> dict[str, str]:
     runners = load_runners(templates / RUNNERS_FILE)
     pipeline = plan_pipeline(matrix, runners)
     env = _environment(templates)
+    # both renderings of the one job graph see the same names
+    graph = {
+        "header": MARKER,
+        "pipeline": pipeline,
+        "report_job": REPORT_JOB,
+        "slow_tier_job": SLOW_TIER_JOB,
+        "slow_tier_command": SLOW_TIER_COMMAND,
+        "setup": SETUP_COMMAND,
+        "artifacts_dir": ARTIFACTS_DIR,
+    }
     workflow = env.get_template("matrix-workflow.yml.j2").render(
-        header=MARKER,
-        pipeline=pipeline,
-        report_job=REPORT_JOB,
-        slow_tier_job=SLOW_TIER_JOB,
-        slow_tier_command=SLOW_TIER_COMMAND,
+        **graph,
         slow_tier_schedule=SLOW_TIER_SCHEDULE,
-        setup=SETUP_COMMAND,
-        artifacts_dir=ARTIFACTS_DIR,
         release_dir=RELEASE_DIR,
         previous_release_dir=PREVIOUS_RELEASE_DIR,
     )
     lint_config = env.get_template("actionlint.yaml.j2").render(header=MARKER, labels=custom_labels(runners))
-    gitlab = env.get_template("gitlab-ci.yml.j2").render(
-        header=MARKER,
-        pipeline=pipeline,
-        report_job=REPORT_JOB,
-        slow_tier_job=SLOW_TIER_JOB,
-        slow_tier_command=SLOW_TIER_COMMAND,
-        setup=SETUP_COMMAND,
-        artifacts_dir=ARTIFACTS_DIR,
-    )
+    gitlab = env.get_template("gitlab-ci.yml.j2").render(**graph)
     return {WORKFLOW: workflow, ACTIONLINT_CONFIG: lint_config, GITLAB_CI: gitlab}
 
 
