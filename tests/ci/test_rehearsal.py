@@ -2,9 +2,9 @@
 workflow, gitlab-ci-local on the GitLab pipeline) from a snapshot with empty caches: the
 build job compiles llama.cpp once per build variant (release, ASan+UBSan), the check jobs
 compile nothing, and the report job's report agrees with `nox -s verify` on this host.
-Then a case planted to fail in the gated cells only: the runner exits non-zero, the gated
-cells' check jobs fail, the no-gate cell's passes, and the report still comes out with the
-gated cells FAILED.
+Then a case planted to fail in the gated cells only, in a second pipeline whose Conan
+remote holds the first's packages: the runner exits non-zero, the gated cells' check jobs
+fail, the no-gate cell's passes, and the report still comes out with the gated cells FAILED.
 
 Slow (cold llama.cpp builds in the jobs' empty Conan home, then every check of five cells,
 per runner): `nox -s tests -- --tier slow` runs it.
@@ -27,6 +27,8 @@ PLATFORM = "linux-cpu"
 CELLS = [c for c in load_project_matrix().cells_of(PLATFORM)]
 SLOW_VARIANT_CELLS = [c.id for c in CELLS if c.variant is not None and c.variant.slow_build]
 GATED = [c.id for c in CELLS if c.variant is None and c.key != "none"]
+# runner -> the --workdir of its first rehearsal, whose remote a second pipeline starts with
+FIRST_RUN: dict[str, Path] = {}
 PLANTED_CASE = "no-env-generates-as-the-no-gate-build | gguf | - | generates | generates"
 
 
@@ -70,6 +72,7 @@ def test_the_runner_compiles_llama_once_and_agrees_with_verify(
     tmp_path: Path, runner: str, verified: Path
 ) -> None:
     repo = git_copy(tmp_path / "repo")
+    FIRST_RUN[runner] = tmp_path / "work"
     status, said = rehearse(repo, tmp_path / "work", runner, "--compare", str(verified))
     assert status == 0, said[-6000:]
     assert f"llama.cpp compiled {1 + len(SLOW_VARIANT_CELLS)} time(s) in all" in said
@@ -87,7 +90,9 @@ def test_a_case_planted_to_fail_in_the_gated_cells_fails_their_jobs_only(tmp_pat
             PLANTED_CASE, PLANTED_CASE.replace("| generates | generates", "| open-error planted | generates")
         )
     )
-    status, said = rehearse(repo, tmp_path / "work", runner)
+    first = FIRST_RUN.get(runner)
+    seeded = ["--remote-from", str(first)] if first else []
+    status, said = rehearse(repo, tmp_path / "work", runner, *seeded)
     assert status != 0, said[-6000:]
     ran = results(said)
     for cell in GATED:

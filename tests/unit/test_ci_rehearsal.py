@@ -15,8 +15,15 @@ import pytest
 import yaml
 
 from eliza.adapters import ci_runners
+from eliza.app.errors import UsageError
 from eliza.app.project import current
-from eliza.app.sessions.ci_rehearsal import RehearseOptions, compare_states, selected_jobs, trust_in_policy
+from eliza.app.sessions.ci_rehearsal import (
+    RehearseOptions,
+    compare_states,
+    parse_options,
+    selected_jobs,
+    trust_in_policy,
+)
 from eliza.core.ci_jobs import REPORT_JOB
 from eliza.core.layout import REPO_ROOT
 from eliza.formats.attestation import SigningKey
@@ -29,7 +36,9 @@ PIPELINE = pipeline_of(load_matrix(REPO_ROOT / "matrix.yaml"), REPO_ROOT / "temp
 
 
 def options(*platforms: str, slow: bool = False) -> RehearseOptions:
-    return RehearseOptions(runner="act", workdir=None, slow=slow, only_platform=platforms, compare=None)
+    return RehearseOptions(
+        runner="act", workdir=None, slow=slow, only_platform=platforms, compare=None, remote_from=None
+    )
 
 
 def test_one_platform_is_its_build_job_its_check_jobs_and_the_report() -> None:
@@ -187,3 +196,12 @@ def test_reports_are_compared_by_state_on_the_cells_that_ran(tmp_path: Path) -> 
     ]
     theirs = report(tmp_path / "c.json", {("c2", "build"): "not-run"})
     assert compare_states(ours, theirs, {"c1"}) == ["c1/build: not in the other report"]
+
+
+def test_a_second_pipeline_starts_from_an_earlier_rehearsal_s_remote(tmp_path: Path) -> None:
+    matrix = load_matrix(REPO_ROOT / "matrix.yaml")
+    with pytest.raises(UsageError, match=r"--remote-from .*no Conan remote storage"):
+        parse_options(["--remote-from", str(tmp_path)], {}, matrix)
+    (tmp_path / "remote" / "data").mkdir(parents=True)
+    given = parse_options(["--remote-from", str(tmp_path)], {}, matrix)
+    assert given.remote_from == tmp_path

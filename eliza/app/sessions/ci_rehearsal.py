@@ -79,6 +79,7 @@ class RehearseOptions:
     slow: bool
     only_platform: tuple[str, ...]
     compare: Path | None
+    remote_from: Path | None
 
 
 def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> RehearseOptions:
@@ -109,6 +110,13 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
         metavar="REPORT_JSON",
         help="a report.json (of `nox -s verify`, say) whose states the rehearsal's must equal",
     )
+    parser.add_argument(
+        "--remote-from",
+        type=Path,
+        metavar="WORKDIR",
+        help="start the Conan remote with the packages an earlier rehearsal's jobs uploaded "
+        "(its --workdir): a second pipeline, whose build job fetches llama.cpp instead of compiling it",
+    )
     args = parser.parse_args(list(argv))
     platforms = {p.id for p in matrix.platforms}
     for given in args.only_platform:
@@ -116,6 +124,8 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
             raise UsageError(
                 f"--only-platform {given}: no such platform in the matrix ({', '.join(sorted(platforms))})"
             )
+    if args.remote_from is not None:
+        _remote_storage(args.remote_from)
     if args.runner == GITLAB_CI_LOCAL and len(args.only_platform) > 1:
         raise UsageError(
             "--only-platform: gitlab-ci-local takes one platform (ELIZA_ONLY_PLATFORM); give it once"
@@ -126,6 +136,7 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
         slow=args.slow,
         only_platform=tuple(args.only_platform),
         compare=args.compare,
+        remote_from=args.remote_from,
     )
 
 
@@ -156,6 +167,7 @@ def run(options: RehearseOptions, ctx: Context) -> Path:
         python = server_python(project.env.get(SERVER_VARIABLE), project.cache)
     except (PipelineError, RunnersError, ServerError) as exc:
         raise UsageError(str(exc)) from None
+    seed = _remote_storage(options.remote_from) if options.remote_from is not None else None
     work = (options.workdir or Path(tempfile.mkdtemp(prefix="eliza-ci-rehearsal-"))).resolve()
     if work.exists() and any(work.iterdir()):
         raise UsageError(f"--workdir {work} is not empty: every rehearsal starts from nothing")
@@ -171,6 +183,9 @@ def run(options: RehearseOptions, ctx: Context) -> Path:
     env = {k: v for k, v in os.environ.items() if k not in _DROPPED}
     env.update(ELIZA_CACHE_DIR=str(cache), ACT_DISABLE_VERSION_CHECK="1", CI="true")
     log(f"rehearsing with {options.runner}: a snapshot of {project.repo} in {work}")
+    if seed is not None:
+        shutil.copytree(seed, work / "remote" / seed.name, symlinks=True)
+        log(f"Conan remote: starts with the packages of {seed}")
     with local_server(work / "remote", python) as server:
         log(f"Conan remote: conan_server at {server.url} (storage {server.storage})")
         rehearsal = Rehearsal(
@@ -209,6 +224,16 @@ def run(options: RehearseOptions, ctx: Context) -> Path:
         named = ", ".join(failed) or "none named"
         raise CiFailed(f"{options.runner} exited {status}; failed job(s): {named} (logs in {work})")
     return work
+
+
+def _remote_storage(workdir: Path) -> Path:
+    storage = workdir.resolve() / "remote" / "data"
+    if not storage.is_dir():
+        raise UsageError(
+            f"--remote-from {workdir}: no Conan remote storage at {storage} "
+            "(give the --workdir of an earlier rehearsal)"
+        )
+    return storage
 
 
 def snapshot(repo: Path, dest: Path) -> Path:
