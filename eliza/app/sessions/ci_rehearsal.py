@@ -376,7 +376,8 @@ def _run_gitlab(r: Rehearsal, ctx: Context) -> tuple[int, dict[str, JobRun], Pat
 def _summary(jobs: Mapping[str, JobRun], compiled: int, wall: float, log: Log) -> None:
     log("job                          result    wall s  said: llama.cpp built")
     for j in jobs.values():
-        said = sum(int(n) for line in j.lines for n in _BUILT.findall(line))
+        # act echoes the step summary too: a job says its count once, however often it is printed
+        said = max((int(n) for line in j.lines for n in _BUILT.findall(line)), default=0)
         log(f"{j.job:<28} {j.result:<8} {j.seconds:7.0f}  {said:>20}")
     log(
         f"{len(jobs)} job(s) ran; llama.cpp compiled {compiled} time(s) in all "
