@@ -123,7 +123,7 @@ def local_server(root: Path, python: Path, *, timeout: float = 60.0) -> Iterator
                             f"conan_server did not answer on {url} in {timeout:.0f}s; log: {log}"
                         ) from None
                     time.sleep(0.3)
-            yield LocalServer(url=url, user=USER, password=password, storage=root / "data", log=log)
+            yield LocalServer(url=url, user=USER, password=password, storage=storage_of(root), log=log)
         finally:
             process.terminate()
             try:
@@ -131,3 +131,9 @@ def local_server(root: Path, python: Path, *, timeout: float = 60.0) -> Iterator
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def storage_of(root: Path) -> Path:
+    """Where the server `local_server(root, ...)` keeps its packages (server.conf's
+    disk_storage_path)."""
+    return root / "data"

@@ -204,4 +204,4 @@ def test_a_second_pipeline_starts_from_an_earlier_rehearsal_s_remote(tmp_path: P
         parse_options(["--remote-from", str(tmp_path)], {}, matrix)
     (tmp_path / "remote" / "data").mkdir(parents=True)
     given = parse_options(["--remote-from", str(tmp_path)], {}, matrix)
-    assert given.remote_from == tmp_path
+    assert given.remote_from == tmp_path.resolve() / "remote" / "data"

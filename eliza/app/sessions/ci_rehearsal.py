@@ -34,7 +34,14 @@ import yaml
 
 from eliza.adapters import ci_runners, git
 from eliza.adapters.ci_runners import ACT, GITLAB_CI_LOCAL, RUNNERS, JobRun, RunnerMissing
-from eliza.adapters.conan_server import SERVER_VARIABLE, LocalServer, ServerError, local_server, server_python
+from eliza.adapters.conan_server import (
+    SERVER_VARIABLE,
+    LocalServer,
+    ServerError,
+    local_server,
+    server_python,
+    storage_of,
+)
 from eliza.adapters.signing_keys import KEY_ENV
 from eliza.app.context import Context
 from eliza.app.errors import CiFailed, UsageError
@@ -79,7 +86,7 @@ class RehearseOptions:
     slow: bool
     only_platform: tuple[str, ...]
     compare: Path | None
-    remote_from: Path | None
+    remote_from: Path | None  # an earlier rehearsal's Conan remote storage, checked
 
 
 def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> RehearseOptions:
@@ -124,8 +131,6 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
             raise UsageError(
                 f"--only-platform {given}: no such platform in the matrix ({', '.join(sorted(platforms))})"
             )
-    if args.remote_from is not None:
-        _remote_storage(args.remote_from)
     if args.runner == GITLAB_CI_LOCAL and len(args.only_platform) > 1:
         raise UsageError(
             "--only-platform: gitlab-ci-local takes one platform (ELIZA_ONLY_PLATFORM); give it once"
@@ -136,7 +141,7 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
         slow=args.slow,
         only_platform=tuple(args.only_platform),
         compare=args.compare,
-        remote_from=args.remote_from,
+        remote_from=None if args.remote_from is None else _remote_storage(args.remote_from),
     )
 
 
@@ -167,7 +172,6 @@ def run(options: RehearseOptions, ctx: Context) -> Path:
         python = server_python(project.env.get(SERVER_VARIABLE), project.cache)
     except (PipelineError, RunnersError, ServerError) as exc:
         raise UsageError(str(exc)) from None
-    seed = _remote_storage(options.remote_from) if options.remote_from is not None else None
     work = (options.workdir or Path(tempfile.mkdtemp(prefix="eliza-ci-rehearsal-"))).resolve()
     if work.exists() and any(work.iterdir()):
         raise UsageError(f"--workdir {work} is not empty: every rehearsal starts from nothing")
@@ -183,10 +187,11 @@ def run(options: RehearseOptions, ctx: Context) -> Path:
     env = {k: v for k, v in os.environ.items() if k not in _DROPPED}
     env.update(ELIZA_CACHE_DIR=str(cache), ACT_DISABLE_VERSION_CHECK="1", CI="true")
     log(f"rehearsing with {options.runner}: a snapshot of {project.repo} in {work}")
-    if seed is not None:
-        shutil.copytree(seed, work / "remote" / seed.name, symlinks=True)
-        log(f"Conan remote: starts with the packages of {seed}")
-    with local_server(work / "remote", python) as server:
+    remote = work / "remote"
+    if options.remote_from is not None:
+        shutil.copytree(options.remote_from, storage_of(remote), symlinks=True)
+        log(f"Conan remote: starts with the packages of {options.remote_from}")
+    with local_server(remote, python) as server:
         log(f"Conan remote: conan_server at {server.url} (storage {server.storage})")
         rehearsal = Rehearsal(
             work=work,
@@ -227,7 +232,7 @@ def run(options: RehearseOptions, ctx: Context) -> Path:
 
 
 def _remote_storage(workdir: Path) -> Path:
-    storage = workdir.resolve() / "remote" / "data"
+    storage = storage_of(workdir.resolve() / "remote")
     if not storage.is_dir():
         raise UsageError(
             f"--remote-from {workdir}: no Conan remote storage at {storage} "
