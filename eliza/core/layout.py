@@ -21,10 +21,14 @@ PUBLIC_HEADER = "eliza-inference-ffi.h"
 EXPORT_PREFIX = "eliza_inference_"  # every exported symbol of the C ABI starts with it
 
 
-def cache_dir(env: Mapping[str, str], home: PurePath) -> Path:
+def cache_dir(env: Mapping[str, str], home: PurePath, repo: Path = REPO_ROOT) -> Path:
+    """ELIZA_CACHE_DIR, else $XDG_CACHE_HOME or ~/.cache, then /eliza-inference. A relative
+    ELIZA_CACHE_DIR is taken from the checkout's root, wherever a command runs from: a CI job
+    that gives `.eliza-cache` keeps a cache of its own inside its checkout (where GitLab's
+    `cache:` can keep it between pipelines)."""
     explicit = env.get("ELIZA_CACHE_DIR")
     if explicit:
-        return Path(explicit)
+        return repo / explicit  # an absolute path stays itself
     base = env.get("XDG_CACHE_HOME") or str(home / ".cache")
     return Path(base) / "eliza-inference"
 

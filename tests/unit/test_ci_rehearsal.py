@@ -18,7 +18,11 @@ from eliza.adapters import ci_runners
 from eliza.app.errors import UsageError
 from eliza.app.project import current
 from eliza.app.sessions.ci_rehearsal import (
+    PER_JOB,
+    SHARED,
     RehearseOptions,
+    builds_said,
+    check_jobs_that_compiled,
     compare_states,
     parse_options,
     selected_jobs,
@@ -205,3 +209,28 @@ def test_a_second_pipeline_starts_from_an_earlier_rehearsal_s_remote(tmp_path: P
     (tmp_path / "remote" / "data").mkdir(parents=True)
     given = parse_options(["--remote-from", str(tmp_path)], {}, matrix)
     assert given.remote_from == tmp_path.resolve() / "remote" / "data"
+
+
+def test_each_job_can_start_with_an_empty_cache_of_its_own() -> None:
+    matrix = load_matrix(REPO_ROOT / "matrix.yaml")
+    assert parse_options([], {}, matrix).cache == SHARED
+    assert parse_options(["--cache", PER_JOB], {}, matrix).cache == PER_JOB
+    with pytest.raises(UsageError, match=r"--cache: invalid choice: 'none'"):
+        parse_options(["--cache", "none"], {}, matrix)
+
+
+def test_a_check_job_that_says_it_compiled_llama_cpp_is_named() -> None:
+    build = PIPELINE.builds[0]
+    check = next(c for c in PIPELINE.checks if c.platform == build.platform)
+    other = next(c for c in PIPELINE.checks if c.platform == build.platform and c.id != check.id)
+    line = "llama.cpp built {} time(s) in this job"
+    jobs = {
+        build.id: ci_runners.JobRun(job=build.id, lines=[line.format(1), "| " + line.format(1)]),
+        check.id: ci_runners.JobRun(job=check.id, lines=[line.format(0)]),
+        other.id: ci_runners.JobRun(job=other.id, lines=["noise", line.format(1), line.format(1)]),
+        REPORT_JOB: ci_runners.JobRun(job=REPORT_JOB, lines=[]),
+    }
+    said = builds_said(jobs)
+    assert said == {build.id: 1, check.id: 0, other.id: 1, REPORT_JOB: 0}
+    assert check_jobs_that_compiled(said, PIPELINE) == [other.id]
+    assert check_jobs_that_compiled({**said, other.id: 0}, PIPELINE) == []

@@ -101,3 +101,14 @@ def test_conan_is_this_interpreters_and_the_probe_says_its_version_without_start
         [*conan.conan_program(), "--version"], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     assert probed.version and said.split()[-1] == probed.version
+
+
+def test_the_llama_builds_of_a_conan_home_are_its_build_folders(tmp_path: Path) -> None:
+    from eliza.adapters.conan import conan_home, llama_build_folders
+
+    assert llama_build_folders(tmp_path) == 0  # no Conan home yet
+    builds = conan_home(tmp_path) / "p" / "b"
+    for name in ("llama1a2b3c", "llama9f8e7d", "zlib0a1b2c"):
+        (builds / name).mkdir(parents=True)
+    (conan_home(tmp_path) / "p" / "llama5d6e7f").mkdir()  # a downloaded package: no build folder
+    assert llama_build_folders(tmp_path) == 2

@@ -8,12 +8,13 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from eliza.adapters import conan, git, proc
+from eliza.adapters import conan, conan_remote, git, proc
 from eliza.adapters.checkout_lock import conan_home_lock
 from eliza.adapters.errors import ToolError
 from eliza.app.project import current
 from eliza.app.services.profiles import conan_profiles_for
-from eliza.core.build_plan import conan_build_argv, llama_option_args
+from eliza.core.binary_remote import RemoteSettingError, remote_from_env
+from eliza.core.build_plan import CellBuildPlan, conan_build_argv, llama_option_args
 from eliza.core.conan_profiles import host_profile_name
 from eliza.core.matrix import Cell
 from eliza.core.target import library_file
@@ -63,8 +64,15 @@ def baseline_library(sha: str, cell: Cell, env: dict[str, str]) -> tuple[Path, b
     with conan_home_lock(conan.conan_home(project.cache), f"baseline {sha[:12]}", lambda _: None):
         conan.prepare_conan_home(project.cache, project.repo, conan_profiles_for((cell.platform,)))
         source = conan.resolve_llama_source(project.cache, project.env)
+        argv = conan_build_argv(src, out, cell.platform, source.version)
+        _fetch_llama(
+            CellBuildPlan(
+                cell_id=f"baseline {sha[:12]}", output_dir=out, library=library, argv=tuple(argv), env=env
+            ),
+            source,
+        )
         done = proc.run(
-            conan.conan_argv(conan_build_argv(src, out, cell.platform, source.version)),
+            conan.conan_argv(argv),
             env=conan.conan_env(project.cache, {**source.env, **env}),
         )
     out.mkdir(parents=True, exist_ok=True)
@@ -74,3 +82,19 @@ def baseline_library(sha: str, cell: Cell, env: dict[str, str]) -> tuple[Path, b
         tail = "".join(done.stderr.splitlines(keepends=True)[-30:])
         raise BaselineError(f"baseline {sha[:12]} failed to build ({done.returncode}); log: {log}\n{tail}")
     return library, True
+
+
+def _fetch_llama(plan: CellBuildPlan, source: conan.LlamaSource) -> None:
+    """The baseline links the llama.cpp its platform's cells link: a job with an empty Conan
+    home (a CI check job) takes it from the Conan remote, when one is set, rather than
+    compiling it."""
+    project = current()
+    try:
+        remote = remote_from_env(project.env)
+    except RemoteSettingError as exc:
+        raise BaselineError(str(exc)) from None
+    if remote is not None:
+        try:
+            conan_remote.fetch_llama(plan, source, project.cache, remote)
+        except conan.BuildError as exc:
+            raise BaselineError(f"{plan.cell_id}: {exc}") from exc

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from eliza.adapters import conan_remote
+from eliza.adapters import conan, conan_remote
 from eliza.app.context import Context
 from eliza.app.errors import BuildFailed, CiFailed, NotHere, UsageError
 from eliza.app.options import Parser
@@ -144,6 +144,7 @@ def run_check(options: CiCheckOptions, ctx: Context) -> Path | None:
     """The cell's checks on the build job's cells, strict whatever the session's own
     options say; nothing is compiled."""
     project = ctx.project
+    compiled_before = conan.llama_build_folders(project.cache)
     if not options.dry_run:
         unpack_cells(project.repo / options.artifacts, project.repo, ctx.log)
     # The suites verify runs in other processes take their cells from the artifact too.
@@ -157,7 +158,15 @@ def run_check(options: CiCheckOptions, ctx: Context) -> Path | None:
         raise CiFailed(f"{options.cell}: {exc}") from None
     if options.dry_run:
         return None
-    line = llama_builds_line(0, "in this job (its cells came from the build job; nothing was compiled)")
+    # Counted, not assumed: a check job that had to compile llama.cpp (say, for the baseline,
+    # with no remote to fetch it from) says so, and the rehearsal fails on it.
+    compiled = conan.llama_build_folders(project.cache) - compiled_before
+    where = (
+        "in this job (its cells came from the build job; nothing was compiled)"
+        if compiled == 0
+        else "in this job (its Conan home has that many new llama.cpp build folders)"
+    )
+    line = llama_builds_line(compiled, where)
     ctx.log(line)
     _step_summary(project.env, f"**{options.cell}**: {line}")
     return result.report

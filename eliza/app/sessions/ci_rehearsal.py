@@ -3,7 +3,8 @@ a real CI runner (docs/ci-runners.md).
 
 A snapshot of the working tree (a clone with the uncommitted work committed) is the
 repository the runner checks out. Its jobs share what the jobs of one CI host share: an
-empty cache of the rehearsal's own (ELIZA_CACHE_DIR: one Conan home, one compiler cache),
+empty cache of the rehearsal's own (ELIZA_CACHE_DIR: one Conan home, one compiler cache;
+with `--cache per-job`, one empty cache in each job's own checkout, as on hosted runners),
 a Conan remote (a local conan_server on 127.0.0.1) given to them as the secrets the
 pipeline names, and the runner's artifacts. act runs .github/workflows/matrix.yml in host
 mode, with stand-ins for the marketplace actions it cannot fetch offline; gitlab-ci-local
@@ -32,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from eliza.adapters import ci_runners, git
+from eliza.adapters import ci_runners, conan, git
 from eliza.adapters.ci_runners import ACT, GITLAB_CI_LOCAL, RUNNERS, JobRun, RunnerMissing
 from eliza.adapters.conan_server import (
     SERVER_VARIABLE,
@@ -55,6 +56,10 @@ from eliza.formats.ci_workflow import GITLAB_CI, WORKFLOW, RunnersError, pipelin
 from eliza.formats.files import atomic_write_text
 
 Log = Callable[[str], None]
+SHARED, PER_JOB = "shared", "per-job"
+# With --cache per-job: relative, so each job's cache is a folder of its own checkout
+# (eliza.core.layout.cache_dir); ignored by git.
+JOB_CACHE = ".eliza-cache"
 _BUILT = re.compile(r"llama\.cpp built (\d+) time\(s\)")
 # Variables of the caller that would make the jobs less fresh than a CI host's.
 _DROPPED = (
@@ -87,6 +92,7 @@ class RehearseOptions:
     only_platform: tuple[str, ...]
     compare: Path | None
     remote_from: Path | None  # an earlier rehearsal's Conan remote storage, checked
+    cache: str = SHARED  # SHARED: one cache for every job; PER_JOB: each job its own
 
 
 def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> RehearseOptions:
@@ -124,6 +130,14 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
         help="start the Conan remote with the packages an earlier rehearsal's jobs uploaded "
         "(its --workdir): a second pipeline, whose build job fetches llama.cpp instead of compiling it",
     )
+    parser.add_argument(
+        "--cache",
+        choices=(SHARED, PER_JOB),
+        default=SHARED,
+        help=f"{SHARED}: every job uses one empty cache, as on one self-hosted runner (default); "
+        f"{PER_JOB}: each job starts with an empty cache of its own, as on hosted runners, so "
+        "whatever a job does not compile it must take from the artifacts or the Conan remote",
+    )
     args = parser.parse_args(list(argv))
     platforms = {p.id for p in matrix.platforms}
     for given in args.only_platform:
@@ -142,6 +156,7 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
         only_platform=tuple(args.only_platform),
         compare=args.compare,
         remote_from=None if args.remote_from is None else _remote_storage(args.remote_from),
+        cache=args.cache,
     )
 
 
@@ -183,10 +198,22 @@ def run(options: RehearseOptions, ctx: Context) -> Path:
     trust_in_policy(source / "matrix.yaml", ci_key, "the CI rehearsal's key")
     _commit(source, "the rehearsal's snapshot: its key in the trust policy")
     cache = work / "cache"
-    cache.mkdir()
+    if options.cache == SHARED:
+        cache.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in _DROPPED}
-    env.update(ELIZA_CACHE_DIR=str(cache), ACT_DISABLE_VERSION_CHECK="1", CI="true")
-    log(f"rehearsing with {options.runner}: a snapshot of {project.repo} in {work}")
+    env.update(
+        ELIZA_CACHE_DIR=str(cache) if options.cache == SHARED else JOB_CACHE,
+        ACT_DISABLE_VERSION_CHECK="1",
+        CI="true",
+    )
+    log(
+        f"rehearsing with {options.runner}: a snapshot of {project.repo} in {work}; "
+        + (
+            f"one cache for every job ({cache})"
+            if options.cache == SHARED
+            else f"each job's own cache ({JOB_CACHE} in its checkout)"
+        )
+    )
     remote = work / "remote"
     if options.remote_from is not None:
         shutil.copytree(options.remote_from, storage_of(remote), symlinks=True)
@@ -207,8 +234,10 @@ def run(options: RehearseOptions, ctx: Context) -> Path:
         except RunnerMissing as exc:
             raise UsageError(str(exc)) from None
         wall = time.monotonic() - started
-    compiled = len(list((cache / "conan2" / "p" / "b").glob("llama*")))
-    _summary(jobs, compiled, wall, log)
+    caches = [cache] if options.cache == SHARED else sorted(work.rglob(JOB_CACHE))
+    compiled = sum(conan.llama_build_folders(c) for c in caches)
+    said = builds_said(jobs)
+    _summary(jobs, said, compiled, len(caches), wall, log)
     if report is None:
         raise CiFailed(
             f"{options.runner} exited {status} and the report job left no report.json (logs in {work})"
@@ -224,6 +253,12 @@ def run(options: RehearseOptions, ctx: Context) -> Path:
                 f"the rehearsal's report disagrees with {options.compare} on {len(differences)} check(s)"
             )
         log(f"the rehearsal's report agrees with {options.compare} on every check of {len(checked)} cell(s)")
+    compiling = check_jobs_that_compiled(said, pipeline)
+    if compiling:
+        raise CiFailed(
+            f"check job(s) compiled llama.cpp, which only a build job may: {', '.join(compiling)} "
+            f"(logs in {work})"
+        )
     failed = sorted(j.job for j in jobs.values() if j.result != "success")
     if status != 0 or failed:
         named = ", ".join(failed) or "none named"
@@ -378,15 +413,30 @@ def _run_gitlab(r: Rehearsal, ctx: Context) -> tuple[int, dict[str, JobRun], Pat
     return status, jobs, report if report.is_file() else None
 
 
-def _summary(jobs: Mapping[str, JobRun], compiled: int, wall: float, log: Log) -> None:
+def builds_said(jobs: Mapping[str, JobRun]) -> dict[str, int]:
+    """Job -> the llama.cpp builds it said it made ("llama.cpp built N time(s)"). act echoes
+    the step summary too: a job says its count once, however often it is printed."""
+    return {
+        j.job: max((int(n) for line in j.lines for n in _BUILT.findall(line)), default=0)
+        for j in jobs.values()
+    }
+
+
+def check_jobs_that_compiled(said: Mapping[str, int], pipeline: Pipeline) -> list[str]:
+    """The check jobs that said they compiled llama.cpp: only a build job may."""
+    checks = {c.id for c in pipeline.checks}
+    return sorted(job for job, count in said.items() if job in checks and count > 0)
+
+
+def _summary(
+    jobs: Mapping[str, JobRun], said: Mapping[str, int], compiled: int, homes: int, wall: float, log: Log
+) -> None:
     log("job                          result    wall s  said: llama.cpp built")
     for j in jobs.values():
-        # act echoes the step summary too: a job says its count once, however often it is printed
-        said = max((int(n) for line in j.lines for n in _BUILT.findall(line)), default=0)
-        log(f"{j.job:<28} {j.result:<8} {j.seconds:7.0f}  {said:>20}")
+        log(f"{j.job:<28} {j.result:<8} {j.seconds:7.0f}  {said[j.job]:>20}")
     log(
         f"{len(jobs)} job(s) ran; llama.cpp compiled {compiled} time(s) in all "
-        f"(build folders in the jobs' Conan home); wall time {wall:.0f}s"
+        f"(build folders in the jobs' {homes} Conan home(s)); wall time {wall:.0f}s"
     )
 
 
