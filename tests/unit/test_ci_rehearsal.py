@@ -144,6 +144,8 @@ def test_the_gitlab_pipeline_is_the_workflow_s_job_graph_script_only() -> None:
         assert job["rules"][-1] == {"when": "always"}  # never skipped: the report must not wait on it
         assert job["artifacts"]["when"] == "always" and job["artifacts"]["paths"] == ["build/evidence/"]
         assert f"nox -s ci-check -- --cell {check.cell} --artifacts build/ci" in job["script"]
+    for build in PIPELINE.builds:  # the cells that built go on when another did not
+        assert jobs[build.id]["artifacts"]["when"] == "always"
     report = jobs[REPORT_JOB]
     assert report["when"] == "always"
     assert [n["job"] for n in report["needs"]] == list(PIPELINE.report_needs)

@@ -118,10 +118,12 @@ def build_cells(
     echo: bool = False,
     on_built: Callable[[BuiltCell], None] | None = None,
     on_progress: Callable[[str], None] | None = None,
+    on_failed: Callable[[Cell, BaseException], None] | None = None,
 ) -> list[BuiltCell]:
     """Builds cells in order. Cells of one platform share one llama.cpp package: the first
     builds it if the Conan cache lacks it (and the Conan remote, when one is set, lacks it
-    too), the others reuse it."""
+    too), the others reuse it. A cell's build error goes to `on_failed`, when given, and the
+    next cell builds (the result then lacks that cell); without it, it is raised."""
     env = current().env
     if env.get(PREBUILT_VARIABLE) == "1" or env.get(BUILT_VARIABLE) == "1":  # a suite verify runs
         loader = load_prebuilt if env.get(PREBUILT_VARIABLE) == "1" else built_here
@@ -141,7 +143,9 @@ def build_cells(
         checkout_lock(project.build_root, what, log),
         conan_home_lock(conan.conan_home(project.cache), what, log),
     ):
-        return _build_locked(cells, matrix, remote, echo=echo, on_built=on_built, on_progress=on_progress)
+        return _build_locked(
+            cells, matrix, remote, echo=echo, on_built=on_built, on_progress=on_progress, on_failed=on_failed
+        )
 
 
 def _build_locked(
@@ -152,6 +156,7 @@ def _build_locked(
     echo: bool,
     on_built: Callable[[BuiltCell], None] | None,
     on_progress: Callable[[str], None] | None,
+    on_failed: Callable[[Cell, BaseException], None] | None = None,
 ) -> list[BuiltCell]:
     project = current()
     conan.prepare_conan_home(project.cache, project.repo, conan_profiles_for(c.platform for c in cells))
@@ -166,7 +171,13 @@ def _build_locked(
             said = conan_remote.fetch_llama(plan, source, project.cache, remote)
             if on_progress is not None:
                 on_progress(f"{cell.id}: {said}")
-        result = conan.run_build(plan, source, project.cache, echo=echo, on_progress=on_progress)
+        try:
+            result = conan.run_build(plan, source, project.cache, echo=echo, on_progress=on_progress)
+        except BUILD_ERRORS as exc:
+            if on_failed is None:
+                raise
+            on_failed(cell, exc)
+            continue
         done = BuiltCell(
             cell_id=cell.id,
             library=result.library,

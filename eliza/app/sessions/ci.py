@@ -4,6 +4,9 @@ fails, naming why):
 - `nox -s ci-build -- --platform P --out DIR`: builds every cell of P (llama.cpp once,
   fetched from the Conan remote when it has it), uploads llama.cpp to the remote, and packs
   the cells' libraries and tools into DIR/cells-P.tar.gz with a manifest of their sha256.
+  A cell that fails to build does not stop the others: the archive holds the cells that
+  built and, for each other, why it did not; then the job fails, naming them. The check
+  jobs still run: a failed cell's checks report its build error.
 - `nox -s ci-check -- --cell C --artifacts DIR`: unpacks the cells, runs every check of C
   (verify --cell C --strict) on them and compiles nothing.
 - `nox -s ci-report -- --evidence DIR --artifacts DIR`: unpacks the cells (so the report
@@ -28,14 +31,14 @@ from eliza.app.services.builders import PrebuiltBuilder
 from eliza.app.services.bundle import ensure_tiny_bundle
 from eliza.app.services.ci_files import templates_dir
 from eliza.app.services.clock import now
-from eliza.app.services.prebuilt import pack_cells, unpack_cells, write_manifest
+from eliza.app.services.prebuilt import pack_cells, unpack_cells, write_failure_note, write_manifest
 from eliza.app.services.reporting import render_and_say
 from eliza.app.services.run import start_run
 from eliza.app.verification import VerifyOptions, verify
 from eliza.core.cell_id import CellId
 from eliza.core.ci_jobs import PipelineError
 from eliza.core.lab import Lab
-from eliza.core.matrix import Matrix
+from eliza.core.matrix import Cell, Matrix
 from eliza.core.matrix_rules import unknown_cell
 from eliza.core.outcome import skipped
 from eliza.formats.ci_workflow import RunnersError, pipeline_of
@@ -95,20 +98,45 @@ def run_build(options: CiBuildOptions, ctx: Context) -> Path:
     remote = build.binary_remote()
     log(f"Conan remote: {remote.describe() if remote else 'none (ELIZA_CONAN_REMOTE_URL unset)'}")
     cells = tuple(c for c in matrix.cells_of(platform.id) if not options.cells or c.id in options.cells)
+    failed: dict[str, str] = {}
+
+    def on_failed(cell: Cell, exc: BaseException) -> None:
+        log(f"{cell.id}: build failed; the other cells build on: {str(exc)[-2000:]}")
+        failed[cell.id] = str(exc)
+
     try:
-        built = build_cells(cells, matrix, on_built=lambda b: log(describe_build(b)), on_progress=log)
-        llama = conan_remote.built_llama(built[0].log.parent)
-        for cell, done in zip(cells, built, strict=True):
-            write_manifest(done, cell, project.repo, llama)
-        if remote is not None:
-            log(conan_remote.upload_llama(llama, project.cache, remote))
+        built = build_cells(
+            cells, matrix, on_built=lambda b: log(describe_build(b)), on_progress=log, on_failed=on_failed
+        )
+        by_id = {b.cell_id: b for b in built}
+        if built:
+            llama = conan_remote.built_llama(built[0].log.parent)
+            for cell in cells:
+                if cell.id in by_id:
+                    write_manifest(by_id[cell.id], cell, project.repo, llama)
+            if remote is not None:
+                log(conan_remote.upload_llama(llama, project.cache, remote))
     except BUILD_ERRORS as exc:
         raise BuildFailed(str(exc)) from exc
-    archive = pack_cells(cells, project.repo, project.repo / options.out / f"cells-{platform.id}.tar.gz")
+    for cell in cells:
+        if cell.id in failed:
+            write_failure_note(cell, project.repo, failed[cell.id])
+    archive = pack_cells(
+        [c for c in cells if c.id in by_id],
+        project.repo,
+        project.repo / options.out / f"cells-{platform.id}.tar.gz",
+        failed=[c for c in cells if c.id in failed],
+    )
     count = sum(b.llama_built_now for b in built)
     line = llama_builds_line(count, f"for {len(built)} cell(s) of {platform.id}")
     log(f"{line}; cells packed into {archive}")
     _step_summary(project.env, f"**build {platform.id}**: {line}")
+    if failed:
+        raise BuildFailed(
+            f"{len(failed)} of {len(cells)} cell(s) of {platform.id} failed to build: {', '.join(failed)}. "
+            f"{archive} holds the {len(built)} that built and why each other did not: their check "
+            "jobs still run, and a failed cell's checks report its build error"
+        )
     return archive
 
 
