@@ -109,12 +109,14 @@ def run_build(options: CiBuildOptions, ctx: Context) -> Path:
             cells, matrix, on_built=lambda b: log(describe_build(b)), on_progress=log, on_failed=on_failed
         )
         by_id = {b.cell_id: b for b in built}
-        if built:
-            llama = conan_remote.built_llama(built[0].log.parent)
-            for cell in cells:
-                if cell.id in by_id:
-                    write_manifest(by_id[cell.id], cell, project.repo, llama)
-            if remote is not None:
+        llamas: dict[str, conan_remote.LlamaBinary] = {}  # a sanitizer variant links its own
+        for cell in cells:
+            if cell.id in by_id:
+                llama = conan_remote.built_llama(by_id[cell.id].log.parent)
+                llamas.setdefault(llama.pattern, llama)
+                write_manifest(by_id[cell.id], cell, project.repo, llama)
+        if remote is not None:
+            for llama in llamas.values():
                 log(conan_remote.upload_llama(llama, project.cache, remote))
     except BUILD_ERRORS as exc:
         raise BuildFailed(str(exc)) from exc
