@@ -2,9 +2,14 @@
 workflow, gitlab-ci-local on the GitLab pipeline) from a snapshot with empty caches: the
 build job compiles llama.cpp once per build variant (release, ASan+UBSan), the check jobs
 compile nothing, and the report job's report agrees with `nox -s verify` on this host.
-Then a case planted to fail in the gated cells only, in a second pipeline whose Conan
-remote holds the first's packages: the runner exits non-zero, the gated cells' check jobs
-fail, the no-gate cell's passes, and the report still comes out with the gated cells FAILED.
+Then two planted failures, each in a second pipeline whose Conan remote holds the first's
+packages and whose every job starts with an empty cache of its own (`--cache per-job`: no
+job compiles llama.cpp, so each took it from the remote):
+- a case planted to fail in the gated cells only: the runner exits non-zero, the gated
+  cells' check jobs fail, the no-gate cell's passes, and the report still comes out with
+  the gated cells FAILED;
+- a gate's module that does not compile: the build job fails, the cells without that gate
+  are still checked and pass, and the cells with it are FAILED with the build error.
 
 Slow (cold llama.cpp builds in the jobs' empty Conan home, then every check of five cells,
 per runner): `nox -s tests -- --tier slow` runs it.
@@ -19,6 +24,7 @@ import pytest
 
 from eliza.adapters.ci_runners import RUNNERS
 from eliza.app.project import load_project_matrix
+from eliza.core.ci_jobs import job_id
 from tests.ci.helpers import env_for, git_copy, nox
 
 pytestmark = pytest.mark.slow
@@ -30,6 +36,7 @@ GATED = [c.id for c in CELLS if c.variant is None and c.key != "none"]
 # runner -> the --workdir of its first rehearsal, whose remote a second pipeline starts with
 FIRST_RUN: dict[str, Path] = {}
 PLANTED_CASE = "no-env-generates-as-the-no-gate-build | gguf | - | generates | generates"
+BROKEN_GATE = "mlx"
 
 
 def states(report: Path) -> dict[tuple[str, str], str]:
@@ -79,6 +86,17 @@ def test_the_runner_compiles_llama_once_and_agrees_with_verify(
     assert "agrees with" in said
 
 
+def second_pipeline(repo: Path, work: Path, runner: str) -> tuple[int, str, dict[str, str]]:
+    """A rehearsal of `repo` with the first one's remote and a cache per job: (status, what
+    it said, job -> result)."""
+    first = FIRST_RUN.get(runner)
+    seeded = ["--remote-from", str(first)] if first else []
+    status, said = rehearse(repo, work, runner, "--cache", "per-job", *seeded)
+    if first:  # the remote had every llama.cpp binary: no job compiled one
+        assert "llama.cpp compiled 0 time(s) in all" in said, said[-6000:]
+    return status, said, results(said)
+
+
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_a_case_planted_to_fail_in_the_gated_cells_fails_their_jobs_only(tmp_path: Path, runner: str) -> None:
     repo = git_copy(tmp_path / "repo")
@@ -90,13 +108,10 @@ def test_a_case_planted_to_fail_in_the_gated_cells_fails_their_jobs_only(tmp_pat
             PLANTED_CASE, PLANTED_CASE.replace("| generates | generates", "| open-error planted | generates")
         )
     )
-    first = FIRST_RUN.get(runner)
-    seeded = ["--remote-from", str(first)] if first else []
-    status, said = rehearse(repo, tmp_path / "work", runner, *seeded)
+    status, said, ran = second_pipeline(repo, tmp_path / "work", runner)
     assert status != 0, said[-6000:]
-    ran = results(said)
     for cell in GATED:
-        assert ran[cell.replace(".", "_").replace("+", "-")] == "failure", ran
+        assert ran[job_id(cell)] == "failure", ran
     assert ran["linux-cpu_none"] == "success", ran
     report = next((tmp_path / "work").rglob("report.json"))
     found = states(report)
@@ -104,3 +119,27 @@ def test_a_case_planted_to_fail_in_the_gated_cells_fails_their_jobs_only(tmp_pat
         assert found[(cell, "gate-fallthrough")] == "failed", (cell, found)
     assert found[("linux-cpu.none", "gate-fallthrough")] in ("verified", "n/a")
     assert "verified" not in {found[(c, "gate-fallthrough")] for c in GATED}
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_gate_that_does_not_compile_fails_its_cells_and_the_others_are_still_checked(
+    tmp_path: Path, runner: str
+) -> None:
+    repo = git_copy(tmp_path / "repo")
+    module = repo / "native" / "src" / "backends" / BROKEN_GATE / "common.cpp"
+    module.write_text("#error planted: this gate's module does not compile\n" + module.read_text())
+    status, said, ran = second_pipeline(repo, tmp_path / "work", runner)
+    assert status != 0, said[-6000:]
+    assert ran[f"build-{PLATFORM}"] == "failure", ran
+    broken = [c.id for c in CELLS if BROKEN_GATE in {g.id for g in c.gates}]
+    assert broken, "the matrix has cells with the gate"
+    report = next((tmp_path / "work").rglob("report.json"))
+    found = states(report)
+    for cell in CELLS:
+        job = job_id(cell.id)
+        if cell.id in broken:
+            assert ran[job] == "failure", (job, ran)
+            assert found[(cell.id, "build")] == "failed", (cell.id, found)
+        else:
+            assert ran[job] == "success", (job, ran)
+            assert found[(cell.id, "build")] == "verified", (cell.id, found)
