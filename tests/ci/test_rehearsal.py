@@ -127,7 +127,7 @@ def test_a_gate_that_does_not_compile_fails_its_cells_and_the_others_are_still_c
 ) -> None:
     repo = git_copy(tmp_path / "repo")
     module = repo / "native" / "src" / "backends" / BROKEN_GATE / "common.cpp"
-    module.write_text("#error planted: this gate's module does not compile\n" + module.read_text())
+    module.write_text("#error planted: the module of this gate does not compile\n" + module.read_text())
     status, said, ran = second_pipeline(repo, tmp_path / "work", runner)
     assert status != 0, said[-6000:]
     assert ran[f"build-{PLATFORM}"] == "failure", ran

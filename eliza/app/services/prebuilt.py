@@ -82,7 +82,7 @@ def load_prebuilt(cell: Cell) -> BuiltCell:
     if not path.is_file() and note.is_file():
         raise PrebuiltError(
             f"{cell.id}: the build job (cells-{cell.platform.id}) could not build it: "
-            f"{note.read_text(errors='replace').strip()[-1500:]}"
+            f"{note.read_text(errors='replace').strip()[-800:]}"  # the whole reason fits a record's
         )
     if not path.is_file():
         raise PrebuiltError(
