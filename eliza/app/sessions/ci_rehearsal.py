@@ -234,10 +234,15 @@ def run(options: RehearseOptions, ctx: Context) -> Path:
         except RunnerMissing as exc:
             raise UsageError(str(exc)) from None
         wall = time.monotonic() - started
-    caches = [cache] if options.cache == SHARED else sorted(work.rglob(JOB_CACHE))
-    compiled = sum(conan.llama_build_folders(c) for c in caches)
     said = builds_said(jobs)
-    _summary(jobs, said, compiled, len(caches), wall, log)
+    if options.cache == SHARED:
+        compiled, how = conan.llama_build_folders(cache), "build folders in the jobs' Conan home"
+    else:
+        # act removes a job's folder, its cache with it, when the job ends: each job counted
+        # in its own Conan home (the build job Conan's "Build" binaries, a check job its new
+        # build folders), and said so
+        compiled, how = sum(said.values()), "as each job counted them in its own Conan home"
+    _summary(jobs, said, compiled, how, wall, log)
     if report is None:
         raise CiFailed(
             f"{options.runner} exited {status} and the report job left no report.json (logs in {work})"
@@ -429,14 +434,13 @@ def check_jobs_that_compiled(said: Mapping[str, int], pipeline: Pipeline) -> lis
 
 
 def _summary(
-    jobs: Mapping[str, JobRun], said: Mapping[str, int], compiled: int, homes: int, wall: float, log: Log
+    jobs: Mapping[str, JobRun], said: Mapping[str, int], compiled: int, how: str, wall: float, log: Log
 ) -> None:
     log("job                          result    wall s  said: llama.cpp built")
     for j in jobs.values():
         log(f"{j.job:<28} {j.result:<8} {j.seconds:7.0f}  {said[j.job]:>20}")
     log(
-        f"{len(jobs)} job(s) ran; llama.cpp compiled {compiled} time(s) in all "
-        f"(build folders in the jobs' {homes} Conan home(s)); wall time {wall:.0f}s"
+        f"{len(jobs)} job(s) ran; llama.cpp compiled {compiled} time(s) in all ({how}); wall time {wall:.0f}s"
     )
 
 
