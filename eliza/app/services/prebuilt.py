@@ -75,16 +75,16 @@ def write_manifest(built: BuiltCell, cell: Cell, repo: Path, llama: conan_remote
 
 def load_prebuilt(cell: Cell) -> BuiltCell:
     """A cell the build job made, after its artifact was unpacked: every file as the
-    manifest lists it, or CiFailed naming what differs."""
+    manifest lists it, or PrebuiltError naming what is missing or differs."""
     repo = current().repo
     path = cell_build_dir(cell.id, repo) / MANIFEST
     note = path.parent / FAILED_NOTE
-    if not path.is_file() and note.is_file():
-        raise PrebuiltError(
-            f"{cell.id}: the build job (cells-{cell.platform.id}) could not build it: "
-            f"{note.read_text(errors='replace').strip()[-800:]}"  # the whole reason fits a record's
-        )
     if not path.is_file():
+        if note.is_file():
+            raise PrebuiltError(
+                f"{cell.id}: the build job (cells-{cell.platform.id}) could not build it: "
+                f"{note.read_text(errors='replace').strip()[-800:]}"  # the whole reason fits a record's
+            )
         raise PrebuiltError(
             f"{cell.id}: no prebuilt cell at {path.parent}: this job takes its cells from the build "
             f"job's artifact (cells-{cell.platform.id}); is it unpacked (--artifacts)?"
