@@ -110,6 +110,13 @@ def cell_runtimes(cell: Cell) -> tuple[tuple[str, str], ...]:
     return tuple((g.id, ref) for g in cell.gates if (ref := g.runtime_for(cell.platform.id)))
 
 
+def llama_binary_key(cell: Cell) -> tuple[str, str | None]:
+    """Cells with equal keys link the same llama.cpp binary: a platform's gates never change
+    llama.cpp's options (the seam leaves its path alone), a build variant gives it its own
+    (the sanitize option `plan_cell_build` adds)."""
+    return (cell.platform.id, cell.variant.id if cell.variant is not None else None)
+
+
 def plan_cell_build(
     cell: Cell,
     *,

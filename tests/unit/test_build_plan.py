@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eliza.core.build_plan import llama_option_args, plan_cell_build
+from eliza.core.build_plan import llama_binary_key, llama_option_args, plan_cell_build
 from eliza.core.layout import REPO_ROOT
 from eliza.core.sessions import SessionKind, matrix_sessions
 from eliza.formats.matrix_yaml import load_matrix
@@ -52,6 +52,27 @@ def test_a_sanitizer_variant_gets_its_own_llama_package_and_flags(tmp_path: Path
     assert {k: v for k, v in after.items() if "sanitize" not in k} == before
     assert plans[1].output_dir == tmp_path / "build" / "linux-cpu" / "none@asan-ubsan"
     assert plans[0].output_dir != plans[1].output_dir
+
+
+def test_cells_share_a_llama_binary_key_exactly_when_their_llama_options_agree(tmp_path: Path) -> None:
+    # the build fetches one llama.cpp binary from the remote per key: a key shared by cells
+    # whose llama.cpp differs would leave the second one to compile it
+    for platform in ("linux-cpu", "linux-arm64"):
+        cells = MATRIX.cells_of(platform)
+        plans = {
+            c.id: plan_cell_build(c, repo=tmp_path, all_gate_options=GATE_OPTIONS, llama_version="0.3.36")
+            for c in cells
+        }
+        options = {
+            cell: {k: v for k, v in option_values(plan.argv).items() if k.startswith("llama-cpp/")}
+            for cell, plan in plans.items()
+        }
+        for a in cells:
+            for b in cells:
+                same = llama_binary_key(a) == llama_binary_key(b)
+                assert same == (options[a.id] == options[b.id]), (a.id, b.id)
+    keys = {llama_binary_key(c) for c in MATRIX.cells_of("linux-cpu")}
+    assert len(keys) == 2, keys  # the release build and the sanitizer variant's
 
 
 def test_cuda_platform_turns_on_cuda_with_matrix_architectures() -> None:

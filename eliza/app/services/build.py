@@ -21,7 +21,7 @@ from eliza.app.services.built import BuiltCell
 from eliza.app.services.prebuilt import load_prebuilt
 from eliza.app.services.profiles import conan_profiles_for
 from eliza.core.binary_remote import BinaryRemote, RemoteSettingError, remote_from_env
-from eliza.core.build_plan import CellBuildPlan, cell_runtimes, plan_cell_build
+from eliza.core.build_plan import CellBuildPlan, cell_runtimes, llama_binary_key, plan_cell_build
 from eliza.core.conan_profiles import ProfileError
 from eliza.core.layout import library_path
 from eliza.core.matrix import Cell, Matrix, Platform
@@ -163,11 +163,12 @@ def _build_locked(
     source = conan.resolve_llama_source(project.cache, project.env)
     built: list[BuiltCell] = []
     envs: dict[str, dict[str, str]] = {}
+    fetched: set[tuple[str, str | None]] = set()  # one download per llama.cpp binary
     for cell in cells:
-        fetch = remote is not None and cell.platform.id not in envs
         env = envs.setdefault(cell.platform.id, platform_env(cell.platform))
         plan = plan_for(cell, matrix, source.version, env)
-        if remote is not None and fetch:
+        if remote is not None and llama_binary_key(cell) not in fetched:
+            fetched.add(llama_binary_key(cell))
             said = conan_remote.fetch_llama(plan, source, project.cache, remote)
             if on_progress is not None:
                 on_progress(f"{cell.id}: {said}")
