@@ -51,6 +51,7 @@ class Completed:
     returncode: int
     stdout: str
     stderr: str
+    timed_out: bool = False
 
     @property
     def ok(self) -> bool:
@@ -86,9 +87,16 @@ def run(
             check=False,
             pass_fds=tuple(sorted(_inherited)),
         )
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as exc:
+        # What the killed program wrote before it stopped says how far it got.
+        raw = exc.stdout or b""
+        partial = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
         return Completed(
-            argv=words, returncode=-1, stdout="", stderr=f"{words[0]} did not finish within {timeout:.0f} s"
+            argv=words,
+            returncode=-1,
+            stdout=partial,
+            stderr=f"{words[0]} did not finish within {timeout:.0f} s",
+            timed_out=True,
         )
     except (OSError, subprocess.SubprocessError) as exc:
         return Completed(argv=words, returncode=-1, stdout="", stderr=f"{words[0]} could not run: {exc}")

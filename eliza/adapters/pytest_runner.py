@@ -34,10 +34,23 @@ def read_junit(path: Path) -> list[CaseResult]:
 class PytestRun:
     cases: list[CaseResult]
     log: str
-    error: str = ""  # pytest did not finish with results (crash, collection error, kill)
+    error: str = ""  # pytest did not finish with results (crash, collection error, kill, hang)
 
 
-def run_pytest(repo: Path, paths: Sequence[str], junit: Path, env: Mapping[str, str]) -> PytestRun:
+# The longest suite, the native one under ASan, takes about 5 minutes on two cores. A test
+# that hangs in the library must still end as a failed check with a reason, before the CI
+# job's own limit kills the job and with it the evidence of every other check.
+SUITE_TIMEOUT_S = 1800.0
+
+
+def run_pytest(
+    repo: Path,
+    paths: Sequence[str],
+    junit: Path,
+    env: Mapping[str, str],
+    *,
+    timeout_s: float = SUITE_TIMEOUT_S,
+) -> PytestRun:
     """Runs a suite and reads its JUnit XML. Only pytest's own verdicts (exit 0 or 1) with a
     fresh XML count: an old file from an earlier run is removed first."""
     junit.parent.mkdir(parents=True, exist_ok=True)
@@ -46,10 +59,14 @@ def run_pytest(repo: Path, paths: Sequence[str], junit: Path, env: Mapping[str, 
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *paths],
         cwd=repo,
         extra_env=env,
+        timeout=timeout_s,
     )
     log = done.output[-4000:]
-    if done.returncode not in (0, 1) or not junit.is_file():
+    suite = " ".join(paths)
+    if done.timed_out:
         return PytestRun(
-            cases=[], log=log, error=f"pytest {' '.join(paths)} exited {done.returncode} without results"
+            cases=[], log=log, error=f"pytest {suite} did not finish within {timeout_s:.0f} s: a test hangs"
         )
+    if done.returncode not in (0, 1) or not junit.is_file():
+        return PytestRun(cases=[], log=log, error=f"pytest {suite} exited {done.returncode} without results")
     return PytestRun(cases=read_junit(junit), log=log)
