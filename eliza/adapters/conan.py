@@ -23,6 +23,7 @@ from typing import Any
 from eliza.adapters import proc
 from eliza.adapters.errors import ToolError
 from eliza.adapters.llama_source import PINNED_VERSION, RECIPE_DIR, ensure_sdist
+from eliza.core.build_log import failure_excerpt
 from eliza.core.build_plan import LLAMA_PACKAGE, CellBuildPlan, llama_option_args
 from eliza.core.matrix import Platform
 from eliza.core.progress import BuildProgress
@@ -208,8 +209,9 @@ def run_build(
         )
     seconds = time.monotonic() - started
     if rc != 0:
-        tail = "".join(log.read_text().splitlines(keepends=True)[-40:])
-        raise BuildError(f"{plan.cell_id}: conan build failed ({rc}); log: {log}\n{tail}")
+        # The excerpt goes last: a report keeps a failure's last few hundred characters.
+        excerpt = failure_excerpt(log.read_text(errors="replace").splitlines())
+        raise BuildError(f"{plan.cell_id}: conan build failed ({rc}); log: {log}\n{excerpt}")
     graph = json.loads(graph_file.read_text())
     llama = next(
         n for n in graph["graph"]["nodes"].values() if str(n.get("ref", "")).startswith(LLAMA_PACKAGE + "/")
