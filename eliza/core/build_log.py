@@ -19,6 +19,8 @@ from collections.abc import Sequence
 #   gcc/clang   "path/file.cpp:12:3: error: ..." and "...: fatal error: ..."
 #   MSVC        "file.cpp(12): error C2065: ..." and "LINK : fatal error LNK1181: ..."
 #   GNU ld      "file.cpp:(.text+0x5): undefined reference to `h()'"
+#   a tool      "c++: error: unrecognized command-line option ...", "ninja: error: ...",
+#               "cc1plus: fatal error: x.h: No such file or directory"
 #   CMake       "CMake Error at CMakeLists.txt:3 (find_package):"
 #   Conan       "ERROR: Package 'x/1.0' not resolved: ..."
 _ERROR = re.compile(
@@ -26,6 +28,7 @@ _ERROR = re.compile(
     r"|\): (?:fatal )?error [A-Z]+\d+: "
     r"|: (?:fatal )?error LNK\d+: "
     r"|undefined reference to "
+    r"|^[\w.+-]+: (?:fatal )?error: "
     r"|^CMake Error\b"
     r"|^ERROR: "
 )

@@ -75,6 +75,17 @@ def test_a_linkers_undefined_reference_is_the_reason() -> None:
     assert "collect2: error: ld returned 1 exit status" not in excerpt.splitlines()[0]
 
 
+def test_a_tools_own_error_without_a_source_position_is_found() -> None:
+    log = [
+        "[1/70] Building CXX object CMakeFiles/elizainference.dir/src/c_abi.cpp.o",
+        "FAILED: CMakeFiles/elizainference.dir/src/c_abi.cpp.o",
+        "/usr/bin/c++ -mno-such-flag -c src/c_abi.cpp",
+        "c++: error: unrecognized command-line option '-mno-such-flag'",
+        "ninja: build stopped: subcommand failed.",
+    ]
+    assert failure_excerpt(log) == "c++: error: unrecognized command-line option '-mno-such-flag'"
+
+
 def test_a_cmake_error_keeps_its_indented_paragraphs() -> None:
     excerpt = failure_excerpt(CMAKE.splitlines(), budget=1000)
     lines = excerpt.splitlines()
