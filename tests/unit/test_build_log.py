@@ -90,7 +90,7 @@ def test_a_cmake_error_keeps_its_indented_paragraphs() -> None:
     excerpt = failure_excerpt(CMAKE.splitlines(), budget=1000)
     lines = excerpt.splitlines()
     assert lines[0] == "CMake Error at CMakeLists.txt:3 (find_package):"
-    assert lines[-1].strip() == "Add the installation prefix of \"Nope\" to CMAKE_PREFIX_PATH."
+    assert lines[-1].strip() == 'Add the installation prefix of "Nope" to CMAKE_PREFIX_PATH.'
     assert "Configuring incomplete" not in excerpt and "compiler identification" not in excerpt
 
 
