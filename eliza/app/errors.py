@@ -46,7 +46,7 @@ class ChecksFailed(Failed):
 
 
 class BuildFailed(Failed):
-    """A build ran and failed; the message names the cell, the log and its tail."""
+    """A build ran and failed; the message names the cell, the log and its first errors."""
 
 
 class CiFailed(Failed):

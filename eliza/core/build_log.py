@@ -40,9 +40,10 @@ def failure_excerpt(lines: Sequence[str], budget: int = DEFAULT_BUDGET) -> str:
     """The first error blocks of a build log, in log order, within `budget` characters
     (the first block is cut to fit if it alone is longer); the log's last `TAIL_LINES` lines
     when no line looks like an error."""
-    blocks = _error_blocks([line.rstrip("\n") for line in lines])
+    stripped = [line.rstrip("\n") for line in lines]
+    blocks = _error_blocks(stripped)
     if not blocks:
-        return "\n".join(line.rstrip("\n") for line in lines[-TAIL_LINES:])
+        return "\n".join(stripped[-TAIL_LINES:])
     kept: list[str] = []
     used = 0
     for block in blocks:

@@ -14,6 +14,7 @@ from eliza.adapters.errors import ToolError
 from eliza.app.project import current
 from eliza.app.services.profiles import conan_profiles_for
 from eliza.core.binary_remote import RemoteSettingError, remote_from_env
+from eliza.core.build_log import failure_excerpt
 from eliza.core.build_plan import CellBuildPlan, conan_build_argv, llama_option_args
 from eliza.core.conan_profiles import host_profile_name
 from eliza.core.matrix import Cell
@@ -79,8 +80,8 @@ def baseline_library(sha: str, cell: Cell, env: dict[str, str]) -> tuple[Path, b
     log = out / "conan-build.log"
     log.write_text(done.stderr)
     if not done.ok or not library.is_file():
-        tail = "".join(done.stderr.splitlines(keepends=True)[-30:])
-        raise BaselineError(f"baseline {sha[:12]} failed to build ({done.returncode}); log: {log}\n{tail}")
+        excerpt = failure_excerpt(done.stderr.splitlines())
+        raise BaselineError(f"baseline {sha[:12]} failed to build ({done.returncode}); log: {log}\n{excerpt}")
     return library, True
 
 
