@@ -245,6 +245,14 @@ def test_record_names_the_source_and_the_writer(tiny_gguf: Path, written: Litert
         "output_sha256": sha256_file(written.out),
         "prefill_lengths": list(PREFILL),
         "context": CONTEXT,
+        # llama attends over the whole context in every layer: no ring
+        "cache": {
+            "global_rows": CONTEXT,
+            "ring_rows": 0,
+            "sliding_window": 0,
+            "widest_prefill": 0,
+            "ring_layers": [],
+        },
     }
     assert record_path(written.out).name == "tiny.litertlm.json"
     assert written.size == written.out.stat().st_size
@@ -556,6 +564,68 @@ def test_gemma3_model_computes_the_ggufs_logits_past_the_sliding_window(gemma: t
         np.testing.assert_allclose(logits, expected[step], atol=GEMMA_ATOL, rtol=0)
         decoded += 1
     assert decoded == len(tokens) - 14
+
+
+def test_gemma3_local_layers_keep_ring_caches_of_their_window(gemma: tuple[Path, Path]) -> None:
+    """Each sliding-window layer's caches are a ring of window + the widest prefill rows, each
+    global layer's the context's; the record states the layout (the backend's rewind reads it)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    gguf, out = gemma
+    reader = GGUFReader(gguf)
+    window = int(reader.fields["gemma3.attention.sliding_window"].contents())
+    pattern = int(reader.fields["gemma3.attention.sliding_window_pattern"].contents())
+    n_layer = int(reader.fields["gemma3.block_count"].contents())
+    ring = window + max(PREFILL)
+    expected = [GEMMA_CONTEXT if i % pattern == pattern - 1 else ring for i in range(n_layer)]
+    interpreter = Interpreter(model_content=read_litertlm(out)[1]["TFLiteModel"][1])
+    for key in ("decode", *(f"prefill_{n}" for n in PREFILL)):
+        inputs = interpreter.get_signature_runner(key).get_input_details()
+        assert [int(inputs[f"kv_cache_k_{i}"]["shape"][1]) for i in range(n_layer)] == expected, key
+        assert [int(inputs[f"kv_cache_v_{i}"]["shape"][1]) for i in range(n_layer)] == expected, key
+        assert int(inputs["mask"]["shape"][-1]) == GEMMA_CONTEXT  # the engine's context
+    record = json.loads(record_path(out).read_text())
+    assert record["cache"] == {
+        "global_rows": GEMMA_CONTEXT,
+        "ring_rows": ring,
+        "sliding_window": window,
+        "widest_prefill": max(PREFILL),
+        "ring_layers": [i for i, rows in enumerate(expected) if rows == ring],
+    }
+
+
+def test_gemma3_ring_caches_compute_the_ggufs_logits_far_past_the_window(gemma: tuple[Path, Path]) -> None:
+    """45 tokens, more than three times each ring (window + 8 rows): prefill chunks that wrap
+    around the ring, a padded one right after a wrap, a one-token prefill, then decodes, each
+    position's logits against the float64 pass."""
+    from tests.gemma3_reference import reference_logits as gemma3_reference
+
+    gguf, out = gemma
+    reader = GGUFReader(gguf)
+    window = int(reader.fields["gemma3.attention.sliding_window"].contents())
+    vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    tokens = [1, *np.random.default_rng(7).integers(3, vocab, GEMMA_CONTEXT - 4)]
+    assert len(tokens) >= 3 * (window + max(PREFILL))
+    expected = gemma3_reference(reader, [int(t) for t in tokens])
+    model = read_litertlm(out)[1]["TFLiteModel"][1]
+    chunks = [("prefill_8", 8), ("prefill_8", 5), ("prefill_8", 8), ("prefill_8", 3), ("prefill_1", 1)]
+    decoded = 0
+    for step, logits in run_as_the_executor(model, GEMMA_CONTEXT, tokens, chunks):
+        assert int(np.argmax(logits)) == int(np.argmax(expected[step])), step
+        np.testing.assert_allclose(logits, expected[step], atol=GEMMA_ATOL, rtol=0)
+        decoded += 1
+    assert decoded == len(tokens) - 25
+
+
+def test_gemma3_a_context_within_the_ring_keeps_every_layer_whole(tmp_path: Path) -> None:
+    """A context no longer than window + the widest prefill gains nothing from a ring."""
+    path = tmp_path / "text" / "gemma.gguf"
+    spec = GEMMA_SHAPES["tied"]
+    write_tiny_gemma3_gguf(path, tiny_vocab(), spec)
+    record = write_litertlm(
+        path, default_out_path(path), prefill_lengths=PREFILL, context=spec.sliding_window + 8
+    )
+    assert record.cache["ring_rows"] == 0 and record.cache["ring_layers"] == []
 
 
 def test_gemma3_sections_name_the_model_type_and_its_stop_tokens(gemma: tuple[Path, Path]) -> None:

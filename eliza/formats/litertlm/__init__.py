@@ -110,6 +110,7 @@ class LitertlmRecord:
     prefill_lengths: tuple[int, ...]
     context: int
     size: int
+    cache: Mapping[str, object] = field(default_factory=dict)
     section_sizes: Mapping[str, int] = field(default_factory=dict)
     writer_version: str = WRITER_VERSION
     eliza_version: str = ELIZA_VERSION
@@ -126,6 +127,7 @@ class LitertlmRecord:
             "output_sha256": self.output_sha256,
             "prefill_lengths": list(self.prefill_lengths),
             "context": self.context,
+            "cache": dict(self.cache),
         }
 
 
@@ -192,6 +194,7 @@ def write_litertlm(
         output_sha256=digests[0],
         prefill_lengths=lengths,
         context=converter.context,
+        cache=converter.cache_layout(lengths).as_record(),
         size=out.stat().st_size,
         section_sizes={name: len(data) for name, data in sections.items()},
     )

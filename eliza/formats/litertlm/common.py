@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -15,10 +15,14 @@ from gguf import GGUFReader
 from eliza.formats.gguf_models import affine, tensors
 from eliza.formats.sentencepiece_vocab import SpmVocabulary, VocabularyError, read_vocabulary
 
+if TYPE_CHECKING:
+    from eliza.formats.litertlm.decoder import CacheLayout
+
 # Bump when the bytes written for the same GGUF and options change: every file written by
 # an older writer is then stale and rewritten.
-# 2: the default context is the library's (at most 4096), not the GGUF's; 3: int8 matrices
-WRITER_VERSION = "3"
+# 2: the default context is the library's (at most 4096), not the GGUF's; 3: int8 matrices;
+# 4: sliding-window layers keep ring caches of their window (decoder.CacheLayout)
+WRITER_VERSION = "4"
 FORMAT = "eliza-litertlm/1"
 SUFFIX = ".litertlm"
 RECORD_SUFFIX = ".json"
@@ -133,5 +137,8 @@ class Converter(Protocol):
     def stop_ids(self, vocab: SpmVocabulary) -> list[int]: ...
 
     def read_weights(self) -> dict[str, Weight]: ...
+
+    def cache_layout(self, prefill_lengths: Sequence[int]) -> CacheLayout:
+        """The rows of each layer's caches in the model `tflite_model` writes."""
 
     def tflite_model(self, weights: Mapping[str, Weight], prefill_lengths: Sequence[int]) -> bytes: ...

@@ -6,6 +6,7 @@ attention under the executor's mask, optionally narrowed to a sliding window."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -39,6 +40,56 @@ def rotate_half_matrix(head_dim: int) -> npt.NDArray[np.float32]:
 MASKED = np.float32(-0.7 * float(np.finfo(np.float32).max))
 
 
+@dataclass(frozen=True)
+class CacheLayout:
+    """The rows of each layer's key and value caches: the context's, or, for a layer that
+    attends within a sliding window, a ring of `ring_rows` (0: none) that a position p writes
+    at row p mod ring_rows. The engine allocates each cache from its own input's shape and
+    reads the context from the mask's last dimension, so the layers may differ; a local
+    layer's cost per step then follows its window, not the context."""
+
+    rows: tuple[int, ...]
+    context: int
+    window: int = 0
+    ring_rows: int = 0
+    widest_prefill: int = 0
+
+    @classmethod
+    def full(cls, n_layer: int, context: int) -> CacheLayout:
+        return cls(rows=(context,) * n_layer, context=context)
+
+    @classmethod
+    def sliding(
+        cls, context: int, window: int, sliding: Sequence[bool], prefill_lengths: Sequence[int]
+    ) -> CacheLayout:
+        """Rings of window + the widest prefill rows for the sliding layers: a prefill of n
+        rows needs window + n - 1 of them to keep every query's window (Signature.ring_mask),
+        and the spare row lets a decode step go back one step. Where such a ring would not
+        be shorter than the context, every layer keeps the context's rows."""
+        ring = window + max(prefill_lengths, default=1)
+        if window <= 0 or ring >= context or not any(sliding):
+            return cls.full(len(sliding), context)
+        return cls(
+            rows=tuple(ring if s else context for s in sliding),
+            context=context,
+            window=window,
+            ring_rows=ring,
+            widest_prefill=max(prefill_lengths),
+        )
+
+    def as_record(self) -> dict[str, object]:
+        """What the .litertlm's record says of its caches (its body needs the ring to know how
+        far a session may be rewound in place: docs/backends.md)."""
+        ring_layers = [i for i, rows in enumerate(self.rows) if rows != self.context]
+        return {
+            "global_rows": self.context,
+            "ring_rows": self.ring_rows,
+            "sliding_window": self.window,
+            "widest_prefill": self.widest_prefill,
+            "ring_layers": ring_layers,
+        }
+
+
 class Signature:
     """`prefill_<n>` or `decode`: its inputs made on construction, its outputs in `finish`.
     Constants are made when first asked for, so each graph holds only what it uses."""
@@ -51,7 +102,7 @@ class Signature:
         n: int,
         decode: bool,
         context: int,
-        n_layer: int,
+        layout: CacheLayout,
         heads: int,
         kv_heads: int,
         head_dim: int,
@@ -60,7 +111,8 @@ class Signature:
         self.weights = weights
         self.key = "decode" if decode else f"prefill_{n}"
         self.decode = decode
-        self.n, self.context, self.n_layer = n, context, n_layer
+        self.n, self.context, self.n_layer = n, context, len(layout.rows)
+        self.layout = layout
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.g = g = Graph(model, self.key)
         self.tokens = g.input("tokens", [1, n], np.int32)
@@ -68,14 +120,18 @@ class Signature:
         self.mask = g.input("mask", [1, 1, n, context], np.float32)
         self.caches_in = [
             (
-                g.input(f"kv_cache_k_{i}", [1, context, kv_heads, head_dim], np.float32),
-                g.input(f"kv_cache_v_{i}", [1, context, kv_heads, head_dim], np.float32),
+                g.input(f"kv_cache_k_{i}", [1, rows, kv_heads, head_dim], np.float32),
+                g.input(f"kv_cache_v_{i}", [1, rows, kv_heads, head_dim], np.float32),
             )
-            for i in range(n_layer)
+            for i, rows in enumerate(layout.rows)
         ]
         self.caches_out: list[tuple[int, int]] = []
         self._start: int | None = None
         self._windows: dict[int, int] = {}
+        self._first: int | None = None
+        self._ring_starts: dict[int, int] = {}
+        self._ring_rows: dict[int, int] = {}
+        self._ring_masks: dict[int, int] = {}
 
     def rope(self, base: float, key: str = "") -> Callable[[int], int]:
         """x [1, n, heads, head_dim] -> x rotated by its positions at `base`; `key` tells the
@@ -107,15 +163,89 @@ class Signature:
         return self._start
 
     def write_cache(self, layer: int, k: int, v: int) -> tuple[int, int]:
-        """The layer's caches with k and v [1, n, kv_heads, head_dim] written at input_pos[0]:
-        padded rows (input_pos 0) land past the visible ones and are overwritten later,
-        where a scatter by position would overwrite BOS."""
-        start = self.cache_start()
+        """The layer's caches with k and v [1, n, kv_heads, head_dim] written: a cache of the
+        context's rows at input_pos[0] (padded rows, input_pos 0, land past the visible ones
+        and are overwritten later, where a scatter by position would overwrite BOS); a ring
+        at input_pos[0] modulo its rows (ring_write)."""
+        rows = self.layout.rows[layer]
         k_in, v_in = self.caches_in[layer]
-        k_cache = self.g.update_slice(k_in, k, start, f"kv_cache_k_{layer}_out")
-        v_cache = self.g.update_slice(v_in, v, start, f"kv_cache_v_{layer}_out")
+        k_name, v_name = f"kv_cache_k_{layer}_out", f"kv_cache_v_{layer}_out"
+        if rows == self.context:
+            start = self.cache_start()
+            k_cache = self.g.update_slice(k_in, k, start, k_name)
+            v_cache = self.g.update_slice(v_in, v, start, v_name)
+        else:
+            k_cache = self.ring_write(k_in, k, rows, k_name)
+            v_cache = self.ring_write(v_in, v, rows, v_name)
         self.caches_out.append((k_cache, v_cache))
         return k_cache, v_cache
+
+    def first_position(self) -> int:
+        """input_pos[0] as a float32 [1]: integers, exact in float32 for any context a
+        flatbuffer holds."""
+        if self._first is None:
+            self._first = self.g.cast_float(self.g.slice(self.input_pos, [0], [1]))
+        return self._first
+
+    def ring_write(self, cache: int, x: int, rows: int, name: str) -> int:
+        """A ring of `rows` rows with x's n rows written at input_pos[0] + j modulo `rows`,
+        padded ones too (they hold later positions, which the ring mask hides until they are
+        written for real). A decode's one row never wraps: one DYNAMIC_UPDATE_SLICE, in place
+        where the engine binds one buffer as the cache's input and output (its CPU path). A
+        prefill's rows may wrap: every ring row is gathered from the old cache or x."""
+        g, n = self.g, self.n
+        if n == 1:
+            if rows not in self._ring_starts:
+                zero = g.i32([0])
+                row = g.cast_int(
+                    g.floor_mod(self.first_position(), self.scalar(f"ring_{rows}_rows", float(rows)))
+                )
+                self._ring_starts[rows] = g.concat([zero, row, zero, zero], 0, np.int32)
+            return g.update_slice(cache, x, self._ring_starts[rows], name)
+        if rows not in self._ring_rows:
+            # row r takes x's row (r - input_pos[0]) mod rows when that is < n, else stays
+            ring = g.const(f"ring_{rows}_row_index", np.arange(rows, dtype=np.float32))
+            offset = g.floor_mod(
+                g.sub(ring, self.first_position()), self.scalar(f"ring_{rows}_rows", float(rows))
+            )
+            taken = g.minimum(
+                g.unary(g.tfl.BuiltinOperator.RELU, g.sub(self.scalar(f"const_{n}", float(n)), offset)),
+                self.scalar("const_one", 1.0),
+            )  # 1 where row r is written now, else 0
+            source = g.add(
+                ring, g.mul(taken, g.sub(g.add(offset, self.scalar(f"ring_{rows}_rows", float(rows))), ring))
+            )
+            self._ring_rows[rows] = g.cast_int(source)
+        both = g.concat([cache, x], 1, np.float32)
+        updated = g.gather(both, self._ring_rows[rows], axis=1)
+        g.subgraph.tensors[updated].name = name
+        return updated
+
+    def ring_mask(self, window: int, rows: int) -> int:
+        """[1, 1, n, rows]: 0 where ring row r holds a key in a query's window, else masked.
+        After this signature's write, the last position written is t = input_pos[0] + n - 1,
+        and row r holds position P = t - ((t - r) mod rows) (never written when P < 0). Query
+        q sees P when q - window < P <= q and P >= 0. A ring of at least window + n - 1 rows
+        still holds the whole window of every query of the signature."""
+        if rows not in self._ring_masks:
+            g, n = self.g, self.n
+            relu = g.tfl.BuiltinOperator.RELU
+            ring = g.const(f"ring_{rows}_row_index", np.arange(rows, dtype=np.float32))
+            last = g.add(self.first_position(), self.scalar(f"const_{n - 1}", float(n - 1)))
+            held = g.sub(last, g.floor_mod(g.sub(last, ring), self.scalar(f"ring_{rows}_rows", float(rows))))
+            queries = g.reshape(g.cast_float(self.input_pos), [n, 1])
+            behind = g.sub(queries, held)  # [n, rows]: q - P
+            outside = g.add(
+                g.add(
+                    g.unary(relu, g.sub(behind, self.scalar(f"const_{window - 1}", float(window - 1)))),
+                    g.unary(relu, g.mul(behind, self.scalar("const_minus_one", -1.0))),
+                ),
+                g.unary(relu, g.mul(held, self.scalar("const_minus_one", -1.0))),
+            )
+            outside = g.minimum(outside, self.scalar("const_one", 1.0))  # 0 or 1
+            masked = g.mul(outside, self.scalar("const_masked", float(MASKED)))
+            self._ring_masks[rows] = g.reshape(masked, [1, 1, n, rows])
+        return self._ring_masks[rows]
 
     def window_mask(self, window: int) -> int:
         """The executor's mask with every key at or before q_pos - window masked too (a
@@ -137,16 +267,22 @@ class Signature:
     def attend(self, q: int, k_cache: int, v_cache: int, scale: int, mask: int) -> int:
         """Attention of q [1, n, heads, head_dim] (roped) over the whole caches under `mask`:
         [1, n, heads * head_dim]. Each key/value head serves its group of query heads as one
-        batched product, without repeating the cache."""
-        g, n, context = self.g, self.n, self.context
+        batched product, without repeating the cache; with one key/value head the cache is
+        already in the product's layout, and is not transposed (a copy of every row)."""
+        g, n = self.g, self.n
         heads, kv_heads, head_dim = self.heads, self.kv_heads, self.head_dim
+        rows = g.shapes[k_cache][1]
         group = heads // kv_heads
         q = g.reshape(g.transpose(q, [0, 2, 1, 3]), [1, kv_heads, group * n, head_dim])
-        keys = g.transpose(k_cache, [0, 2, 1, 3])  # [1, kv_heads, context, head_dim]
-        values = g.transpose(v_cache, [0, 2, 1, 3])
-        scores = g.reshape(g.bmm(q, keys, adj_y=True), [1, heads, n, context])
+        if kv_heads == 1:
+            keys = g.reshape(k_cache, [1, 1, rows, head_dim])
+            values = g.reshape(v_cache, [1, 1, rows, head_dim])
+        else:
+            keys = g.transpose(k_cache, [0, 2, 1, 3])  # [1, kv_heads, rows, head_dim]
+            values = g.transpose(v_cache, [0, 2, 1, 3])
+        scores = g.reshape(g.bmm(q, keys, adj_y=True), [1, heads, n, rows])
         scores = g.add(g.mul(scores, scale), mask)
-        probs = g.reshape(g.softmax(scores), [1, kv_heads, group * n, context])
+        probs = g.reshape(g.softmax(scores), [1, kv_heads, group * n, rows])
         attended = g.reshape(g.bmm(probs, values), [1, heads, n, head_dim])
         return g.reshape(g.transpose(attended, [0, 2, 1, 3]), [1, n, heads * head_dim])
 
@@ -204,10 +340,13 @@ def tflite_model(
     context: int,
     prefill_lengths: Sequence[int],
     forward: Callable[[Signature], int | None],
+    layout: CacheLayout | None = None,
 ) -> bytes:
     """The model of one architecture: a `prefill_<n>` signature per length, then `decode`,
     each built by `forward` on the signature's inputs (it returns decode's logits, None
-    for a prefill), the weights' buffers shared by all of them."""
+    for a prefill), the weights' buffers shared by all of them. `layout` (default: every
+    layer's caches of the context's rows) sizes each layer's caches."""
+    layout = layout or CacheLayout.full(shape.n_layer, context)
     model = Model(capacity=sum(w.nbytes for w in weights.values()))
     for n, decode in [*((n, False) for n in prefill_lengths), (1, True)]:
         s = Signature(
@@ -216,7 +355,7 @@ def tflite_model(
             n=n,
             decode=decode,
             context=context,
-            n_layer=shape.n_layer,
+            layout=layout,
             heads=shape.n_head,
             kv_heads=shape.n_head_kv,
             head_dim=shape.head_dim,

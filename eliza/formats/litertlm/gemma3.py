@@ -19,7 +19,7 @@ from gguf import GGUFReader
 
 from eliza.formats.gguf_models import gemma3 as arch
 from eliza.formats.litertlm.common import LitertlmError, Weight, chosen_context, read_weights
-from eliza.formats.litertlm.decoder import Signature, tflite_model
+from eliza.formats.litertlm.decoder import CacheLayout, Signature, tflite_model
 from eliza.formats.sentencepiece_vocab import SpmVocabulary, eog_ids
 
 ARCHITECTURE = arch.ARCHITECTURE
@@ -55,8 +55,14 @@ class Gemma3Converter:
         """A window that reaches past the context masks nothing: such a layer is global here."""
         return self.h.is_sliding(layer) and self.h.sliding_window < self.context
 
+    def cache_layout(self, prefill_lengths: Sequence[int]) -> CacheLayout:
+        """Rings for the local layers (CacheLayout.sliding), the context's rows for the global ones."""
+        sliding = [self.sliding(i) for i in range(self.h.n_layer)]
+        return CacheLayout.sliding(self.context, self.h.sliding_window, sliding, prefill_lengths)
+
     def tflite_model(self, weights: Mapping[str, Weight], prefill_lengths: Sequence[int]) -> bytes:
-        return tflite_model(weights, self.h, self.context, prefill_lengths, self._forward)
+        layout = self.cache_layout(prefill_lengths)
+        return tflite_model(weights, self.h, self.context, prefill_lengths, self._forward, layout)
 
     def _forward(self, s: Signature) -> int | None:
         h, n, decode = self.h, s.n, s.decode
@@ -84,7 +90,14 @@ class Gemma3Converter:
                 break  # a prefill outputs only caches: the last block's attention and FFN are dead
             q = g.reshape(g.fc(a, weight(p + "attn_q.weight")), [1, n, h.n_head, h.head_dim])
             q = rope(norm(q, p + "attn_q_norm.weight"))
-            mask = s.window_mask(h.sliding_window) if self.sliding(i) else s.mask
+            mask = s.mask
+            if self.sliding(i):
+                rows = s.layout.rows[i]
+                mask = (
+                    s.window_mask(h.sliding_window)
+                    if rows == self.context
+                    else s.ring_mask(h.sliding_window, rows)
+                )
             attended = s.attend(q, k_cache, v_cache, scale, mask)
             x = g.add(
                 x, norm(g.fc(attended, weight(p + "attn_output.weight")), p + "post_attention_norm.weight")

@@ -17,7 +17,7 @@ from eliza.formats.gguf_models import header
 from eliza.formats.gguf_models import llama as arch
 from eliza.formats.gguf_models.affine import Int8Rows
 from eliza.formats.litertlm.common import LitertlmError, Weight, chosen_context, read_weights
-from eliza.formats.litertlm.decoder import Signature, tflite_model
+from eliza.formats.litertlm.decoder import CacheLayout, Signature, tflite_model
 from eliza.formats.sentencepiece_vocab import SpmVocabulary
 
 ARCHITECTURE = arch.ARCHITECTURE
@@ -64,6 +64,10 @@ class LlamaConverter:
                 else:
                     weights[name] = np.ascontiguousarray(arch.unpermute_rope_rows(weight, heads))
         return weights
+
+    def cache_layout(self, prefill_lengths: Sequence[int]) -> CacheLayout:
+        """Every layer attends over the whole context."""
+        return CacheLayout.full(self.h.n_layer, self.context)
 
     def tflite_model(self, weights: Mapping[str, Weight], prefill_lengths: Sequence[int]) -> bytes:
         return tflite_model(weights, self.h, self.context, prefill_lengths, self._forward)

@@ -206,9 +206,17 @@ class Graph:
     def minimum(self, a: int, b: int) -> int:
         return self._broadcast(self.tfl.BuiltinOperator.MINIMUM, "MaximumMinimum", a, b)
 
+    def floor_mod(self, a: int, b: int) -> int:
+        return self._broadcast(self.tfl.BuiltinOperator.FLOOR_MOD, "FloorMod", a, b)
+
     def cast_float(self, x: int) -> int:
         options = self._options("Cast", inDataType=self.types[x], outDataType=self.tfl.TensorType.FLOAT32)
         return self.op(self.tfl.BuiltinOperator.CAST, [x], self.shapes[x], options)
+
+    def cast_int(self, x: int) -> int:
+        """float32 -> int32 (truncating: the graph casts only integer-valued floats)."""
+        options = self._options("Cast", inDataType=self.types[x], outDataType=self.tfl.TensorType.INT32)
+        return self.op(self.tfl.BuiltinOperator.CAST, [x], self.shapes[x], options, np.int32)
 
     def gelu_tanh(self, x: int) -> int:
         options = self._options("Gelu", approximate=True)
@@ -234,10 +242,11 @@ class Graph:
             self.tfl.BuiltinOperator.MEAN, [x, axis], shape, self._options("Reducer", keepDims=True)
         )
 
-    def gather(self, params: int, indices: int) -> int:
-        """Rows of `params` as float32; an int8 table's rows times their own scales."""
-        shape = self.shapes[indices] + self.shapes[params][1:]
-        options = self._options("Gather", axis=0)
+    def gather(self, params: int, indices: int, axis: int = 0) -> int:
+        """Rows (along `axis`) of `params` as float32; an int8 table's rows times their own
+        scales (axis 0 only)."""
+        shape = self.shapes[params][:axis] + self.shapes[indices] + self.shapes[params][axis + 1 :]
+        options = self._options("Gather", axis=axis)
         if params not in self.row_scales:
             return self.op(self.tfl.BuiltinOperator.GATHER, [params, indices], shape, options)
         rows = self.op(self.tfl.BuiltinOperator.GATHER, [params, indices], shape, options, np.int8)

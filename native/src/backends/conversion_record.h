@@ -30,4 +30,23 @@ inline std::string recorded(const std::string & record, const std::string & key)
     return close == std::string::npos ? "" : record.substr(open + 1, close - open - 1);
 }
 
+// The non-negative integer value of `"key": 123` in a converter's record; 0 when absent or
+// not such a number.
+inline size_t recorded_count(const std::string & record, const std::string & key) {
+    const std::string quoted = "\"" + key + "\"";
+    const size_t at = record.find(quoted);
+    if (at == std::string::npos) return 0;
+    size_t i = record.find(':', at + quoted.size());
+    if (i == std::string::npos) return 0;
+    for (++i; i < record.size() && (record[i] == ' ' || record[i] == '\n'); ++i) {
+    }
+    size_t value = 0;
+    bool digits = false;
+    for (; i < record.size() && record[i] >= '0' && record[i] <= '9' && value < (size_t{1} << 40); ++i) {
+        value = value * 10 + static_cast<size_t>(record[i] - '0');
+        digits = true;
+    }
+    return digits ? value : 0;
+}
+
 }  // namespace eliza::backends

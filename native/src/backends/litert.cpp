@@ -168,9 +168,38 @@ const Runtime & runtime() {
 
 // --- the engine of a context, shared by its streams -------------------------------------
 
+// The ring caches of a .litertlm's sliding-window layers, as its record states them
+// ("cache": ring_rows, sliding_window, widest_prefill; none: every layer keeps the context).
+// Position p is written at row p mod rows, so a later position overwrites it: a session may
+// be rewound in place only while every row the new position's window needs holds its own.
+struct RingCache {
+    size_t rows = 0;
+    size_t window = 0;
+    size_t widest_prefill = 0;
+
+    // `written`: the positions the engine has processed; a padded prefill may also have
+    // written up to widest_prefill - 1 rows past them. Rewinding to `keep` (the next position
+    // written) is exact when nothing was overwritten, or when everything overwritten lies
+    // before keep's window (keep - window < p).
+    bool rewinds_in_place(size_t written, size_t keep) const {
+        if (rows == 0) return true;
+        const size_t end = written + widest_prefill;  // past the highest row a prefill may have written
+        return end <= rows || end - rows + window <= keep + 1;
+    }
+};
+
+RingCache ring_cache_of(const std::string & record) {
+    RingCache ring;
+    ring.rows = recorded_count(record, "ring_rows");
+    ring.window = recorded_count(record, "sliding_window");
+    ring.widest_prefill = recorded_count(record, "widest_prefill");
+    return ring;
+}
+
 struct Engine {
     const Api * api = nullptr;
     LiteRtLmEngine * handle = nullptr;
+    RingCache ring;
     // Each piece's text as llama.cpp renders it -> its id, for the vocabulary's normal and
     // user-defined pieces (a chunk of one token is that token's text; a piece's text is
     // unique among them). Byte and control pieces are left out: their text is not theirs alone.
@@ -291,6 +320,7 @@ std::shared_ptr<Engine> context_engine(const Runtime & rt, EliInferenceContext &
         return nullptr;
     }
     engine->piece_ids = piece_map(vocab);
+    engine->ring = ring_cache_of(read_text_file(model + ".json"));
     slot = engine;
     return engine;
 }
@@ -514,7 +544,8 @@ public:
 
     // The engine keeps its first n steps (BOS counted, as the seam counts the prefill's ids)
     // within the prefix whose ids it holds exactly as sent; past it, or with nothing to
-    // keep, the full reset, returning 0. After a decode the engine's rewind_to_step does it;
+    // keep, the full reset, returning 0. After a decode the engine's rewind_to_step does it,
+    // where the model's ring caches still hold the window it resumes from (RingCache);
     // right after a prefill the engine still holds the prompt's last token as the next
     // decode's input, which a rewind does not drop, so the prefix is sent again to a fresh
     // session instead (the same state, at the cost of its prefill).
@@ -525,7 +556,8 @@ public:
             return rc == ELIZA_OK ? 0 : rc;
         }
         stop_decode();
-        if (decoded_ && api_.session_rewind_to_step(session_, static_cast<int>(keep)) == 0) {
+        if (decoded_ && engine_->ring.rewinds_in_place(steps_, keep) &&
+            api_.session_rewind_to_step(session_, static_cast<int>(keep)) == 0) {
             clear_state();
             steps_ = keep;
             exact_ids_.resize(keep);
