@@ -6,6 +6,7 @@ files and the report consume them.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
@@ -190,9 +191,22 @@ class PerfWaiver:
     expires: date | None = None
     milestone: str | None = None
     check: str | None = None  # the perf check it applies to (None: every perf check)
+    # the factory of the runtime it applies to on a backend check ("litert-lm"; None: a
+    # library check, which judges no runtime)
+    backend: str | None = None
 
     def expiry(self) -> str:
         return f"until {self.expires.isoformat()}" if self.expires is not None else f"during {self.milestone}"
+
+    def covers(self, cell: str, metric: str, check: str | None, backend: str | None) -> bool:
+        """Whether it applies to this metric of this cell's check, for this runtime (None: a
+        library check's metric)."""
+        return (
+            self.metric == metric
+            and fnmatch.fnmatchcase(cell, self.cells)
+            and self.check in (None, check)
+            and self.backend == backend
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -351,6 +365,10 @@ class BundleBench:
     # backend-perf's tokens per prompt and round; 0: perf_max_tokens (a second runtime on a
     # real model is several times slower than llama.cpp, and every round loads its weights)
     backend_perf_max_tokens: int = 0
+    # backend-agreement's second case: prompts past the model's sliding window ("": none),
+    # and its greedy tokens per prompt (0: LONG_MAX_TOKENS)
+    long_prompts: str = ""
+    long_max_tokens: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -423,6 +423,32 @@ class MatrixRules:
                 # the check of that bundle, as the expanded checks are named ("perf.gemma3-270m")
                 if bundles and w["bundle"] != bundles[0]:
                     check = f"{check}.{w['bundle']}"
+            named_check = next((c for c in self.data["checks"] if c["id"] == w.get("check")), None)
+            judges_runtimes = named_check is not None and named_check.get("subject") == "backend"
+            gates = {g["id"]: g["factory"] for g in self.data.get("gates", [])}
+            if judges_runtimes and "backend" not in w:
+                self.error(
+                    path,
+                    f"a waiver of {w['check']!r} names the runtime it covers",
+                    f"backend: one of {', '.join(sorted(gates))} (on a cell with two runtimes each is "
+                    "judged by its own waivers only)",
+                )
+                continue
+            if "backend" in w and not judges_runtimes:
+                self.error(
+                    (*path, "backend"),
+                    f"{w.get('check', 'every perf check')!r} judges no second runtime, "
+                    "so a backend waives nothing",
+                    "check: a check of subject backend (backend-perf), or no backend",
+                )
+                continue
+            if "backend" in w and w["backend"] not in gates:
+                self.error(
+                    (*path, "backend"),
+                    f"{w['backend']!r} is not a gate{did_you_mean(w['backend'], sorted(gates))}",
+                    valid_words(sorted(gates), "gates"),
+                )
+                continue
             if not fnmatch.filter(ids, w["cells"]):
                 self.warnings.append(
                     self.problem((*path, "cells"), f"{w['cells']!r} matches no cell, so it waives nothing")
@@ -436,6 +462,7 @@ class MatrixRules:
                     expires=expires,
                     milestone=w.get("milestone"),
                     check=check,
+                    backend=gates[w["backend"]] if "backend" in w else None,
                 )
             )
         return tuple(out)
@@ -826,6 +853,8 @@ def _bundle(b: Mapping[str, Any]) -> Bundle:
             perf_rounds=bench.get("perf_rounds", 0),
             perf_simulated_max_tokens=bench.get("perf_simulated_max_tokens", 0),
             backend_perf_max_tokens=bench.get("backend_perf_max_tokens", 0),
+            long_prompts=bench.get("long_prompts", ""),
+            long_max_tokens=bench.get("long_max_tokens", 0),
         ),
         gated_cells=b.get("gated_cells", True),
         emulated=b.get("emulated", True),

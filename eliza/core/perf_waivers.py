@@ -8,7 +8,6 @@ stops counting in the report without a re-run. Pure: the date is passed in.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -89,7 +88,9 @@ def judge_with_waivers(
 ) -> PerfState:
     """The verdict of a perf record's per-metric judgements (as the runner recorded them:
     metric, verdict, ratio, ci_low, ci_high, direction, words, instrument) under today's
-    waivers: a failure is waived when a waiver of its cell and metric holds and the interval
+    waivers: a failure is waived when a waiver of its cell, metric and runtime (a backend
+    check's row names the runtime it judged: each runtime is judged by its own waivers
+    only) holds and the interval
     does not lie wholly beyond the waiver's bound; an undecided metric is settled by such a
     waiver when its interval lies wholly inside the waiver's bound (the regression it may
     hide is one the waiver accepts). Any other failure fails. An undecided wall-time metric
@@ -112,11 +113,8 @@ def judge_with_waivers(
         if verdict not in (FAILED, INCONCLUSIVE):
             deciding.add(instrument)
             continue
-        matching = [
-            w
-            for w in policy.waivers
-            if w.metric == name and fnmatch.fnmatchcase(cell, w.cells) and w.check in (None, check)
-        ]
+        backend = str(m["backend"]) if m.get("backend") else None
+        matching = [w for w in policy.waivers if w.covers(cell, name, check, backend)]
         live = [w for w in matching if holds(w, policy.today, policy.milestone)]
         warnings += [
             f"perf waiver of {name} on {w.cells} ({w.reason}) expired {w.expiry()} and no longer counts"

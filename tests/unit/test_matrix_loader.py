@@ -874,13 +874,14 @@ def test_a_waiver_names_the_bundle_of_its_check() -> None:
             "cells": "linux-*.*mlx",
             "check": "backend-perf",
             "bundle": "gemma3-270m",
+            "backend": "mlx",
             "metric": "decode_tok_s",
             "bound": 0.9,
             "reason": "measured",
             "expires": "2027-06-30",
         },
-        {"cells": "linux-*.*mlx", "check": "backend-perf", "metric": "decode_tok_s", "bound": 0.5,
-         "reason": "measured", "expires": "2027-06-30"},
+        {"cells": "linux-*.*mlx", "check": "backend-perf", "backend": "mlx", "metric": "decode_tok_s",
+         "bound": 0.5, "reason": "measured", "expires": "2027-06-30"},
     ]  # fmt: skip
     waivers = parse_matrix(yaml.safe_dump(shipped), SOURCE).perf_waivers
     assert [(w.check, w.bound) for w in waivers] == [("backend-perf.gemma3-270m", 0.9), ("backend-perf", 0.5)]
@@ -888,3 +889,23 @@ def test_a_waiver_names_the_bundle_of_its_check() -> None:
     [problem] = [p for p in problems(yaml.safe_dump(shipped)) if "bundle" in p.key_path]
     assert problem.key_path == "perf_waivers[0].bundle" and "'tinny' is not a bundle" in problem.message
     assert "did you mean 'tiny'?" in problem.message
+
+
+def test_a_waiver_of_a_runtime_check_names_its_runtime() -> None:
+    """backend-perf judges second runtimes: each waiver names the one it covers (a gate id,
+    held as its factory); a library check's waiver names none; an unknown gate is refused."""
+    shipped = yaml.safe_load(MATRIX_FILE.read_text())
+    waiver = {"cells": "linux-*.litert*", "check": "backend-perf", "metric": "decode_tok_s", "bound": 0.5,
+              "reason": "measured", "expires": "2027-06-30"}  # fmt: skip
+    shipped["perf_waivers"] = [{**waiver, "backend": "litert"}]
+    [parsed] = parse_matrix(yaml.safe_dump(shipped), SOURCE).perf_waivers
+    assert parsed.backend == "litert-lm"
+    shipped["perf_waivers"] = [waiver]
+    [problem] = [p for p in problems(yaml.safe_dump(shipped)) if p.key_path.startswith("perf_waivers")]
+    assert "names the runtime it covers" in problem.message and "backend: one of litert, mlx" in problem.hint
+    shipped["perf_waivers"] = [{**waiver, "backend": "litrt"}]
+    [problem] = [p for p in problems(yaml.safe_dump(shipped)) if p.key_path.startswith("perf_waivers")]
+    assert problem.key_path == "perf_waivers[0].backend" and "did you mean 'litert'?" in problem.message
+    shipped["perf_waivers"] = [{**waiver, "check": "perf", "backend": "litert"}]
+    [problem] = [p for p in problems(yaml.safe_dump(shipped)) if p.key_path.startswith("perf_waivers")]
+    assert problem.key_path == "perf_waivers[0].backend" and "judges no second runtime" in problem.message

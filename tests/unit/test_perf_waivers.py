@@ -112,3 +112,25 @@ def test_a_waiver_settles_an_undecided_metric_whose_interval_it_wholly_accepts()
     lapsed = PerfPolicy(waivers=(waiver(bound=loose, expires=date(2025, 12, 31)),), today=today)
     expired = judge_with_waivers("linux-cpu.none", [undecided], lapsed)
     assert expired.verdict == INCONCLUSIVE and expired.warnings
+
+
+def test_on_a_cell_with_two_runtimes_each_is_judged_by_its_own_waivers() -> None:
+    """linux-cpu.litert+mlx: MLX's generous waiver does not accept LiteRT-LM's regression, and
+    a runtime's waiver does not cover the library check's metric of the same name."""
+    mlx = waiver(
+        cells="linux-cpu.*mlx", bound=0.9, check="backend-perf", backend="mlx-coreml", reason="mlx kernels"
+    )
+    litert = waiver(
+        cells="linux-cpu.litert*", bound=0.1, check="backend-perf", backend="litert-lm", reason="ring"
+    )
+    policy = PerfPolicy(waivers=(mlx, litert), today=date(2026, 12, 1))
+    cell = "linux-cpu.litert+mlx"
+    mlx_slow = {**slower(0.2), "backend": "mlx-coreml"}
+    litert_slow = {**slower(0.5), "backend": "litert-lm"}
+    assert judge_with_waivers(cell, [mlx_slow], policy, "backend-perf").verdict == VERIFIED
+    state = judge_with_waivers(cell, [mlx_slow, litert_slow], policy, "backend-perf")
+    assert state.verdict == FAILED and "beyond even the waiver's bound 0.1" in state.words
+    assert judge_with_waivers(
+        cell, [{**slower(0.92), "backend": "litert-lm"}], policy, "backend-perf"
+    ).verdict == (VERIFIED)
+    assert judge_with_waivers(cell, [slower(0.5)], policy, "perf").verdict == FAILED

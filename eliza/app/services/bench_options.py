@@ -13,6 +13,7 @@ from eliza.app.errors import UsageError
 from eliza.app.options import Parser, positive
 from eliza.core.layout import default_prompts
 from eliza.core.matrix import Bundle, Matrix
+from eliza.formats.files import sha256_file
 
 # The fewest interleaved FFI/reference pairs a seam-overhead figure is taken from.
 MIN_OVERHEAD_PAIRS = 5
@@ -205,9 +206,19 @@ def bundle_prompts(repo: Path, bundle: Bundle) -> Path:
     return repo / bundle.bench.prompts if bundle.bench.prompts else default_prompts(repo)
 
 
-def bundle_settings(bundle: Bundle) -> str:
-    """How the checks size their work on a bundle, as a fingerprint reads it."""
-    return json.dumps(asdict(bundle.bench), sort_keys=True)
+def bundle_long_prompts(repo: Path, bundle: Bundle) -> Path | None:
+    """The bundle's prompts past its model's sliding window (bench.long_prompts), if any."""
+    return repo / bundle.bench.long_prompts if bundle.bench.long_prompts else None
+
+
+def bundle_settings(bundle: Bundle, repo: Path | None = None) -> str:
+    """How the checks size their work on a bundle, as a fingerprint reads it: with `repo`,
+    the content of its long prompts too (the second file its agreement reads)."""
+    settings: dict[str, object] = asdict(bundle.bench)
+    long_prompts = bundle_long_prompts(repo, bundle) if repo is not None else None
+    if long_prompts is not None:
+        settings["long_prompts_sha256"] = sha256_file(long_prompts) if long_prompts.is_file() else "absent"
+    return json.dumps(settings, sort_keys=True)
 
 
 def on_bundle(opts: BenchOptions, bundle: Bundle, folder: Path, prompts: Path) -> BenchOptions:
@@ -241,7 +252,7 @@ def bundle_inputs(repo: Path, matrix: Matrix) -> dict[str, tuple[str, Path, str]
     """What a fingerprint reads of each bundle after the first: its pinned sha256, its
     prompt file and its sizing (eliza.app.services.inputs)."""
     return {
-        b.id: (b.sha256, bundle_prompts(repo, b), bundle_settings(b))
+        b.id: (b.sha256, bundle_prompts(repo, b), bundle_settings(b, repo))
         for b in matrix.bundles
         if b.id != matrix.default_bundle.id
     }

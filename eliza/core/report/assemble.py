@@ -48,8 +48,10 @@ FIGURE_METRICS = (
     "sanitizer_reports",  # the native-suite check of a sanitizer cell
     "tests_ran",
 )
-# Families of figures: the thread races' counts (race.<race>.<count>).
-FIGURE_PREFIXES = ("race.",)
+# Families of figures: the thread races' counts (race.<race>.<count>), and each side's
+# prefill and decode speed on backend-agreement's long prompts, past a sliding window
+# (long_<prefill|decode>_tok_s_<side>): information that no check judges.
+FIGURE_PREFIXES = ("race.", "long_")
 
 # --------------------------------------------------------------------------- assembly
 

@@ -4,10 +4,13 @@ K before rope, Q and K rows as stored (rope of halves already); local layers att
 within a sliding window, under their own rope base; RMSNorms after attention and after the
 GELU(tanh)-gated feed-forward; logits from the tied embedding, one buffer serving both.
 
-LiteRT-LM's executor hands every signature one causal mask; the window of the local layers
-is derived from it and input_pos inside the graph (Signature.window_mask), once per
-signature. The metadata names the model type gemma3 and the stop tokens llama.cpp ends a
-generation at: EOS, <end_of_turn> and </s>."""
+LiteRT-LM's executor hands every signature one causal mask over the context, which the
+global layers use. Each local layer keeps a ring cache of window + the widest prefill rows
+(CacheLayout.sliding), written at input_pos mod its rows, under a mask computed from
+input_pos inside the graph (Signature.ring_mask), so its cost per step follows the window,
+not the context; a context no longer than such a ring keeps every layer whole, the window
+then masking the engine's mask (Signature.window_mask). The metadata names the model type
+gemma3 and the stop tokens llama.cpp ends a generation at: EOS, <end_of_turn> and </s>."""
 
 from __future__ import annotations
 
