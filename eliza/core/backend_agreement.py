@@ -19,7 +19,7 @@ Pure: bench records in, a verdict out."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from eliza.core.bench_records import BenchRun, PromptRecord
 from eliza.core.matrix import BackendAgreement
@@ -228,3 +228,11 @@ def judge(
         for ref, mar, got in zip(reference.prompts, margins.prompts, backend.prompts, strict=True)
     )
     return AgreementVerdict(backend=backend_name, compare=rule.compare, prompts=verdicts, rule=rule)
+
+
+def past_the_window(rule: BackendAgreement) -> BackendAgreement:
+    """The tolerance of a case whose prompts run past the model's sliding window: the first
+    divergence must still be a near-tie (`tie_margin`), but no floor applies: a long
+    prompt's share of agreeing positions is only where its first near-tie falls, everything
+    after it counting as disagreeing."""
+    return replace(rule, min_token_agreement=0.0)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from eliza.core.backend_agreement import AgreementInputError, judge
+from eliza.core.backend_agreement import AgreementInputError, judge, past_the_window
 from eliza.core.bench_records import BenchRun, parse_run
 from eliza.core.matrix import BackendAgreement
 
@@ -124,3 +124,16 @@ def test_runs_that_cannot_be_compared_are_refused() -> None:
         judge("mlx", bench(REF), bench([[5], REF[1]], margins=MARGINS), bench(REF), RULE)
     with pytest.raises(AgreementInputError, match="recorded 0 logit margins"):
         judge("mlx", bench(REF), bench(REF, margins=[[], []]), bench([[6], REF[1]]), RULE)
+
+
+def test_past_the_window_a_near_tie_still_decides_but_no_floor_applies() -> None:
+    """A long prompt that parts from llama.cpp early at a near-tie passes (its share of
+    agreeing positions says only where the tie fell); one that parts where llama.cpp's top two
+    lay far apart fails all the same."""
+    long_rule = past_the_window(BackendAgreement(min_token_agreement=0.9, tie_margin=0.05))
+    early_tie = [[5, 99, 98, 97], REF[1]]  # position 1: llama.cpp's gap 0.01
+    v = judge("litert", bench(REF), bench(REF, margins=MARGINS), bench(early_tie), long_rule)
+    assert v.passed and v.agreement < 0.9
+    clear = [[99, 6, 7, 8], REF[1]]  # position 0: llama.cpp's gap 2.0
+    v = judge("litert", bench(REF), bench(REF, margins=MARGINS), bench(clear), long_rule)
+    assert not v.passed and v.prompts[0].divergence == 0 and not v.prompts[0].allowed

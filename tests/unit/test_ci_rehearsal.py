@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from eliza.adapters import ci_runners
-from eliza.app.errors import UsageError
+from eliza.app.errors import CiFailed, UsageError
 from eliza.app.project import current
 from eliza.app.sessions.ci_rehearsal import (
     PER_JOB,
@@ -24,6 +24,7 @@ from eliza.app.sessions.ci_rehearsal import (
     builds_said,
     check_jobs_that_compiled,
     compare_states,
+    conan_remote,
     parse_options,
     selected_jobs,
     trust_in_policy,
@@ -236,3 +237,16 @@ def test_a_check_job_that_says_it_compiled_llama_cpp_is_named() -> None:
     assert said == {build.id: 1, check.id: 0, other.id: 1, REPORT_JOB: 0}
     assert check_jobs_that_compiled(said, PIPELINE) == [other.id]
     assert check_jobs_that_compiled({**said, other.id: 0}, PIPELINE) == []
+
+
+def test_a_conan_server_that_cannot_start_is_one_line_naming_its_log(tmp_path: Path) -> None:
+    python = tmp_path / "python"  # a conan_server environment whose Python cannot run it
+    python.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'conans'\" >&2\nexit 1\n")
+    python.chmod(0o755)
+    with pytest.raises(CiFailed) as failed, conan_remote(tmp_path / "remote", python):
+        pytest.fail("the remote started")
+    said = str(failed.value)
+    log = tmp_path / "remote" / "conan_server.log"
+    assert said == f"the Conan remote could not start: conan_server exited (1); log: {log}"
+    assert "No module named 'conans'" in log.read_text()
+    assert failed.value.__cause__ is None and failed.value.__suppress_context__

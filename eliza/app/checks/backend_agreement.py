@@ -29,7 +29,7 @@ from eliza.app.services.bench_options import bundle_long_prompts
 from eliza.app.services.bundle import ensure_runtime_bundle, weight_cache_state
 from eliza.app.services.clock import Stopwatch
 from eliza.app.services.run import Run
-from eliza.core.backend_agreement import AgreementInputError, AgreementVerdict, judge
+from eliza.core.backend_agreement import AgreementInputError, AgreementVerdict, judge, past_the_window
 from eliza.core.bench_records import BenchRun
 from eliza.core.matrix import BackendAgreement, Cell, Gate
 from eliza.core.outcome import CheckOutcome, outcome
@@ -88,11 +88,9 @@ class CaseResults:
 
 
 def _rule(gate: Gate, bundle: str, case: Case) -> BackendAgreement:
-    """The gate's tolerance on the bundle. On a long prompt the first divergence must be a
-    near-tie all the same, but no floor applies: one prompt's share of agreeing positions is
-    only where its first near-tie falls (everything after it counts as disagreeing)."""
+    """The gate's tolerance on the bundle; on the long prompts without its floor."""
     rule = gate.agreement_on(bundle)
-    return replace(rule, min_token_agreement=0.0) if case.name else rule
+    return past_the_window(rule) if case.name else rule
 
 
 def _speed(run: BenchRun) -> dict[str, float]:

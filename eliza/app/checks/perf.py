@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
-from eliza.adapters.bench_tools import BenchSettings, bench_argv, run_tool
+from eliza.adapters.bench_tools import BenchSettings, BenchToolError, bench_argv, run_tool
+from eliza.adapters.own_runners import OwnRunner, OwnRunnerError, own_runner
 from eliza.app.checks.job import Job
 from eliza.app.checks.runtimes import backends_of
 from eliza.app.services.bench_options import BenchOptions
@@ -31,7 +32,7 @@ from eliza.app.services.counts_cache import CountsCache
 from eliza.app.services.run import Run
 from eliza.core.bench_records import BenchRun
 from eliza.core.evidence import Status
-from eliza.core.matrix import Cell, Check, SimulatedInstrument
+from eliza.core.matrix import Cell, Check, Direction, MetricRule, SimulatedInstrument
 from eliza.core.outcome import CheckOutcome, outcome
 from eliza.core.perf_stats import Judgement, Verdict, compare, exact, judge
 from eliza.core.perf_waivers import PerfPolicy, judge_with_waivers
@@ -212,6 +213,71 @@ def measure_series(
     return [
         measure(cell, c.candidate, c.reference, c.opts, rounds, log, first=first, out=c.out) for c in series
     ]
+
+
+# Body / own runner: a backend's body in the library against its runtime driven by its own
+# API, on the same artifact, threads, prompt and greedy tokens (eliza.adapters.own_runners).
+# A body slower than its own runtime beyond 5 % is the body's cost and fails the check on any
+# host, whatever a waiver accepts of the runtime against llama.cpp (no waiver names these).
+OWN_RUNNER_MAX_TOKENS = 64  # decode steps per run: a per-token cost shows over as many
+OWN_RUNNER_RULES = (
+    (MetricRule(metric="own_runner_decode", direction=Direction.HIGHER, bound=0.05), "decode_tok_s"),
+    (MetricRule(metric="own_runner_prefill", direction=Direction.HIGHER, bound=0.05), "prefill_tok_s"),
+)
+
+
+def own_runner_settings(c: Comparison) -> tuple[BenchSettings, Path]:
+    """The settings of a series' own-runner rounds: its bench settings at 64 tokens, one
+    repeat, on the first prompt of its prompt file (written beside its runs: one prompt keeps
+    a slow runtime's 64 tokens within the budget)."""
+    settings = perf_settings(c.opts)
+    prompt = next(
+        line
+        for line in settings.prompts.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    )
+    first = c.out / "own-runner" / "prompt.txt"
+    first.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(first, prompt + "\n")
+    return replace(settings, prompts=first, max_tokens=OWN_RUNNER_MAX_TOKENS, repeats=1), first
+
+
+def own_runner_rounds(
+    cell: Cell, c: Comparison, rounds: int, log: Log, *, first: int = 0, threads: int = 1
+) -> Samples:
+    """Rounds of the body (candidate) and its runtime's own runner (reference), body first in
+    even rounds, the own runner first in odd ones; the MLX runner takes the prompt ids of the
+    body's latest run."""
+    if c.own is None:
+        raise ValueError(f"{c.label}: no own runner")
+    settings, prompts = own_runner_settings(c)
+    out = c.out / "own-runner"
+    tool_dir = c.candidate.library.parent
+    body_env = {"ELIZA_N_THREADS": str(threads), **c.candidate.env}
+    taken: dict[str, dict[str, list[float]]] = {"body": {}, "own": {}}
+    sources: set[str] = set()
+    body: BenchRun | None = None
+    for i in range(first, first + rounds):
+        order = ["body", "own"] if i % 2 == 0 or body is None else ["own", "body"]
+        for side in order:
+            path = out / f"{side}-{i}.jsonl"
+            if side == "body":
+                argv = bench_argv(tool_dir, c.candidate.library, settings, f"{cell.id} {c.label} body", path)
+                done = run_tool(argv, path, body_env, runner=c.opts.runner)
+                body = done
+            else:
+                if body is None:  # never: a round runs the body first while none has run
+                    raise ValueError(f"{c.label}: the own runner needs a run of the body first")
+                try:
+                    argv = c.own.argv(settings.bundle, prompts, settings.max_tokens, threads, path, body)
+                except OwnRunnerError as exc:
+                    raise BenchToolError(str(exc)) from exc
+                done = run_tool(argv, path, {"ELIZA_N_THREADS": str(threads)})
+            sources.add(done.peak_rss_source)
+            for metric, value in run_metrics(done).items():
+                taken[side].setdefault(metric, []).append(value)
+    log(f"{cell.id}: perf: {rounds} rounds of {c.label}'s body and its own runner")
+    return Samples(candidate=taken["body"], reference=taken["own"], peak_rss_sources=sources)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -403,6 +469,7 @@ class Comparison:
     reference: Side
     opts: BenchOptions
     out: Path
+    own: OwnRunner | None = None  # a backend's runtime driven by its own API (own_runner_rounds)
 
 
 def comparisons(
@@ -436,6 +503,7 @@ def comparisons(
             Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"}),
             backend_opts,
             out / gate.factory,
+            own_runner(gate.factory),
         )
         for gate in backends_of(cell)
     ]
@@ -461,12 +529,15 @@ def perf_outcome(
     about: dict[str, object],
     artifacts: tuple[Path, ...] = (),
     simulated: Simulated | None = None,
+    own: Sequence[tuple[str, Samples]] = (),
 ) -> CheckOutcome:
     """Each metric of the check's rules judged, for each series (one per backend of a
-    backend check, labelled with its factory; one unlabelled series otherwise), and each
-    simulated metric on its exact ratio; the record's status: failed when any (unwaived)
-    metric regressed, inconclusive when one that must decide could not (a wall-time metric
-    only where the simulated CPU did not run), else passed."""
+    backend check, labelled with its factory; one unlabelled series otherwise), each
+    simulated metric on its exact ratio, and each backend's body against its own runner
+    (`own`: own_runner_decode and own_runner_prefill, which no waiver covers); the record's
+    status: failed when any (unwaived) metric regressed, inconclusive when one that must
+    decide could not (a wall-time metric only where the simulated CPU did not run), else
+    passed."""
     judgements: list[tuple[str, Judgement]] = []
     if simulated is not None:
         candidate, reference = simulated.figures()
@@ -477,6 +548,10 @@ def perf_outcome(
     for label, samples in series:
         for rule in check.metrics:
             comparison = compare(rule.metric, samples.candidate[rule.metric], samples.reference[rule.metric])
+            judgements.append((label, judge(comparison, rule)))
+    for label, samples in own:  # body / own runner: own_runner_decode, own_runner_prefill
+        for rule, metric in OWN_RUNNER_RULES:
+            comparison = compare(rule.metric, samples.candidate[metric], samples.reference[metric])
             judgements.append((label, judge(comparison, rule)))
     rows = [
         {**j.as_dict(), "instrument": j.rule.instrument.value, **({"backend": label} if label else {})}
@@ -596,9 +671,21 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             simulated = measure_simulated(
                 cell, series[0], check.simulated, step.simulator, opts.overhead_threads, evidence
             )
-        with job.alone():  # the wall-time rounds: nothing else runs on the host meanwhile
-            taken = measure_series(cell, series, rounds, evidence.detail)
-            measured = [(c.label, samples) for c, samples in zip(series, taken, strict=True)]
+        owned = [c for c in series if c.own is not None and check.subject == "backend"]
+        threads = opts.overhead_threads
+        try:
+            with job.alone():  # the wall-time rounds: nothing else runs on the host meanwhile
+                taken = measure_series(cell, series, rounds, evidence.detail)
+                measured = [(c.label, samples) for c, samples in zip(series, taken, strict=True)]
+                own = [
+                    (c.label, own_runner_rounds(cell, c, rounds, evidence.detail, threads=threads))
+                    for c in owned
+                ]
+        except BenchToolError as exc:
+            outcomes.append(
+                outcome(cell.id, check.id, ran=0, passed=0, span=watch.span(), reason=str(exc), error=True)
+            )
+            continue
         settings = perf_settings(series[0].opts if series else opts)
         about: dict[str, object] = {
             "reference": words,
@@ -615,10 +702,29 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         if check.subject == "backend":
             about["backends"] = [c.label for c in series]
             about["bundle"] = str(series[0].opts.settings.bundle) if series else ""
+            about["own_runner"] = {
+                c.label: {
+                    "runner": c.own.words,
+                    "max_tokens": OWN_RUNNER_MAX_TOKENS,
+                    "prompts": own_runner_settings(c)[0].prompts.as_posix(),
+                    "threads": threads,
+                    "rounds": rounds,
+                }
+                for c in owned
+                if c.own is not None
+            }
         milestone = job.matrix.exit_checklist.milestone if job.matrix.exit_checklist else ""
         policy = PerfPolicy(waivers=job.matrix.perf_waivers, today=now().date(), milestone=milestone)
         done = perf_outcome(
-            cell, check, measured, policy, watch=watch, about=about, artifacts=artifacts, simulated=simulated
+            cell,
+            check,
+            measured,
+            policy,
+            watch=watch,
+            about=about,
+            artifacts=artifacts,
+            simulated=simulated,
+            own=own,
         )
         if done.status is Status.INCONCLUSIVE and opts.perf_rounds is None:
             # The declared rounds could not decide (a noisy host): as many again, once, still
@@ -627,6 +733,10 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 more = measure_series(cell, series, rounds, evidence.detail, first=rounds)
                 for (_, samples), extra in zip(measured, more, strict=True):
                     samples.extend(extra)
+                for c, (_, samples) in zip(owned, own, strict=True):
+                    samples.extend(
+                        own_runner_rounds(cell, c, rounds, evidence.detail, first=rounds, threads=threads)
+                    )
             about["rounds_run"] = 2 * rounds
             about["instruments"] = _instruments(check, step, 2 * rounds)
             about["peak_rss_source"] = _sources(measured)
@@ -639,6 +749,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 about=about,
                 artifacts=artifacts,
                 simulated=simulated,
+                own=own,
             )
         for c, (_, samples) in zip(series, measured, strict=True):
             atomic_write_text(

@@ -54,6 +54,8 @@ PERF_CHECK_INPUTS = (
     # their converters
     "eliza/app/checks/runtimes.py",
     "eliza/app/services/bundle.py",
+    # the runtimes' own runners, which each body is held to
+    "eliza/adapters/own_runners",
     *CONVERTER_INPUTS,
 )
 

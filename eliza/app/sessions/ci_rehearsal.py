@@ -26,7 +26,8 @@ import subprocess
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -218,7 +219,7 @@ def run(options: RehearseOptions, ctx: Context) -> Path:
     if options.remote_from is not None:
         shutil.copytree(options.remote_from, storage_of(remote), symlinks=True)
         log(f"Conan remote: starts with the packages of {options.remote_from}")
-    with local_server(remote, python) as server:
+    with conan_remote(remote, python) as server:
         log(f"Conan remote: conan_server at {server.url} (storage {server.storage})")
         rehearsal = Rehearsal(
             work=work,
@@ -269,6 +270,19 @@ def run(options: RehearseOptions, ctx: Context) -> Path:
         named = ", ".join(failed) or "none named"
         raise CiFailed(f"{options.runner} exited {status}; failed job(s): {named} (logs in {work})")
     return work
+
+
+@contextmanager
+def conan_remote(root: Path, python: Path) -> Iterator[LocalServer]:
+    """The rehearsal's Conan remote (a local conan_server under `root`), stopped after. One
+    that cannot start (it exits, or does not answer) is the one line every failure is, naming
+    its log, never a traceback."""
+    with ExitStack() as stack:
+        try:
+            server = stack.enter_context(local_server(root, python))
+        except ServerError as exc:
+            raise CiFailed(f"the Conan remote could not start: {exc}") from None
+        yield server
 
 
 def _remote_storage(workdir: Path) -> Path:

@@ -20,7 +20,7 @@ The file holds three sections, packed with litert-lm-builder:
       inputs   tokens int32 [1,N]; input_pos int32 [N]; mask f32 [1,1,N,C];
                kv_cache_k_<i>, kv_cache_v_<i> f32 [1,R,kv_heads,head_dim] for every layer:
                R = C, or for a sliding-window layer (Gemma 3's local layers) a ring of
-               window + the widest prefill rows (decoder.CacheLayout; the record's `cache`)
+               window + the widest prefill rows (common.CacheLayout; the record's `cache`)
       outputs  the updated caches (same names and shapes; the executor swaps them in as the
                next inputs, so the whole cache is returned); decode also `logits` f32 [1,1,vocab]
 

@@ -5,8 +5,9 @@ context and prefill lengths asked for, the vocabulary, the tensors and their flo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -15,13 +16,10 @@ from gguf import GGUFReader
 from eliza.formats.gguf_models import affine, tensors
 from eliza.formats.sentencepiece_vocab import SpmVocabulary, VocabularyError, read_vocabulary
 
-if TYPE_CHECKING:
-    from eliza.formats.litertlm.decoder import CacheLayout
-
 # Bump when the bytes written for the same GGUF and options change: every file written by
 # an older writer is then stale and rewritten.
 # 2: the default context is the library's (at most 4096), not the GGUF's; 3: int8 matrices;
-# 4: sliding-window layers keep ring caches of their window (decoder.CacheLayout)
+# 4: sliding-window layers keep ring caches of their window (common.CacheLayout)
 WRITER_VERSION = "4"
 FORMAT = "eliza-litertlm/1"
 SUFFIX = ".litertlm"
@@ -118,6 +116,56 @@ def read_weights(
         values = tensors.float32(path, present[name], LitertlmError)
         weights[name] = affine.int8_rows(values) if name in quantized else values
     return weights
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """The rows of each layer's key and value caches: the context's, or, for a layer that
+    attends within a sliding window, a ring of `ring_rows` (0: none) that a position p writes
+    at row p mod ring_rows. The engine allocates each cache from its own input's shape and
+    reads the context from the mask's last dimension, so the layers may differ; a local
+    layer's cost per step then follows its window, not the context."""
+
+    rows: tuple[int, ...]
+    context: int
+    window: int = 0
+    ring_rows: int = 0
+    widest_prefill: int = 0
+
+    @classmethod
+    def full(cls, n_layer: int, context: int) -> CacheLayout:
+        return cls(rows=(context,) * n_layer, context=context)
+
+    @classmethod
+    def sliding(
+        cls, context: int, window: int, sliding: Sequence[bool], prefill_lengths: Sequence[int]
+    ) -> CacheLayout:
+        """Rings of window + the widest prefill rows for the sliding layers: a prefill of n
+        rows needs window + n - 1 of them to keep every query's window (Signature.ring_mask),
+        and the spare row lets a decode step go back one step. Where such a ring would not
+        be shorter than the context, every layer keeps the context's rows."""
+        ring = window + max(prefill_lengths, default=1)
+        if window <= 0 or ring >= context or not any(sliding):
+            return cls.full(len(sliding), context)
+        return cls(
+            rows=tuple(ring if s else context for s in sliding),
+            context=context,
+            window=window,
+            ring_rows=ring,
+            widest_prefill=max(prefill_lengths),
+        )
+
+    def as_record(self) -> dict[str, object]:
+        """What the .litertlm's record says of its caches (its body needs the ring to know how
+        far a session may be rewound in place: docs/backends.md)."""
+        ring_layers = [i for i, rows in enumerate(self.rows) if rows != self.context]
+        return {
+            "global_rows": self.context,
+            "ring_rows": self.ring_rows,
+            "sliding_window": self.window,
+            "widest_prefill": self.widest_prefill,
+            "ring_layers": ring_layers,
+        }
 
 
 class Converter(Protocol):

@@ -6,13 +6,12 @@ attention under the executor's mask, optionally narrowed to a sliding window."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from eliza.formats.litertlm.common import Weight
+from eliza.formats.litertlm.common import CacheLayout, Weight
 from eliza.formats.litertlm.tflite import Graph, Model
 
 
@@ -38,56 +37,6 @@ def rotate_half_matrix(head_dim: int) -> npt.NDArray[np.float32]:
 # The executor's masked-out value; the window's mask uses the same, so MINIMUM of the two
 # is a mask the softmax sees as the executor's own.
 MASKED = np.float32(-0.7 * float(np.finfo(np.float32).max))
-
-
-@dataclass(frozen=True)
-class CacheLayout:
-    """The rows of each layer's key and value caches: the context's, or, for a layer that
-    attends within a sliding window, a ring of `ring_rows` (0: none) that a position p writes
-    at row p mod ring_rows. The engine allocates each cache from its own input's shape and
-    reads the context from the mask's last dimension, so the layers may differ; a local
-    layer's cost per step then follows its window, not the context."""
-
-    rows: tuple[int, ...]
-    context: int
-    window: int = 0
-    ring_rows: int = 0
-    widest_prefill: int = 0
-
-    @classmethod
-    def full(cls, n_layer: int, context: int) -> CacheLayout:
-        return cls(rows=(context,) * n_layer, context=context)
-
-    @classmethod
-    def sliding(
-        cls, context: int, window: int, sliding: Sequence[bool], prefill_lengths: Sequence[int]
-    ) -> CacheLayout:
-        """Rings of window + the widest prefill rows for the sliding layers: a prefill of n
-        rows needs window + n - 1 of them to keep every query's window (Signature.ring_mask),
-        and the spare row lets a decode step go back one step. Where such a ring would not
-        be shorter than the context, every layer keeps the context's rows."""
-        ring = window + max(prefill_lengths, default=1)
-        if window <= 0 or ring >= context or not any(sliding):
-            return cls.full(len(sliding), context)
-        return cls(
-            rows=tuple(ring if s else context for s in sliding),
-            context=context,
-            window=window,
-            ring_rows=ring,
-            widest_prefill=max(prefill_lengths),
-        )
-
-    def as_record(self) -> dict[str, object]:
-        """What the .litertlm's record says of its caches (its body needs the ring to know how
-        far a session may be rewound in place: docs/backends.md)."""
-        ring_layers = [i for i, rows in enumerate(self.rows) if rows != self.context]
-        return {
-            "global_rows": self.context,
-            "ring_rows": self.ring_rows,
-            "sliding_window": self.window,
-            "widest_prefill": self.widest_prefill,
-            "ring_layers": ring_layers,
-        }
 
 
 class Signature:

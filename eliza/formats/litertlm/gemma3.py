@@ -21,8 +21,8 @@ from pathlib import Path
 from gguf import GGUFReader
 
 from eliza.formats.gguf_models import gemma3 as arch
-from eliza.formats.litertlm.common import LitertlmError, Weight, chosen_context, read_weights
-from eliza.formats.litertlm.decoder import CacheLayout, Signature, tflite_model
+from eliza.formats.litertlm.common import CacheLayout, LitertlmError, Weight, chosen_context, read_weights
+from eliza.formats.litertlm.decoder import Signature, tflite_model
 from eliza.formats.sentencepiece_vocab import SpmVocabulary, eog_ids
 
 ARCHITECTURE = arch.ARCHITECTURE

@@ -16,8 +16,8 @@ from gguf import GGUFReader
 from eliza.formats.gguf_models import header
 from eliza.formats.gguf_models import llama as arch
 from eliza.formats.gguf_models.affine import Int8Rows
-from eliza.formats.litertlm.common import LitertlmError, Weight, chosen_context, read_weights
-from eliza.formats.litertlm.decoder import CacheLayout, Signature, tflite_model
+from eliza.formats.litertlm.common import CacheLayout, LitertlmError, Weight, chosen_context, read_weights
+from eliza.formats.litertlm.decoder import Signature, tflite_model
 from eliza.formats.sentencepiece_vocab import SpmVocabulary
 
 ARCHITECTURE = arch.ARCHITECTURE

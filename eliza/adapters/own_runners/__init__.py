@@ -1,0 +1,78 @@
+"""The second runtimes' own runners: each runtime driven by its own API on the artifact its
+body in the library loads, with the same threads, prompts, token budget and greedy sampling,
+timed as the bench tools time the body, so backend-perf can hold the body to what its runtime
+gives by itself (a body slower than its own runtime is the body's cost, not the runtime's).
+
+- LiteRT-LM (`litert-lm`): the engine's Python session API (`litert_lm`, the pinned
+  litert-lm-api wheel, whose liblitert-lm.so the body loads) on the bundle's `.litertlm`.
+- MLX (`mlx-coreml`): mlx_lm's model and generate_step on the bundle's converted `text/mlx/`,
+  fed the very prompt ids of the body's run.
+
+Each runner is a module run as its own process (`python -m`), writing eliza-bench/1 records."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from eliza.core.bench_records import BenchRun
+
+# The runtime's factory (matrix.yaml gates: factory) -> its runner's module.
+MODULES = {
+    "litert-lm": "eliza.adapters.own_runners.litert_lm",
+    "mlx-coreml": "eliza.adapters.own_runners.mlx_lm",
+}
+WORDS = {
+    "litert-lm": "LiteRT-LM's session API (litert_lm) on the same .litertlm",
+    "mlx-coreml": "mlx_lm's generate_step on the same text/mlx/ weights",
+}
+
+
+class OwnRunnerError(RuntimeError):
+    """A runtime's own runner cannot run on this bundle; str() says why and what would fix it."""
+
+
+@dataclass(frozen=True)
+class OwnRunner:
+    """One runtime's own runner on one bundle."""
+
+    factory: str
+
+    @property
+    def words(self) -> str:
+        return WORDS[self.factory]
+
+    def argv(
+        self, bundle: Path, prompts: Path, max_tokens: int, threads: int, out: Path, body: BenchRun
+    ) -> list[str]:
+        """The command of one run; `body` is a run of the body on the same prompts (the MLX
+        runner is fed its prompt ids)."""
+        base = [sys.executable, "-m", MODULES[self.factory], "--max-tokens", str(max_tokens),
+                "--threads", str(threads), "--out", str(out),
+                "--cell", f"{self.factory} own runner"]  # fmt: skip
+        text = bundle / "text"
+        if self.factory == "litert-lm":
+            model = next(iter(sorted(text.glob("*.litertlm"))), None)
+            if model is None:
+                raise OwnRunnerError(f"{bundle}: no text/*.litertlm for LiteRT-LM's own runner")
+            record = json.loads(model.with_name(model.name + ".json").read_text(encoding="utf-8"))
+            return [
+                *base,
+                "--model",
+                str(model),
+                "--prompts",
+                str(prompts),
+                "--context",
+                str(record["context"]),
+            ]
+        ids = out.with_suffix(".ids.json")
+        ids.parent.mkdir(parents=True, exist_ok=True)
+        ids.write_text(json.dumps([list(p.prompt_tokens) for p in body.prompts]), encoding="utf-8")
+        return [*base, "--model", str(text / "mlx"), "--prompt-ids", str(ids)]
+
+
+def own_runner(factory: str) -> OwnRunner | None:
+    """The runtime's own runner, or None for a runtime that has none here."""
+    return OwnRunner(factory) if factory in MODULES else None

@@ -1,0 +1,105 @@
+"""What the runtimes' own runners share: reading the prompts as the bench tools do, and
+writing their runs in the bench tools' record format (eliza-bench/1), so that one parser and
+one set of metric definitions read the body's runs and the own runner's alike."""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+
+def read_prompts(path: Path) -> list[str]:
+    """One prompt per line; "\\n" and "\\\\" are escapes; lines starting with # are skipped
+    (the bench tools' prompt files)."""
+    prompts = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        out, escaped = [], False
+        for ch in line:
+            if escaped:
+                out.append("\n" if ch == "n" else ch)
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            else:
+                out.append(ch)
+        prompts.append("".join(out))
+    return prompts
+
+
+@dataclass
+class Timing:
+    """One prompt's clock, in the bench tools' terms: prefill returns at t_prefill, the first
+    token comes at t_first, the last at t_end (all from t0, in seconds)."""
+
+    t0: float = field(default_factory=time.perf_counter)
+    t_prefill: float = 0.0
+    t_first: float = 0.0
+    t_end: float = 0.0
+
+    def prefilled(self) -> None:
+        self.t_prefill = time.perf_counter()
+
+    def token(self, count: int) -> None:
+        now = time.perf_counter()
+        if count == 1:
+            self.t_first = now
+        self.t_end = now
+
+
+def write_header(out: IO[str], tool: str, cell: str, runtime: str, max_tokens: int, threads: int) -> None:
+    out.write(
+        json.dumps(
+            {
+                "type": "header",
+                "format": "eliza-bench/1",
+                "tool": tool,
+                "cell": cell,
+                "max_tokens": max_tokens,
+                "repeats": 1,
+                "threads": threads,
+                "peak_rss_source": "getrusage-maxrss",
+                "build": {"llm_backend": runtime, "own_runner": True},
+            }
+        )
+        + "\n"
+    )
+
+
+def write_prompt(
+    out: IO[str],
+    index: int,
+    prompt: str,
+    prompt_tokens: Sequence[int],
+    tokens: Sequence[int],
+    text: bytes,
+    t: Timing,
+) -> None:
+    later = len(tokens) - 1
+    decode = later / (t.t_end - t.t_first) if later > 0 and t.t_end > t.t_first else 0.0
+    out.write(
+        json.dumps(
+            {
+                "type": "prompt",
+                "index": index,
+                "prompt": prompt,
+                "prompt_tokens": list(prompt_tokens),
+                "tokens": list(tokens),
+                "text_hex": text.hex(),
+                "final_status": 1,
+                "repeats_identical": True,
+                "drafter": [],
+                "prefill_ms": [round((t.t_prefill - t.t0) * 1000, 4)],
+                "first_token_ms": [round((t.t_first - t.t0) * 1000, 4)],
+                "decode_tok_s": [round(decode, 4)],
+                "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            }
+        )
+        + "\n"
+    )
