@@ -4,6 +4,8 @@ tool is replaced by samples derived here (the runner's own arithmetic is what is
 
 from __future__ import annotations
 
+import json
+from datetime import date
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -137,3 +139,93 @@ def test_backends_of_one_cell_share_the_reference_rounds(
     ran.clear()
     perf.measure_series(cell, series[:1], 2, lambda line: None)
     assert ran == ["mlx-coreml", "llama.cpp", "llama.cpp", "mlx-coreml"]
+
+
+def test_a_body_is_held_to_its_own_runner_and_no_waiver_covers_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The own-runner rounds alternate body and own runner (the MLX runner fed the body's
+    prompt ids), on the first prompt at 64 tokens; a body 10 % slower than its runtime's own
+    runner fails own_runner_decode though the backend's decode against llama.cpp is waived,
+    and only that backend's rows fail."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("# a comment\nfirst prompt\nsecond prompt\n")
+    ran: list[tuple[str, list[str]]] = []
+    body_speed = {"mlx-coreml": 1.0, "litert-lm": 0.9}  # litert's body pays a tenth per token
+
+    def run_tool(argv: list[str], out: Path, env: dict[str, str], runner: object = None) -> Any:
+        own = argv[1] == "-m"  # python -m eliza.adapters.own_runners.<runtime>
+        backend = env.get("ELIZA_LLM_BACKEND", "llama.cpp")
+        if own:
+            backend = "mlx-coreml" if argv[2].endswith(".mlx_lm") else "litert-lm"
+        ran.append((("own " if own else "body ") + backend, argv))
+        wobble = 1 + 0.002 * len(ran) % 3
+        speed = 1.0 if own or backend == "llama.cpp" else body_speed[backend]
+        return SimpleNamespace(
+            peak_rss_source="proc-status-vmhwm",
+            prompts=(SimpleNamespace(prompt_tokens=(2, 7, 9)),),
+            metrics={"decode_tok_s": 50.0 * speed * wobble, "prefill_tok_s": 400.0 * wobble,
+                     "first_token_ms": 30.0, "peak_rss_kb": 1000.0},
+        )  # fmt: skip
+
+    monkeypatch.setattr(perf, "run_tool", run_tool)
+    monkeypatch.setattr(perf, "run_metrics", lambda done: done.metrics)
+    bundle = tmp_path / "bundle"
+    (bundle / "text").mkdir(parents=True)
+    (bundle / "text" / "m.litertlm").write_bytes(b"")
+    (bundle / "text" / "m.litertlm.json").write_text('{"context": 4096}')
+    library = tmp_path / "lib.so"
+    opts = BenchOptions(settings=BenchSettings(bundle=bundle, prompts=prompts), out_dir=tmp_path / "bench")
+    reference = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
+    series = [
+        perf.Comparison(
+            name,
+            perf.Side(library, {"ELIZA_LLM_BACKEND": name}),
+            reference,
+            opts,
+            tmp_path / name,
+            perf.own_runner(name),
+        )
+        for name in ("mlx-coreml", "litert-lm")
+    ]
+    cell = MATRIX.cell(CellId.parse("linux-cpu.litert+mlx"))
+    mlx_own = perf.own_runner_rounds(cell, series[0], 4, lambda line: None)
+    assert [name for name, _ in ran] == [
+        "body mlx-coreml", "own mlx-coreml", "own mlx-coreml", "body mlx-coreml",
+        "body mlx-coreml", "own mlx-coreml", "own mlx-coreml", "body mlx-coreml",
+    ]  # fmt: skip
+    body_argv = ran[0][1]
+    assert body_argv[body_argv.index("--max-tokens") + 1] == str(perf.OWN_RUNNER_MAX_TOKENS)
+    first = Path(body_argv[body_argv.index("--prompts") + 1])
+    assert first.read_text() == "first prompt\n"
+    own_argv = ran[1][1]
+    ids = Path(own_argv[own_argv.index("--prompt-ids") + 1])
+    assert json.loads(ids.read_text()) == [[2, 7, 9]]
+    ran.clear()
+    litert_own = perf.own_runner_rounds(cell, series[1], 4, lambda line: None)
+    litert_argv = ran[1][1]
+    assert litert_argv[litert_argv.index("--context") + 1] == "4096"
+    # judged: llama.cpp comparisons all equal but the slower litert body, which a waiver accepts
+    steady = perf.Samples(
+        candidate={k: [v] * 4 for k, v in {"decode_tok_s": 50.0, "prefill_tok_s": 400.0,
+                                           "first_token_ms": 30.0, "peak_rss_kb": 1000.0}.items()},
+        reference={k: [v] * 4 for k, v in {"decode_tok_s": 50.0, "prefill_tok_s": 400.0,
+                                           "first_token_ms": 30.0, "peak_rss_kb": 1000.0}.items()},
+    )  # fmt: skip
+    check = MATRIX.check("backend-perf")
+    policy = perf.PerfPolicy(waivers=MATRIX.perf_waivers, today=date(2026, 12, 6))
+    done = perf.perf_outcome(
+        cell,
+        check,
+        [("mlx-coreml", steady), ("litert-lm", steady)],
+        policy,
+        watch=perf.Stopwatch(),
+        about={},
+        own=[("mlx-coreml", mlx_own), ("litert-lm", litert_own)],
+    )
+    assert done.status is Status.FAILED
+    assert "own_runner_decode" in done.reason and "REGRESSION" in done.reason
+    failed = [m for m in done.details["perf"]["metrics"] if m["verdict"] == "failed"]
+    assert [(m["backend"], m["metric"]) for m in failed] == [("litert-lm", "own_runner_decode")]
+    assert done.metrics["litert-lm.own_runner_decode_ratio"] == pytest.approx(0.9, abs=0.01)
+    assert done.metrics["mlx-coreml.own_runner_decode_ratio"] == pytest.approx(1.0, abs=0.01)

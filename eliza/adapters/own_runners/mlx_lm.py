@@ -1,8 +1,9 @@
 """MLX's own runner: mlx_lm's model of the converted directory (text/mlx/, the weights the
 body loads) and its generate_step, on the same prompt ids (the body's bench run's, passed in),
-token budget and greedy sampling. Each prompt: its ids but the last evaluated into a fresh
-prompt cache (what generate_step does before its first step), then generate_step from the
-last id until the budget, timed as the bench tools time the body (eliza-bench/1 records).
+token budget and greedy sampling. Each prompt, as the body runs it: every id evaluated into a
+fresh prompt cache with the last one's logits (the prefill), the first token chosen from them,
+then generate_step from it until the budget, timed as the bench tools time the body
+(eliza-bench/1 records).
 
     python -m eliza.adapters.own_runners.mlx_lm --model DIR --prompt-ids IDS.json \\
         --max-tokens N --out OUT.jsonl --cell LABEL
@@ -14,6 +15,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import cast
 
 from eliza.adapters.own_runners.common import Timing, write_header, write_prompt
 
@@ -48,18 +50,19 @@ def main(argv: list[str] | None = None) -> int:
         for index, ids in enumerate(prompts):
             cache = make_prompt_cache(model)
             t = Timing()
-            if len(ids) > 1:
-                model(mx.array(ids[:-1])[None], cache=cache)
-                mx.eval([c.state for c in cache])
+            # as the body's prefill: every prompt id into the cache, the last one's logits
+            logits = model(mx.array(ids)[None], cache=cache)[:, -1, :]
+            mx.eval(logits)
             t.prefilled()
-            tokens: list[int] = []
+            tokens = [cast(int, greedy(logits).item())]
+            t.token(1)
             steps = generate_step(
-                mx.array(ids[-1:]), model, max_tokens=args.max_tokens, sampler=greedy, prompt_cache=cache
+                mx.array(tokens), model, max_tokens=args.max_tokens - 1, sampler=greedy, prompt_cache=cache
             )
             for token, _ in steps:
                 tokens.append(int(token))
                 t.token(len(tokens))
-            write_prompt(out, index, "", ids[:-1], tokens, b"", t)
+            write_prompt(out, index, "", ids, tokens, b"", t)
     return 0
 
 

@@ -15,10 +15,11 @@
 //     from the bundle GGUF's vocabulary, must give back exactly these ids, or the prefill
 //     is refused: never a silently different input.
 //   - next(): one chunk of the engine's run_decode_async per call, the engine's thread held
-//     until it is taken (backpressure). A chunk is one token's text, so its id is the piece
-//     whose text it is; a chunk that is not one piece's text (the engine merged the bytes of
-//     one character, or a byte that is not UTF-8 came back as U+FFFD) gets the engine
-//     tokenizer's encoding of it: its text is exact, its ids are the canonical ones.
+//     while more than one is waiting to be taken (backpressure with a chunk of slack). A
+//     chunk is one token's text, so its id is the piece whose text it is; a chunk that is
+//     not one piece's text (the engine merged the bytes of one character, or a byte that is
+//     not UTF-8 came back as U+FFFD) gets the engine tokenizer's encoding of it: its text is
+//     exact, its ids are the canonical ones.
 //   - cancel: the engine's cancel_process, from any thread; reset: rewind_to_step(0);
 //     reset_keep(n): rewind_to_step(n) (BOS counted) within the prefix whose ids are known
 //     exactly, else the full reset, returning 0. Slot files hold what the engine was given
@@ -73,6 +74,9 @@ constexpr const char * kEngineFile = "liblitert-lm.so";
 constexpr const char * kEngineDir = "litert_lm";
 constexpr const char * kArtifactExt = ".litertlm";
 constexpr int kMaxThreads = 8;
+// Chunks the engine may have handed over that the stream has not taken yet (on_chunk): so the
+// engine's state may hold up to kRunAhead + 1 generated tokens the stream has not given out.
+constexpr size_t kRunAhead = 1;
 
 // --- the engine library -----------------------------------------------------------------
 
@@ -556,7 +560,7 @@ public:
             return rc == ELIZA_OK ? 0 : rc;
         }
         stop_decode();
-        if (decoded_ && engine_->ring.rewinds_in_place(steps_, keep) &&
+        if (decoded_ && engine_->ring.rewinds_in_place(steps_ + kRunAhead + 1, keep) &&
             api_.session_rewind_to_step(session_, static_cast<int>(keep)) == 0) {
             clear_state();
             steps_ = keep;
@@ -658,9 +662,15 @@ private:
         if (text != nullptr && text[0] != '\0' && !self->stopping_) self->chunks_.emplace_back(text);
         if (final) self->decoding_ = false;
         self->cv_.notify_all();
-        // Backpressure: the engine's thread waits until the stream took the chunk (or stops).
+        // Backpressure: the engine's thread waits while the stream has more than kRunAhead
+        // chunks to take (or stops). One chunk of slack lets the engine compute the next step
+        // while the stream wakes and takes this one, instead of the two waiting on each other
+        // at every token (measured on the tiny bundle: the body decoded at 0.83x-0.89x of the
+        // engine's own session API, whose callback never waits).
         if (!final) {
-            self->cv_.wait(lock, [self] { return self->chunks_.empty() || self->stopping_ || self->cancelled_.load(); });
+            self->cv_.wait(lock, [self] {
+                return self->chunks_.size() <= kRunAhead || self->stopping_ || self->cancelled_.load();
+            });
         }
     }
 
