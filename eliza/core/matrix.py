@@ -369,6 +369,9 @@ class BundleBench:
     # and its greedy tokens per prompt (0: LONG_MAX_TOKENS)
     long_prompts: str = ""
     long_max_tokens: int = 0
+    # backend-perf's rounds of each body against its runtime's own runner: the first N of the
+    # bundle's prompts (0: all of them; a slow runtime's 64 tokens a prompt are costly)
+    own_runner_prompts: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

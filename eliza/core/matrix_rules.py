@@ -855,6 +855,7 @@ def _bundle(b: Mapping[str, Any]) -> Bundle:
             backend_perf_max_tokens=bench.get("backend_perf_max_tokens", 0),
             long_prompts=bench.get("long_prompts", ""),
             long_max_tokens=bench.get("long_max_tokens", 0),
+            own_runner_prompts=bench.get("own_runner_prompts", 0),
         ),
         gated_cells=b.get("gated_cells", True),
         emulated=b.get("emulated", True),

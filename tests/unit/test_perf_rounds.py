@@ -185,6 +185,7 @@ def test_a_body_is_held_to_its_own_runner_and_no_waiver_covers_it(
             opts,
             tmp_path / name,
             perf.own_runner(name),
+            1,
         )
         for name in ("mlx-coreml", "litert-lm")
     ]

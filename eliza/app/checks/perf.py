@@ -228,18 +228,18 @@ OWN_RUNNER_RULES = (
 
 def own_runner_settings(c: Comparison) -> tuple[BenchSettings, Path]:
     """The settings of a series' own-runner rounds: its bench settings at 64 tokens, one
-    repeat, on the first prompt of its prompt file (written beside its runs: one prompt keeps
-    a slow runtime's 64 tokens within the budget)."""
+    repeat, on the first prompts of its prompt file (all, or the bundle's own_runner_prompts:
+    a slow runtime's 64 tokens a prompt are costly), written beside its runs."""
     settings = perf_settings(c.opts)
-    prompt = next(
+    prompts = [
         line
         for line in settings.prompts.read_text(encoding="utf-8").splitlines()
         if line.strip() and not line.lstrip().startswith("#")
-    )
-    first = c.out / "own-runner" / "prompt.txt"
-    first.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(first, prompt + "\n")
-    return replace(settings, prompts=first, max_tokens=OWN_RUNNER_MAX_TOKENS, repeats=1), first
+    ]
+    chosen = c.out / "own-runner" / "prompts.txt"
+    chosen.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(chosen, "\n".join(prompts[: c.own_prompts or len(prompts)]) + "\n")
+    return replace(settings, prompts=chosen, max_tokens=OWN_RUNNER_MAX_TOKENS, repeats=1), chosen
 
 
 def own_runner_rounds(
@@ -247,7 +247,7 @@ def own_runner_rounds(
 ) -> Samples:
     """Rounds of the body (candidate) and its runtime's own runner (reference), body first in
     even rounds, the own runner first in odd ones; the MLX runner takes the prompt ids of the
-    body's latest run."""
+    body's latest run. A metric's sample of a run is its median over the prompts."""
     if c.own is None:
         raise ValueError(f"{c.label}: no own runner")
     settings, prompts = own_runner_settings(c)
@@ -470,6 +470,7 @@ class Comparison:
     opts: BenchOptions
     out: Path
     own: OwnRunner | None = None  # a backend's runtime driven by its own API (own_runner_rounds)
+    own_prompts: int = 0  # the own-runner rounds' prompts: the first N (0: all)
 
 
 def comparisons(
@@ -504,6 +505,7 @@ def comparisons(
             backend_opts,
             out / gate.factory,
             own_runner(gate.factory),
+            job.matrix.bundle(check.bundle).bench.own_runner_prompts,
         )
         for gate in backends_of(cell)
     ]
