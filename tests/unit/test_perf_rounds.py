@@ -228,5 +228,7 @@ def test_a_body_is_held_to_its_own_runner_and_no_waiver_covers_it(
     assert "own_runner_decode" in done.reason and "REGRESSION" in done.reason
     failed = [m for m in done.details["perf"]["metrics"] if m["verdict"] == "failed"]
     assert [(m["backend"], m["metric"]) for m in failed] == [("litert-lm", "own_runner_decode")]
+    own_rows = [m for m in done.details["perf"]["metrics"] if m["metric"].startswith("own_runner_")]
+    assert len(own_rows) == 4 and all("own runner: " in m["against"] for m in own_rows)
     assert done.metrics["litert-lm.own_runner_decode_ratio"] == pytest.approx(0.9, abs=0.01)
     assert done.metrics["mlx-coreml.own_runner_decode_ratio"] == pytest.approx(1.0, abs=0.01)

@@ -89,6 +89,7 @@ class Samples:
     # the candidate runtime's weight cache as each of its runs started ("cold", "warm"), in
     # order; empty when the runtime keeps none
     weight_cache: list[str] = field(default_factory=list)
+    against: str = ""  # what the reference side was, in words, where it is not the series' own
 
     def extend(self, more: Samples) -> None:
         for mine, theirs in ((self.candidate, more.candidate), (self.reference, more.reference)):
@@ -277,7 +278,12 @@ def own_runner_rounds(
             for metric, value in run_metrics(done).items():
                 taken[side].setdefault(metric, []).append(value)
     log(f"{cell.id}: perf: {rounds} rounds of {c.label}'s body and its own runner")
-    return Samples(candidate=taken["body"], reference=taken["own"], peak_rss_sources=sources)
+    return Samples(
+        candidate=taken["body"],
+        reference=taken["own"],
+        peak_rss_sources=sources,
+        against=f"the runtime's own runner: {c.own.words}",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -555,8 +561,14 @@ def perf_outcome(
         for rule, metric in OWN_RUNNER_RULES:
             comparison = compare(rule.metric, samples.candidate[metric], samples.reference[metric])
             judgements.append((label, judge(comparison, rule)))
+    own_words = {label: samples.against for label, samples in own}
     rows = [
-        {**j.as_dict(), "instrument": j.rule.instrument.value, **({"backend": label} if label else {})}
+        {
+            **j.as_dict(),
+            "instrument": j.rule.instrument.value,
+            **({"backend": label} if label else {}),
+            **({"against": own_words[label]} if j.rule.metric.startswith("own_runner_") else {}),
+        }
         for label, j in judgements
     ]
     state = judge_with_waivers(cell.id, rows, policy, check.id)

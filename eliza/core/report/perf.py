@@ -89,7 +89,8 @@ def perf_rows(entry: Entry, record: EvidenceRecord, platform: str, decided_by: s
                 rounds=1
                 if m.get("exact")
                 else int(perf.get("rounds_run", perf.get("rounds", len(candidate)))),
-                against=str(perf.get("reference", "")),
+                # a body against its own runner names that runner (its row says so)
+                against=str(m.get("against") or perf.get("reference", "")),
                 ran_on=f"{perf.get('ran_on', 'native')} on {record.host.cpu} ({record.host.os})",
                 measured_at=record.finished_at,
                 state=entry.state,
