@@ -45,12 +45,19 @@ class OwnRunner:
         return WORDS[self.factory]
 
     def argv(
-        self, bundle: Path, prompts: Path, max_tokens: int, threads: int, out: Path, body: BenchRun
+        self,
+        bundle: Path,
+        prompts: Path,
+        max_tokens: int,
+        threads: int,
+        repeats: int,
+        out: Path,
+        body: BenchRun,
     ) -> list[str]:
         """The command of one run; `body` is a run of the body on the same prompts (the MLX
         runner is fed its prompt ids)."""
         base = [sys.executable, "-m", MODULES[self.factory], "--max-tokens", str(max_tokens),
-                "--threads", str(threads), "--out", str(out),
+                "--threads", str(threads), "--repeats", str(repeats), "--out", str(out),
                 "--cell", f"{self.factory} own runner"]  # fmt: skip
         text = bundle / "text"
         if self.factory == "litert-lm":

@@ -53,7 +53,9 @@ class Timing:
         self.t_end = now
 
 
-def write_header(out: IO[str], tool: str, cell: str, runtime: str, max_tokens: int, threads: int) -> None:
+def write_header(
+    out: IO[str], tool: str, cell: str, runtime: str, max_tokens: int, threads: int, repeats: int = 1
+) -> None:
     out.write(
         json.dumps(
             {
@@ -62,7 +64,7 @@ def write_header(out: IO[str], tool: str, cell: str, runtime: str, max_tokens: i
                 "tool": tool,
                 "cell": cell,
                 "max_tokens": max_tokens,
-                "repeats": 1,
+                "repeats": repeats,
                 "threads": threads,
                 "peak_rss_source": "getrusage-maxrss",
                 "build": {"llm_backend": runtime, "own_runner": True},
@@ -79,10 +81,14 @@ def write_prompt(
     prompt_tokens: Sequence[int],
     tokens: Sequence[int],
     text: bytes,
-    t: Timing,
+    timings: Sequence[Timing],
 ) -> None:
+    """One prompt's record: its first repeat's tokens and text, every repeat's timings."""
     later = len(tokens) - 1
-    decode = later / (t.t_end - t.t_first) if later > 0 and t.t_end > t.t_first else 0.0
+
+    def decode(t: Timing) -> float:
+        return later / (t.t_end - t.t_first) if later > 0 and t.t_end > t.t_first else 0.0
+
     out.write(
         json.dumps(
             {
@@ -95,9 +101,9 @@ def write_prompt(
                 "final_status": 1,
                 "repeats_identical": True,
                 "drafter": [],
-                "prefill_ms": [round((t.t_prefill - t.t0) * 1000, 4)],
-                "first_token_ms": [round((t.t_first - t.t0) * 1000, 4)],
-                "decode_tok_s": [round(decode, 4)],
+                "prefill_ms": [round((t.t_prefill - t.t0) * 1000, 4) for t in timings],
+                "first_token_ms": [round((t.t_first - t.t0) * 1000, 4) for t in timings],
+                "decode_tok_s": [round(decode(t), 4) for t in timings],
                 "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             }
         )

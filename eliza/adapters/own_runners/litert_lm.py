@@ -5,7 +5,7 @@ its own: the prompt's text prefilled, then the engine's streaming decode until t
 timed as the bench tools time the body (eliza-bench/1 records).
 
     python -m eliza.adapters.own_runners.litert_lm --model M.litertlm --prompts FILE \\
-        --max-tokens N --threads T --context C --out OUT.jsonl --cell LABEL
+        --max-tokens N --threads T --repeats R --context C --out OUT.jsonl --cell LABEL
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=Path, required=True)
     parser.add_argument("--max-tokens", type=int, required=True)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each prompt (the bench's best-of)")
     parser.add_argument("--context", type=int, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cell", default="own runner")
@@ -46,23 +47,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     greedy = litert_lm.SamplerConfig(top_k=1, top_p=1.0, temperature=1.0)
     with args.out.open("w", encoding="utf-8") as out:
-        write_header(out, TOOL, args.cell, "litert-lm", args.max_tokens, args.threads)
+        write_header(out, TOOL, args.cell, "litert-lm", args.max_tokens, args.threads, args.repeats)
         for index, prompt in enumerate(read_prompts(args.prompts)):
-            session = engine.create_session(
-                apply_prompt_template=False, sampler_config=greedy, max_output_tokens=args.max_tokens
-            )
-            t = Timing()
-            session.run_prefill([prompt])
-            t.prefilled()
-            chunks: list[str] = []
-            for response in session.run_decode_async():
-                chunks.extend(response.texts)
-                t.token(len(chunks))
-                if len(chunks) >= args.max_tokens:
-                    break
-            session.close()
+            timings: list[Timing] = []
+            first: list[str] = []
+            for _ in range(args.repeats):
+                session = engine.create_session(
+                    apply_prompt_template=False, sampler_config=greedy, max_output_tokens=args.max_tokens
+                )
+                t = Timing()
+                session.run_prefill([prompt])
+                t.prefilled()
+                chunks: list[str] = []
+                for response in session.run_decode_async():
+                    chunks.extend(response.texts)
+                    t.token(len(chunks))
+                    if len(chunks) >= args.max_tokens:
+                        break
+                session.close()
+                timings.append(t)
+                first = first or chunks
             ids = [engine.bos_token_id or 0, *engine.tokenize(prompt)]
-            write_prompt(out, index, prompt, ids, list(range(len(chunks))), "".join(chunks).encode(), t)
+            write_prompt(out, index, prompt, ids, list(range(len(first))), "".join(first).encode(), timings)
     engine.close()
     return 0
 

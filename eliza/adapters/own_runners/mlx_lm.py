@@ -6,7 +6,7 @@ then generate_step from it until the budget, timed as the bench tools time the b
 (eliza-bench/1 records).
 
     python -m eliza.adapters.own_runners.mlx_lm --model DIR --prompt-ids IDS.json \\
-        --max-tokens N --out OUT.jsonl --cell LABEL
+        --max-tokens N --repeats R --out OUT.jsonl --cell LABEL
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt-ids", type=Path, required=True, help="a JSON list of each prompt's ids")
     parser.add_argument("--max-tokens", type=int, required=True)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each prompt (the bench's best-of)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cell", default="own runner")
     args = parser.parse_args(argv)
@@ -46,23 +47,32 @@ def main(argv: list[str] | None = None) -> int:
         return mx.argmax(logprobs, axis=-1)
 
     with args.out.open("w", encoding="utf-8") as out:
-        write_header(out, TOOL, args.cell, "mlx-coreml", args.max_tokens, args.threads)
+        write_header(out, TOOL, args.cell, "mlx-coreml", args.max_tokens, args.threads, args.repeats)
         for index, ids in enumerate(prompts):
-            cache = make_prompt_cache(model)
-            t = Timing()
-            # as the body's prefill: every prompt id into the cache, the last one's logits
-            logits = model(mx.array(ids)[None], cache=cache)[:, -1, :]
-            mx.eval(logits)
-            t.prefilled()
-            tokens = [cast(int, greedy(logits).item())]
-            t.token(1)
-            steps = generate_step(
-                mx.array(tokens), model, max_tokens=args.max_tokens - 1, sampler=greedy, prompt_cache=cache
-            )
-            for token, _ in steps:
-                tokens.append(int(token))
-                t.token(len(tokens))
-            write_prompt(out, index, "", ids, tokens, b"", t)
+            timings: list[Timing] = []
+            first: list[int] = []
+            for _ in range(args.repeats):
+                cache = make_prompt_cache(model)
+                t = Timing()
+                # as the body's prefill: every prompt id into the cache, the last one's logits
+                logits = model(mx.array(ids)[None], cache=cache)[:, -1, :]
+                mx.eval(logits)
+                t.prefilled()
+                tokens = [cast(int, greedy(logits).item())]
+                t.token(1)
+                steps = generate_step(
+                    mx.array(tokens),
+                    model,
+                    max_tokens=args.max_tokens - 1,
+                    sampler=greedy,
+                    prompt_cache=cache,
+                )
+                for token, _ in steps:
+                    tokens.append(int(token))
+                    t.token(len(tokens))
+                timings.append(t)
+                first = first or tokens
+            write_prompt(out, index, "", ids, first, b"", timings)
     return 0
 
 

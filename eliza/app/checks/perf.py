@@ -228,9 +228,10 @@ OWN_RUNNER_RULES = (
 
 
 def own_runner_settings(c: Comparison) -> tuple[BenchSettings, Path]:
-    """The settings of a series' own-runner rounds: its bench settings at 64 tokens, one
-    repeat, on the first prompts of its prompt file (all, or the bundle's own_runner_prompts:
-    a slow runtime's 64 tokens a prompt are costly), written beside its runs."""
+    """The settings of a series' own-runner rounds: its bench settings (its repeats, each
+    prompt's best taken on both sides) at 64 tokens, on the first prompts of its prompt file
+    (all, or the bundle's own_runner_prompts: a slow runtime's 64 tokens a prompt are
+    costly), written beside its runs."""
     settings = perf_settings(c.opts)
     prompts = [
         line
@@ -240,7 +241,7 @@ def own_runner_settings(c: Comparison) -> tuple[BenchSettings, Path]:
     chosen = c.out / "own-runner" / "prompts.txt"
     chosen.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(chosen, "\n".join(prompts[: c.own_prompts or len(prompts)]) + "\n")
-    return replace(settings, prompts=chosen, max_tokens=OWN_RUNNER_MAX_TOKENS, repeats=1), chosen
+    return replace(settings, prompts=chosen, max_tokens=OWN_RUNNER_MAX_TOKENS), chosen
 
 
 def own_runner_rounds(
@@ -270,7 +271,9 @@ def own_runner_rounds(
                 if body is None:  # never: a round runs the body first while none has run
                     raise ValueError(f"{c.label}: the own runner needs a run of the body first")
                 try:
-                    argv = c.own.argv(settings.bundle, prompts, settings.max_tokens, threads, path, body)
+                    argv = c.own.argv(
+                        settings.bundle, prompts, settings.max_tokens, threads, settings.repeats, path, body
+                    )
                 except OwnRunnerError as exc:
                     raise BenchToolError(str(exc)) from exc
                 done = run_tool(argv, path, {"ELIZA_N_THREADS": str(threads)})
