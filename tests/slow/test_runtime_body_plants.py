@@ -1,8 +1,8 @@
 """backend-perf holds each runtime's body to its runtime's own runner, whatever a waiver
 accepts against llama.cpp: in a copy of the repository (llama.cpp from the caller's Conan
 cache; only libelizainference is rebuilt), a sleep of about a tenth of a Gemma decode step
-planted per token in one body fails that body's cell, on own_runner_decode, and leaves the
-other runtime's cell VERIFIED; then the other way round.
+planted per token where one body's runtime waits for it fails that body's cell, on
+own_runner_decode, and leaves the other runtime's cell VERIFIED; then the other way round.
 
 Slow tier: two verifies of two runtime cells with both bundles (about ten minutes each)."""
 
@@ -19,7 +19,14 @@ from tests.plants import edit
 from tests.signing import predicate
 
 LITERT, MLX = "linux-cpu.litert", "linux-cpu.mlx"
-NO_DRAFTER = "        if (drafted_out) *drafted_out = 0;  // no drafter on this runtime\n"
+# Where each body spends its time per token on the path the runtime waits for: the LiteRT-LM
+# body's chunk callback (the engine's thread runs it; the stream's next() runs beside the
+# engine's next step, a chunk of slack apart, so a cost there shorter than a step is hidden),
+# and the MLX body's next(), which evaluates the token itself.
+PER_TOKEN = {
+    "litert": "        auto * self = static_cast<LiteRtSession *>(data);\n",
+    "mlx": "        if (drafted_out) *drafted_out = 0;  // no drafter on this runtime\n",
+}
 # A tenth of a decode step on Gemma 3 270M, one thread: LiteRT-LM about 10-13 ms, MLX about 185 ms.
 SLEEPS_US = {"litert": 1200, "mlx": 18000}
 
@@ -36,7 +43,7 @@ def plant_sleep(repo: Path, gate: str) -> None:
     rel = f"native/src/backends/{gate}.cpp"
     edit(repo, rel, "#include <atomic>\n", "#include <atomic>\n#include <chrono>\n#include <thread>\n")
     sleep = f"        std::this_thread::sleep_for(std::chrono::microseconds({SLEEPS_US[gate]}));\n"
-    edit(repo, rel, NO_DRAFTER, NO_DRAFTER + sleep)
+    edit(repo, rel, PER_TOKEN[gate], PER_TOKEN[gate] + sleep)
 
 
 def backend_perf(repo: Path, cell: str) -> list[dict[str, Any]]:
