@@ -24,6 +24,7 @@ from statistics import median
 
 from eliza.adapters.bench_tools import BenchSettings, BenchToolError, bench_argv, reference_argv, run_tool
 from eliza.app.checks.job import Job
+from eliza.app.checks.perf import run_metrics
 from eliza.app.checks.runtimes import backends_of
 from eliza.app.services.bench_options import bundle_long_prompts
 from eliza.app.services.bundle import ensure_runtime_bundle, weight_cache_state
@@ -94,17 +95,13 @@ def _rule(gate: Gate, bundle: str, case: Case) -> BackendAgreement:
 
 
 def _speed(run: BenchRun) -> dict[str, float]:
-    """Median prefill and decode tok/s over a run's prompts (first repeat each)."""
-    prefill = [
-        len(p.prompt_tokens) / (p.prefill_ms[0] / 1000)
-        for p in run.prompts
-        if p.prefill_ms and p.prefill_ms[0] > 0
-    ]
-    decode = [p.decode_tok_s[0] for p in run.prompts if p.decode_tok_s]
+    """A run's prefill and decode tok/s, as the perf checks read them (run_metrics: each
+    prompt's best, the median over prompts), with its median prompt length."""
+    metrics = run_metrics(run)
     return {
         "prompt_tokens": float(median(len(p.prompt_tokens) for p in run.prompts)) if run.prompts else 0.0,
-        "prefill_tok_s": round(median(prefill), 2) if prefill else 0.0,
-        "decode_tok_s": round(median(decode), 2) if decode else 0.0,
+        "prefill_tok_s": round(metrics["prefill_tok_s"], 2),
+        "decode_tok_s": round(metrics["decode_tok_s"], 2),
     }
 
 

@@ -227,21 +227,26 @@ OWN_RUNNER_RULES = (
 )
 
 
-def own_runner_settings(c: Comparison) -> tuple[BenchSettings, Path]:
+def own_runner_prompts(c: Comparison) -> Path:
+    """Where a series' own-runner rounds find their prompts (written by own_runner_settings)."""
+    return c.out / "own-runner" / "prompts.txt"
+
+
+def own_runner_settings(c: Comparison) -> BenchSettings:
     """The settings of a series' own-runner rounds: its bench settings (its repeats, each
     prompt's best taken on both sides) at 64 tokens, on the first prompts of its prompt file
     (all, or the bundle's own_runner_prompts: a slow runtime's 64 tokens a prompt are
-    costly), written beside its runs."""
+    costly), written to own_runner_prompts(c)."""
     settings = perf_settings(c.opts)
     prompts = [
         line
         for line in settings.prompts.read_text(encoding="utf-8").splitlines()
         if line.strip() and not line.lstrip().startswith("#")
     ]
-    chosen = c.out / "own-runner" / "prompts.txt"
+    chosen = own_runner_prompts(c)
     chosen.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(chosen, "\n".join(prompts[: c.own_prompts or len(prompts)]) + "\n")
-    return replace(settings, prompts=chosen, max_tokens=OWN_RUNNER_MAX_TOKENS), chosen
+    return replace(settings, prompts=chosen, max_tokens=OWN_RUNNER_MAX_TOKENS)
 
 
 def own_runner_rounds(
@@ -252,7 +257,7 @@ def own_runner_rounds(
     body's latest run. A metric's sample of a run is its median over the prompts."""
     if c.own is None:
         raise ValueError(f"{c.label}: no own runner")
-    settings, prompts = own_runner_settings(c)
+    settings = own_runner_settings(c)
     out = c.out / "own-runner"
     tool_dir = c.candidate.library.parent
     body_env = {"ELIZA_N_THREADS": str(threads), **c.candidate.env}
@@ -272,7 +277,13 @@ def own_runner_rounds(
                     raise ValueError(f"{c.label}: the own runner needs a run of the body first")
                 try:
                     argv = c.own.argv(
-                        settings.bundle, prompts, settings.max_tokens, threads, settings.repeats, path, body
+                        settings.bundle,
+                        settings.prompts,
+                        settings.max_tokens,
+                        threads,
+                        settings.repeats,
+                        path,
+                        body,
                     )
                 except OwnRunnerError as exc:
                     raise BenchToolError(str(exc)) from exc
@@ -723,7 +734,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 c.label: {
                     "runner": c.own.words,
                     "max_tokens": OWN_RUNNER_MAX_TOKENS,
-                    "prompts": own_runner_settings(c)[0].prompts.as_posix(),
+                    "prompts": own_runner_prompts(c).as_posix(),
                     "threads": threads,
                     "rounds": rounds,
                 }
@@ -732,7 +743,8 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             }
         milestone = job.matrix.exit_checklist.milestone if job.matrix.exit_checklist else ""
         policy = PerfPolicy(waivers=job.matrix.perf_waivers, today=now().date(), milestone=milestone)
-        done = perf_outcome(
+        judged = partial(
+            perf_outcome,
             cell,
             check,
             measured,
@@ -743,6 +755,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             simulated=simulated,
             own=own,
         )
+        done = judged()
         if done.status is Status.INCONCLUSIVE and opts.perf_rounds is None:
             # The declared rounds could not decide (a noisy host): as many again, once, still
             # interleaved, then the verdict of all of them. --rounds N runs exactly N.
@@ -757,17 +770,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             about["rounds_run"] = 2 * rounds
             about["instruments"] = _instruments(check, step, 2 * rounds)
             about["peak_rss_source"] = _sources(measured)
-            done = perf_outcome(
-                cell,
-                check,
-                measured,
-                policy,
-                watch=watch,
-                about=about,
-                artifacts=artifacts,
-                simulated=simulated,
-                own=own,
-            )
+            done = judged()  # the same samples and `about`, extended in place
         for c, (_, samples) in zip(series, measured, strict=True):
             atomic_write_text(
                 c.out / "perf.json",
