@@ -43,6 +43,9 @@ class PromptRecord:
     # and where each generated token's text ends in `text` (bytes)
     logit_margins: tuple[float, ...] = ()
     token_text_ends: tuple[int, ...] = ()
+    # per repeat, the median time of one token's step after the first (ms): the decode's
+    # steady rate, which a burst of another process's work does not move
+    decode_step_ms: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +95,7 @@ def _prompt(data: Mapping[str, Any], where: str) -> PromptRecord:
             peak_rss_kb=int(data["peak_rss_kb"]),
             logit_margins=tuple(float(v) for v in data.get("logit_margins", ())),
             token_text_ends=tuple(int(v) for v in data.get("token_text_ends", ())),
+            decode_step_ms=tuple(float(v) for v in data.get("decode_step_ms", ())),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise BenchFormatError(f"{where}: malformed prompt record ({exc!r})") from exc

@@ -42,6 +42,7 @@ __all__ = [
     "MetricRule",
     "Verdict",
     "compare",
+    "compare_paired",
     "exact",
     "judge",
     "rounds_needed",
@@ -74,6 +75,9 @@ class Comparison:
     # A deterministic count (the simulated CPU): one figure per side, the ratio is exact and
     # the interval is that ratio; no p-value applies.
     exact: bool = False
+    # Rounds compared as pairs (compare_paired): the ratio is the median of each round's
+    # candidate / reference, the p-value a paired t-test's on their logarithms.
+    paired: bool = False
 
     @property
     def width(self) -> float:
@@ -89,10 +93,10 @@ class Comparison:
                 f"{self.metric} ratio {self.ratio:.4f} "
                 f"(exact count: {_figure(self.candidate[0])} against {_figure(self.reference[0])})"
             )
+        rounds = f"{self.rounds} paired rounds" if self.paired else f"n={len(self.candidate)}+{len(self.reference)}"
         return (
             f"{self.metric} ratio {self.ratio:.3f} "
-            f"({self.confidence:.0%} CI {self.low:.3f}..{self.high:.3f}, p={self.p_value:.3g}, "
-            f"n={len(self.candidate)}+{len(self.reference)})"
+            f"({self.confidence:.0%} CI {self.low:.3f}..{self.high:.3f}, p={self.p_value:.3g}, {rounds})"
         )
 
 
@@ -122,6 +126,7 @@ class Judgement:
             "words": self.words,
             "rounds_suggested": self.rounds_suggested,
             **({"exact": True} if c.exact else {}),
+            **({"paired": True} if c.paired else {}),
         }
 
 
@@ -190,6 +195,56 @@ def compare(
         high=max(high, ratio),
         p_value=p_value,
         confidence=confidence,
+    )
+
+
+def compare_paired(
+    metric: str,
+    candidate: Sequence[float],
+    reference: Sequence[float],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    confidence: float = CONFIDENCE,
+) -> Comparison:
+    """Rounds whose two sides ran next to each other, compared as pairs: the median of the
+    rounds' ratios, a bootstrap interval over rounds, and a two-sided paired t-test on the
+    ratios' logarithms. What moves a whole round (the machine's state from one minute to
+    the next) cancels in its ratio, so a small steady cost of one side decides in a few
+    rounds where independent samples' spread would hide it."""
+    if len(candidate) != len(reference):
+        raise ValueError(f"{metric}: paired rounds need as many candidate samples as reference ones")
+    if not candidate:
+        raise ValueError(f"{metric}: both sides need at least one sample")
+    if any(not math.isfinite(v) for v in (*candidate, *reference)):
+        raise ValueError(f"{metric}: samples must be finite numbers")
+    if any(v <= 0 for v in (*candidate, *reference)):
+        raise ValueError(f"{metric}: paired samples must be positive (a round's ratio takes their logarithm)")
+    ratios = [float(c) / float(r) for c, r in zip(candidate, reference, strict=True)]
+    ratio = float(statistics.median(ratios))
+    rng = random.Random(seed)
+    resampled = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    tail = (1.0 - confidence) / 2.0
+    low, high = _quantile(resampled, tail), _quantile(resampled, 1.0 - tail)
+    logs = [math.log(v) for v in ratios]
+    if len(logs) < 2:
+        p_value = 1.0
+    elif max(logs) - min(logs) < 1e-12:
+        p_value = 1.0 if abs(logs[0]) < 1e-12 else 0.0  # every round the same ratio
+    else:
+        from scipy import stats as scipy_stats  # here: scipy takes a second to import
+
+        p_value = float(scipy_stats.ttest_1samp(logs, 0.0).pvalue)
+    return Comparison(
+        metric=metric,
+        candidate=tuple(float(v) for v in candidate),
+        reference=tuple(float(v) for v in reference),
+        ratio=ratio,
+        low=min(low, ratio),
+        high=max(high, ratio),
+        p_value=p_value,
+        confidence=confidence,
+        paired=True,
     )
 
 

@@ -236,6 +236,22 @@ void add_repeat(PromptRun & run, bool first, Repeat r) {
     // Tokens after the first step over the time after it.
     const size_t later = r.tokens.size() > r.first_step_tokens ? r.tokens.size() - r.first_step_tokens : 0;
     run.decode_tok_s.push_back(later > 0 && r.t_end > r.t_first ? later * 1000.0 / (r.t_end - r.t_first) : 0.0);
+    std::vector<double> per_token;  // each step's time since the previous one, over its tokens
+    double since = r.t_first;
+    for (const auto & [at, n] : r.steps) {
+        if (n == 0) continue;  // a step that gave no token: its time goes to the next one's
+        per_token.push_back((at - since) / static_cast<double>(n));
+        since = at;
+    }
+    if (!per_token.empty()) {
+        const size_t mid = per_token.size() / 2;
+        std::nth_element(per_token.begin(), per_token.begin() + static_cast<std::ptrdiff_t>(mid), per_token.end());
+        double median = per_token[mid];
+        if (per_token.size() % 2 == 0) {
+            median = (median + *std::max_element(per_token.begin(), per_token.begin() + static_cast<std::ptrdiff_t>(mid))) / 2.0;
+        }
+        run.decode_step_ms.push_back(median);
+    }
     if (first) {
         run.logit_margins = std::move(r.logit_margins);
         run.token_text_ends = std::move(r.token_text_ends);
@@ -292,11 +308,12 @@ void write_prompt(FILE * f, size_t index, const std::string & prompt, const Prom
     std::fprintf(f,
                  "{\"type\": \"prompt\", \"index\": %zu, \"prompt\": %s, \"prompt_tokens\": %s, \"tokens\": %s, "
                  "\"text_hex\": \"%s\", \"final_status\": %d, \"repeats_identical\": %s, \"drafter\": %s, "
-                 "\"prefill_ms\": %s, \"first_token_ms\": %s, \"decode_tok_s\": %s, \"peak_rss_kb\": %ld%s%s}\n",
+                 "\"prefill_ms\": %s, \"first_token_ms\": %s, \"decode_tok_s\": %s, \"decode_step_ms\": %s, "
+                 "\"peak_rss_kb\": %ld%s%s}\n",
                  index, json_string(prompt).c_str(), ints(run.prompt_tokens).c_str(), ints(run.tokens).c_str(),
                  hex(run.text).c_str(), run.final_status, run.repeats_identical ? "true" : "false", drafter.c_str(),
                  numbers(run.prefill_ms).c_str(), numbers(run.first_token_ms).c_str(),
-                 numbers(run.decode_tok_s).c_str(), peak_rss_kb(),
+                 numbers(run.decode_tok_s).c_str(), numbers(run.decode_step_ms).c_str(), peak_rss_kb(),
                  run.logit_margins.empty() ? "" : (", \"logit_margins\": " + numbers(run.logit_margins)).c_str(),
                  run.token_text_ends.empty() ? "" : (", \"token_text_ends\": " + ints(run.token_text_ends)).c_str());
 }

@@ -75,6 +75,10 @@ struct PromptRun {
     int final_status = 0;
     bool repeats_identical = true;
     std::vector<double> prefill_ms, first_token_ms, decode_tok_s;
+    // Per repeat, the median time of one token's step after the first (ms): the steady rate
+    // of the decode, which a burst of another process's work does not move, where a cost
+    // paid at every token does.
+    std::vector<double> decode_step_ms;
     // reference_runner: per generated position of the first repeat, the gap between the two
     // highest logits the token was chosen from (how close a tie it was), and where that
     // token's text ends in `text` (so a text-only runtime's first differing byte finds the
@@ -92,6 +96,8 @@ struct Repeat {
     std::vector<double> logit_margins;  // reference_runner only (see PromptRun)
     std::vector<int32_t> token_text_ends;  // reference_runner only (see PromptRun)
     size_t first_step_tokens = 1;  // a step may return several tokens (speculative decoding)
+    // After the first step: when each step returned (ms) and how many tokens it carried.
+    std::vector<std::pair<double, size_t>> steps;
     double t0 = 0, t_prefill = 0, t_first = 0, t_end = 0;  // ms: start, prefill done, first step, last step
 };
 

@@ -321,6 +321,8 @@ int main(int argc, char ** argv) {
                 if (rep.t_first == 0.0) {
                     rep.t_first = bench::now_ms();
                     rep.first_step_tokens = n;
+                } else {
+                    rep.steps.emplace_back(bench::now_ms(), n);
                 }
                 rep.tokens.insert(rep.tokens.end(), step_tokens.begin(), step_tokens.begin() + static_cast<long>(n));
                 rep.text += text.data();

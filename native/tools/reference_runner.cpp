@@ -160,6 +160,7 @@ int main(int argc, char ** argv) {
             rep.t_prefill = bench::now_ms();
             size_t held = prompt.size();
             while (rep.status == 0) {
+                const size_t had = rep.tokens.size();
                 if (r == 0) rep.logit_margins.push_back(top_two_gap(llama_get_logits_ith(lctx, -1), vocab));
                 const llama_token tok = llama_sampler_sample(smpl, lctx, -1);
                 rep.drafter.emplace_back(0, 0);  // one entry per step, as the library reports
@@ -182,7 +183,11 @@ int main(int argc, char ** argv) {
                     }
                     if (full || static_cast<int>(rep.tokens.size()) >= opt.max_tokens) rep.status = 1;
                 }
-                if (rep.t_first == 0.0) rep.t_first = bench::now_ms();
+                if (rep.t_first == 0.0) {
+                    rep.t_first = bench::now_ms();
+                } else {
+                    rep.steps.emplace_back(bench::now_ms(), rep.tokens.size() - had);
+                }
             }
             rep.t_end = bench::now_ms();
             llama_sampler_free(smpl);

@@ -164,8 +164,8 @@ def test_a_body_is_held_to_its_own_runner_and_no_waiver_covers_it(
         return SimpleNamespace(
             peak_rss_source="proc-status-vmhwm",
             prompts=(SimpleNamespace(prompt_tokens=(2, 7, 9)),),
-            metrics={"decode_tok_s": 50.0 * speed * wobble, "prefill_tok_s": 400.0 * wobble,
-                     "first_token_ms": 30.0, "peak_rss_kb": 1000.0},
+            metrics={"decode_tok_s": 50.0 * speed * wobble, "decode_step_tok_s": 52.0 * speed * wobble,
+                     "prefill_tok_s": 400.0 * wobble, "first_token_ms": 30.0, "peak_rss_kb": 1000.0},
         )  # fmt: skip
 
     monkeypatch.setattr(perf, "run_tool", run_tool)
@@ -232,3 +232,39 @@ def test_a_body_is_held_to_its_own_runner_and_no_waiver_covers_it(
     assert len(own_rows) == 4 and all("own runner: " in m["against"] for m in own_rows)
     assert done.metrics["litert-lm.own_runner_decode_ratio"] == pytest.approx(0.9, abs=0.01)
     assert done.metrics["mlx-coreml.own_runner_decode_ratio"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_the_steady_decode_rate_is_the_best_repeats_median_step_of_each_prompt() -> None:
+    """decode_step_tok_s: per prompt one token over the shortest of its repeats' median
+    steps, then the median over prompts; a run without steps recorded gives 0."""
+    from eliza.core.bench_records import parse_run
+
+    header = {"type": "header", "format": "eliza-bench/1", "tool": "t", "cell": "c"}
+
+    def prompt(index: int, steps: list[float]) -> dict[str, Any]:
+        return {"type": "prompt", "index": index, "prompt": "p", "prompt_tokens": [1], "tokens": [5, 6],
+                "text_hex": "", "final_status": 1, "repeats_identical": True, "drafter": [],
+                "prefill_ms": [1.0], "first_token_ms": [2.0], "decode_tok_s": [10.0],
+                "decode_step_ms": steps, "peak_rss_kb": 1}  # fmt: skip
+
+    lines = [header, prompt(0, [20.0, 12.5]), prompt(1, [10.0, 40.0]), prompt(2, [25.0])]
+    run = parse_run("\n".join(json.dumps(line) for line in lines), "run.jsonl")
+    assert perf.run_metrics(run)["decode_step_tok_s"] == pytest.approx(80.0)  # 1000/12.5 median of 100, 80, 40
+    bare = parse_run("\n".join(json.dumps(line) for line in [header, {**prompt(0, []), "decode_step_ms": []}]), "r")
+    assert perf.run_metrics(bare)["decode_step_tok_s"] == 0.0
+
+
+def test_an_own_runners_clock_gives_each_later_token_its_share_of_a_step() -> None:
+    from eliza.adapters.own_runners.common import Timing
+
+    t = Timing()
+    clock = iter([1.0, 1.010, 1.040, 1.050])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("eliza.adapters.own_runners.common.time.perf_counter", lambda: next(clock))
+        t.token(1)  # the first token
+        t.token(2)  # 10 ms
+        t.token(4)  # two tokens in 30 ms: 15 ms each
+        t.token(4)  # no new token: nothing recorded
+    assert t.steps == pytest.approx([0.010, 0.015, 0.015])
+    assert t.step_ms() == pytest.approx(15.0)
+    assert t.t_end == pytest.approx(1.040)

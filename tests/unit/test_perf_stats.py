@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from eliza.core.matrix import Direction, MetricRule
-from eliza.core.perf_stats import Verdict, compare, judge
+from eliza.core.perf_stats import Verdict, compare, compare_paired, judge
 
 DECODE = MetricRule(metric="decode_tok_s", direction=Direction.HIGHER, bound=0.05)
 RSS = MetricRule(metric="peak_rss_kb", direction=Direction.LOWER, bound=0.10)
@@ -101,3 +101,43 @@ def test_a_wide_interval_wholly_on_the_good_side_of_the_bound_is_verified() -> N
     s = compare("decode_tok_s", slower, reference)
     assert s.low < DECODE.threshold < s.high and s.width > DECODE.widest
     assert judge(s, DECODE).verdict is Verdict.INCONCLUSIVE
+
+
+def drifting_rounds(n: int, cost: float, seed: int) -> tuple[list[float], list[float]]:
+    """n rounds of two sides run next to each other on a machine whose speed drifts ±4 %
+    from round to round (as two-core hosts measured), each side with 0.5 % noise of its own;
+    the candidate pays `cost` of every step."""
+    rng = random.Random(seed)
+    candidate, reference = [], []
+    for _ in range(n):
+        machine = 80.0 * (1.0 + rng.uniform(-0.04, 0.04))
+        reference.append(machine * (1.0 + rng.gauss(0.0, 0.005)))
+        candidate.append(machine / (1.0 + cost) * (1.0 + rng.gauss(0.0, 0.005)))
+    return candidate, reference
+
+
+def test_paired_rounds_decide_a_steady_cost_that_independent_samples_mostly_cannot() -> None:
+    """A body 8 % slower (a ratio of 0.926, past the 0.95 bound) in 4 rounds on a drifting
+    host: paired, every seed fails; the same samples taken independently fail on few."""
+    paired_failed = unpaired_failed = 0
+    for seed in range(50):
+        candidate, reference = drifting_rounds(4, 0.08, seed=seed)
+        unpaired_failed += judge(compare("decode", candidate, reference), DECODE).verdict is Verdict.FAILED
+        paired = judge(compare_paired("decode", candidate, reference), DECODE)
+        paired_failed += paired.verdict is Verdict.FAILED
+        ratios = [c / r for c, r in zip(candidate, reference, strict=True)]
+        assert paired.comparison.ratio == pytest.approx(statistics.median(ratios))
+        assert "4 paired rounds" in paired.words
+    assert paired_failed == 50
+    assert unpaired_failed < 25
+
+
+def test_paired_rounds_of_an_unchanged_body_never_fail_over_many_seeds() -> None:
+    for seed in range(200):
+        candidate, reference = drifting_rounds(4, 0.0, seed=seed)
+        assert judge(compare_paired("decode", candidate, reference), DECODE).verdict is not Verdict.FAILED
+
+
+def test_paired_rounds_need_as_many_samples_on_each_side() -> None:
+    with pytest.raises(ValueError, match="as many"):
+        compare_paired("decode", [1.0, 2.0], [1.0])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import resource
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,15 +43,27 @@ class Timing:
     t_prefill: float = 0.0
     t_first: float = 0.0
     t_end: float = 0.0
+    # after the first token, each token's step: the time since the previous token
+    steps: list[float] = field(default_factory=list)
+    _count: int = 0
 
     def prefilled(self) -> None:
         self.t_prefill = time.perf_counter()
 
     def token(self, count: int) -> None:
+        """`count` tokens have come so far (the first at 1)."""
         now = time.perf_counter()
-        if count == 1:
+        if self._count == 0:
             self.t_first = now
-        self.t_end = now
+        elif count > self._count:
+            self.steps.extend([(now - self.t_end) / (count - self._count)] * (count - self._count))
+        if count > self._count:
+            self._count = count
+            self.t_end = now
+
+    def step_ms(self) -> float | None:
+        """The median step of one token after the first, in ms (the bench tools' decode_step_ms)."""
+        return statistics.median(self.steps) * 1000 if self.steps else None
 
 
 def write_header(
@@ -104,6 +117,7 @@ def write_prompt(
                 "prefill_ms": [round((t.t_prefill - t.t0) * 1000, 4) for t in timings],
                 "first_token_ms": [round((t.t_first - t.t0) * 1000, 4) for t in timings],
                 "decode_tok_s": [round(decode(t), 4) for t in timings],
+                "decode_step_ms": [round(ms, 6) for t in timings if (ms := t.step_ms()) is not None],
                 "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             }
         )

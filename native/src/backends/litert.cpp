@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -74,9 +75,25 @@ constexpr const char * kEngineFile = "liblitert-lm.so";
 constexpr const char * kEngineDir = "litert_lm";
 constexpr const char * kArtifactExt = ".litertlm";
 constexpr int kMaxThreads = 8;
-// Chunks the engine may have handed over that the stream has not taken yet (on_chunk): so the
-// engine's state may hold up to kRunAhead + 1 generated tokens the stream has not given out.
-constexpr size_t kRunAhead = 1;
+// The engine computes a step only when the stream asks for one (on_chunk), as the llama.cpp
+// path does: a stream that stops or rolls back never paid for a step nobody asked for, and a
+// cost of the stream's own (its caller's work between tokens included) shows in its speed
+// instead of hiding behind the engine's next step. So the engine's state holds at most one
+// generated token the stream has not given out: the step it was computing when stopped.
+constexpr size_t kUngiven = 1;
+// How long a side of that handoff spins before it sleeps: the other side usually answers
+// within microseconds, and waking a sleeping thread costs tens of them (more than a whole
+// step of the tiny bundle: on it, waiting on each other by sleeping alone decoded at
+// 0.83x-0.89x of the engine's own session API).
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
 
 // --- the engine library -----------------------------------------------------------------
 
@@ -525,7 +542,7 @@ public:
         cancelled_.store(true);
         api_.session_cancel_process(session_);
         std::lock_guard<std::mutex> lock(m_);
-        cv_.notify_all();
+        signal();
         return ELIZA_OK;
     }
 
@@ -560,7 +577,7 @@ public:
             return rc == ELIZA_OK ? 0 : rc;
         }
         stop_decode();
-        if (decoded_ && engine_->ring.rewinds_in_place(steps_ + kRunAhead + 1, keep) &&
+        if (decoded_ && engine_->ring.rewinds_in_place(steps_ + kUngiven, keep) &&
             api_.session_rewind_to_step(session_, static_cast<int>(keep)) == 0) {
             clear_state();
             steps_ = keep;
@@ -661,17 +678,32 @@ private:
         if (error != nullptr && error[0] != '\0') self->error_ = error;
         if (text != nullptr && text[0] != '\0' && !self->stopping_) self->chunks_.emplace_back(text);
         if (final) self->decoding_ = false;
-        self->cv_.notify_all();
-        // Backpressure: the engine's thread waits while the stream has more than kRunAhead
-        // chunks to take (or stops). One chunk of slack lets the engine compute the next step
-        // while the stream wakes and takes this one, instead of the two waiting on each other
-        // at every token (measured on the tiny bundle: the body decoded at 0.83x-0.89x of the
-        // engine's own session API, whose callback never waits).
+        self->signal();
+        // The engine's thread returns (and computes the next step) once the stream has taken
+        // every chunk and asks for another, or stops.
         if (!final) {
-            self->cv_.wait(lock, [self] {
-                return self->chunks_.size() <= kRunAhead || self->stopping_ || self->cancelled_.load();
+            self->await(lock, [self] {
+                return (self->wanted_ && self->chunks_.empty()) || self->stopping_ || self->cancelled_.load();
             });
         }
+    }
+
+    void signal() {
+        signals_.fetch_add(1, std::memory_order_release);
+        cv_.notify_all();
+    }
+
+    // Waits (m_ held) until ready(): a short spin on signals_ first, then the condition variable.
+    template <typename Ready> void await(std::unique_lock<std::mutex> & lock, Ready ready) {
+        if (ready()) return;
+        const uint64_t seen = signals_.load(std::memory_order_acquire);
+        lock.unlock();
+        const auto until = std::chrono::steady_clock::now() + kSpin;
+        while (signals_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until) {
+            cpu_relax();
+        }
+        lock.lock();
+        cv_.wait(lock, ready);
     }
 
     // One chunk of the running decode (started here when none runs). False: cancelled.
@@ -691,12 +723,14 @@ private:
                 return true;
             }
         }
-        cv_.wait(lock, [this] { return !chunks_.empty() || !decoding_ || cancelled_.load(); });
+        wanted_ = true;
+        signal();
+        await(lock, [this] { return !chunks_.empty() || !decoding_ || cancelled_.load(); });
+        wanted_ = false;
         if (cancelled_.load()) return false;
         if (!chunks_.empty()) {
             chunk = std::move(chunks_.front());
             chunks_.pop_front();
-            cv_.notify_all();
         }
         done = !decoding_ && chunks_.empty();
         if (done) {
@@ -729,7 +763,7 @@ private:
         if (decoding_) {
             stopping_ = true;
             chunks_.clear();
-            cv_.notify_all();
+            signal();
             lock.unlock();
             api_.session_cancel_process(session_);
             lock.lock();
@@ -772,7 +806,9 @@ private:
 
     std::mutex m_;
     std::condition_variable cv_;
+    std::atomic<uint64_t> signals_{0};  // counts signal(): what await() spins on
     std::deque<std::string> chunks_;  // at most one: the engine waits until it is taken
+    bool wanted_ = false;             // take_chunk waits for a chunk: the engine may compute one
     bool decoding_ = false;           // a run_decode_async has not delivered its final chunk
     bool decode_ended_ = false;       // this turn's decode delivered its final chunk
     bool stopping_ = false;           // stop_decode: the engine's thread must not wait
