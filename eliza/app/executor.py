@@ -109,6 +109,7 @@ class Quiet:
         self._tickets = 0  # calls submitted
         self._serving = 0  # the next ticket allowed to start
         self._waited = threading.local()  # this thread's call: seconds spent waiting
+        self.windows: list[tuple[str, float]] = []  # each alone() window: its call's label, seconds
 
     def ticket(self) -> int:
         """A call's place in line, taken when it is submitted."""
@@ -129,8 +130,9 @@ class Quiet:
         return not self._alone and self._running < self._jobs
 
     @contextmanager
-    def call(self, ticket: int) -> Iterator[None]:
+    def call(self, ticket: int, label: str = "") -> Iterator[None]:
         """A runner call: it shares the machine with up to jobs - 1 others."""
+        self._waited.label = label
         with self._changed:
             self._changed.wait_for(lambda: self._serving == ticket and self._free())
             self._serving += 1
@@ -152,10 +154,12 @@ class Quiet:
             self._changed.notify_all()
             self._wait(lambda: not self._alone and self._running == 0)
             self._alone = True
+        watch = Stopwatch()
         try:
             yield
         finally:
             with self._changed:
+                self.windows.append((str(getattr(self._waited, "label", "")), watch.seconds()))
                 self._alone = False
                 self._changed.notify_all()
                 self._wait(self._free)
@@ -232,7 +236,8 @@ def execute(
         time measurements left out)."""
         platform = steps[0].cell.platform
         turn = device_turns.get(platform, nullcontext())
-        with turn, quiet.call(ticket):
+        label = f"{_timing_label(steps[0], _group_key(steps[0], matrix)[2], matrix)} {steps[0].cell}"
+        with turn, quiet.call(ticket, label):
             watch = Stopwatch()
             outcomes, libraries = _run_group(
                 steps, run, builder, capabilities, done, baselines, bench, runners, devices or {}, quiet
@@ -255,6 +260,8 @@ def execute(
             done.written += run.record(outcomes, judged)
     if calls:
         done.timings.wall("checks", checks.seconds(), jobs)
+        for label, seconds in quiet.windows:
+            done.timings.alone(label, seconds)
     if done.written:
         run.collect_artifacts()
     return done

@@ -15,6 +15,10 @@ that into a verdict:
   beyond the bound is ruled out), or otherwise one narrow enough to decide. An unchanged
   tree's interval straddles 1, so it never fails.
 
+Rounds whose two sides ran next to each other (a body and its runtime's own runner) are
+compared as pairs by `compare_paired`: the median of the rounds' ratios, a bootstrap over
+rounds and a paired t-test on the ratios' logarithms, judged by the same rule.
+
 A deterministic count (the simulated CPU's instructions and estimated cycles, one figure per
 side: see eliza.core.simulated_cpu) is compared by `exact`: its ratio is exact, so it is
 FAILED when beyond the bound and VERIFIED otherwise, never inconclusive.
@@ -93,7 +97,11 @@ class Comparison:
                 f"{self.metric} ratio {self.ratio:.4f} "
                 f"(exact count: {_figure(self.candidate[0])} against {_figure(self.reference[0])})"
             )
-        rounds = f"{self.rounds} paired rounds" if self.paired else f"n={len(self.candidate)}+{len(self.reference)}"
+        rounds = (
+            f"{self.rounds} paired rounds"
+            if self.paired
+            else f"n={len(self.candidate)}+{len(self.reference)}"
+        )
         return (
             f"{self.metric} ratio {self.ratio:.3f} "
             f"({self.confidence:.0%} CI {self.low:.3f}..{self.high:.3f}, p={self.p_value:.3g}, {rounds})"

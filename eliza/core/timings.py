@@ -3,7 +3,9 @@ builds (llama.cpp per platform, the library), checks by kind, the report, and th
 
 Pure: the caller adds each measured span with its phase and label; `lines` renders them,
 longest first within a phase, and what no span covers as "other". A phase whose spans ran
-side by side also has its own wall time, which its line shows beside the spans' sum.
+side by side also has its own wall time, which its line shows beside the spans' sum and
+their ratio (how many cores were busy on average); the checks' windows that measured wall
+time with nothing else running (alone) are listed under them, the longest first.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ class Timings:
     spans: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     # phase -> (wall seconds, jobs) of a phase whose spans ran side by side
     walls: dict[str, tuple[float, int]] = field(default_factory=dict)
+    # the windows a step measured wall time in with nothing else running: (label, seconds)
+    alone_windows: list[tuple[str, float]] = field(default_factory=list)
+
+    def alone(self, label: str, seconds: float) -> None:
+        """A window in which one step measured wall time and the other cores idled."""
+        self.alone_windows.append((label, max(0.0, seconds)))
 
     def wall(self, phase: str, seconds: float, jobs: int) -> None:
         """The phase's own wall time, when its spans overlapped (`jobs` at once)."""
@@ -60,12 +68,23 @@ class Timings:
             if rest:
                 words.append(f"{len(rest)} more {_clock(sum(p[1] for p in rest))}")
             if phase in self.walls:
-                jobs = self.walls[phase][1]
-                words.insert(0, f"[steps summed {_clock(self.summed_seconds(phase))}, {jobs} at once]")
+                wall, jobs = self.walls[phase]
+                summed = self.summed_seconds(phase)
+                busy = f", {summed / wall:.2f} busy" if wall > 0 else ""
+                words.insert(0, f"[steps summed {_clock(summed)}, {jobs} at once{busy}]")
             out.append(f"  {phase:<8} {_clock(self.phase_seconds(phase)):>7}  " + ", ".join(words))
+            if phase == "checks" and self.alone_windows:
+                out.append("  " + " " * 17 + self.alone_line())
         covered = sum(self.phase_seconds(p) for p in PHASES)
         out.append(f"  {'other':<8} {_clock(max(0.0, total_s - covered)):>7}  planning, evidence, the sample")
         return out
+
+    def alone_line(self, shown: int = 3) -> str:
+        """The wall-time windows in which nothing else ran: how many, their sum, the longest."""
+        longest = sorted(self.alone_windows, key=lambda w: (-w[1], w[0]))[:shown]
+        total = sum(seconds for _, seconds in self.alone_windows)
+        named = ", ".join(f"{label} {_clock(seconds)}" for label, seconds in longest)
+        return f"[alone: {len(self.alone_windows)} windows, {_clock(total)}; longest {named}]"
 
 
 def _clock(seconds: float) -> str:

@@ -270,6 +270,12 @@ def test_jobs_run_side_by_side_with_the_same_evidence_and_lines_and_alone_steps_
         assert runners.beside_alone and all(not beside for _, beside in runners.beside_alone)
         assert runners.most == 1 if jobs == 1 else runners.most > 1
         assert "checks" in done.timings.walls
+        # every alone window is in the table, named by its check and cell, as long as it measured
+        measured = {str(s.cell) for s in p.runs if s.alone}
+        windows = done.timings.alone_windows
+        assert len(windows) == len(runners.beside_alone) // 2
+        assert {label.rsplit(" ", 1)[1] for label, _ in windows} <= measured
+        assert all(seconds >= 0.02 for _, seconds in windows)
     assert results[1] == results[4]
 
 

@@ -249,8 +249,12 @@ def test_the_steady_decode_rate_is_the_best_repeats_median_step_of_each_prompt()
 
     lines = [header, prompt(0, [20.0, 12.5]), prompt(1, [10.0, 40.0]), prompt(2, [25.0])]
     run = parse_run("\n".join(json.dumps(line) for line in lines), "run.jsonl")
-    assert perf.run_metrics(run)["decode_step_tok_s"] == pytest.approx(80.0)  # 1000/12.5 median of 100, 80, 40
-    bare = parse_run("\n".join(json.dumps(line) for line in [header, {**prompt(0, []), "decode_step_ms": []}]), "r")
+    assert perf.run_metrics(run)["decode_step_tok_s"] == pytest.approx(
+        80.0
+    )  # 1000/12.5 median of 100, 80, 40
+    bare = parse_run(
+        "\n".join(json.dumps(line) for line in [header, {**prompt(0, []), "decode_step_ms": []}]), "r"
+    )
     assert perf.run_metrics(bare)["decode_step_tok_s"] == 0.0
 
 

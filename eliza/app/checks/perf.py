@@ -59,8 +59,8 @@ def run_metrics(run: BenchRun) -> dict[str, float]:
     prompt the best of its repeats (the fastest decode, the shortest prefill and first
     token: other processes of a busy machine only ever slow a repeat down), then the median
     over prompts; the steady decode rate (decode_step_tok_s: one token over the median
-    step after the first, from the best repeat); the bench process's own peak RSS (its high-water mark, never the
-    parent's: see docs/perf.md)."""
+    step after the first, from the best repeat); the bench process's own peak RSS (its
+    high-water mark, never the parent's: see docs/perf.md)."""
     decode = [max(p.decode_tok_s) for p in run.prompts if len(p.tokens) > 1 and p.decode_tok_s]
     prefill = [
         len(p.prompt_tokens) / (min(p.prefill_ms) / 1000.0)
@@ -68,7 +68,9 @@ def run_metrics(run: BenchRun) -> dict[str, float]:
         if p.prefill_ms and min(p.prefill_ms) > 0
     ]
     first = [min(p.first_token_ms) for p in run.prompts if p.first_token_ms]
-    steady = [1000.0 / min(p.decode_step_ms) for p in run.prompts if p.decode_step_ms and min(p.decode_step_ms) > 0]
+    steady = [
+        1000.0 / min(p.decode_step_ms) for p in run.prompts if p.decode_step_ms and min(p.decode_step_ms) > 0
+    ]
     return {
         "decode_tok_s": _median(decode),
         "decode_step_tok_s": _median(steady),
@@ -236,10 +238,10 @@ def own_runner_prompts(c: Comparison) -> Path:
 
 
 def own_runner_settings(c: Comparison) -> BenchSettings:
-    """The settings of a series' own-runner rounds: its bench settings (its repeats, each
-    prompt's best taken on both sides) at 64 tokens, on the first prompts of its prompt file
-    (all, or the bundle's own_runner_prompts: a slow runtime's 64 tokens a prompt are
-    costly), written to own_runner_prompts(c)."""
+    """The settings of a series' own-runner rounds: its bench settings (its repeats, at
+    least the runner's own fewest, each prompt's best taken on both sides) at 64 tokens,
+    on the first prompts of its prompt file (all, or the bundle's own_runner_prompts: a
+    slow runtime's 64 tokens a prompt are costly), written to own_runner_prompts(c)."""
     settings = perf_settings(c.opts)
     prompts = [
         line
@@ -249,7 +251,8 @@ def own_runner_settings(c: Comparison) -> BenchSettings:
     chosen = own_runner_prompts(c)
     chosen.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(chosen, "\n".join(prompts[: c.own_prompts or len(prompts)]) + "\n")
-    return replace(settings, prompts=chosen, max_tokens=OWN_RUNNER_MAX_TOKENS)
+    repeats = c.own.repeats(settings.repeats) if c.own is not None else settings.repeats
+    return replace(settings, prompts=chosen, max_tokens=OWN_RUNNER_MAX_TOKENS, repeats=repeats)
 
 
 def own_runner_rounds(
@@ -740,6 +743,8 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                     "prompts": own_runner_prompts(c).as_posix(),
                     "threads": threads,
                     "rounds": rounds,
+                    "repeats": own_runner_settings(c).repeats,
+                    "judged": "paired rounds: decode on the median step, prefill on the best repeat",
                 }
                 for c in owned
                 if c.own is not None

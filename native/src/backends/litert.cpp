@@ -15,8 +15,8 @@
 //     from the bundle GGUF's vocabulary, must give back exactly these ids, or the prefill
 //     is refused: never a silently different input.
 //   - next(): one chunk of the engine's run_decode_async per call, the engine's thread held
-//     while more than one is waiting to be taken (backpressure with a chunk of slack). A
-//     chunk is one token's text, so its id is the piece whose text it is; a chunk that is
+//     in its callback until the stream asks for the next one (a step is computed on demand,
+//     as the llama.cpp path computes one in next()). A chunk is one token's text, so its id is the piece whose text it is; a chunk that is
 //     not one piece's text (the engine merged the bytes of one character, or a byte that is
 //     not UTF-8 came back as U+FFFD) gets the engine tokenizer's encoding of it: its text is
 //     exact, its ids are the canonical ones.

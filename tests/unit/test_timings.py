@@ -1,0 +1,33 @@
+"""The timing table: a phase that ran side by side shows its steps' sum, how many ran at
+once and how busy the cores were on average; the checks' alone windows are listed, the
+longest first."""
+
+from __future__ import annotations
+
+from eliza.core.timings import Timings
+
+
+def test_the_checks_line_gives_the_busy_ratio_and_the_longest_alone_windows() -> None:
+    t = Timings()
+    t.add("checks", "perf", 300.0)
+    t.add("checks", "byte-identity", 150.0)
+    t.wall("checks", 300.0, 2)  # 450 s of steps in 300 s on 2 cores
+    t.alone("perf (gemma3-270m) linux-cpu.mlx", 130.0)
+    t.alone("perf linux-cpu.none", 20.0)
+    t.alone("backend-perf (gemma3-270m) linux-cpu.litert", 45.0)
+    t.alone("byte-identity linux-cpu.none", 5.0)
+    lines = t.lines(400.0)
+    checks = next(line for line in lines if line.strip().startswith("checks"))
+    assert "[steps summed 7m30s, 2 at once, 1.50 busy]" in checks
+    alone = lines[lines.index(checks) + 1]
+    assert alone.strip() == (
+        "[alone: 4 windows, 3m20s; longest perf (gemma3-270m) linux-cpu.mlx 2m10s, "
+        "backend-perf (gemma3-270m) linux-cpu.litert 45s, perf linux-cpu.none 20s]"
+    )
+
+
+def test_a_phase_that_ran_alone_has_no_ratio_and_no_windows_line() -> None:
+    t = Timings()
+    t.add("checks", "perf", 60.0)
+    lines = t.lines(60.0)
+    assert not any("busy" in line or "alone:" in line for line in lines)
