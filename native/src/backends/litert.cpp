@@ -81,11 +81,16 @@ constexpr int kMaxThreads = 8;
 // instead of hiding behind the engine's next step. So the engine's state holds at most one
 // generated token the stream has not given out: the step it was computing when stopped.
 constexpr size_t kUngiven = 1;
-// How long a side of that handoff spins before it sleeps: the other side usually answers
-// within microseconds, and waking a sleeping thread costs tens of them (more than a whole
-// step of the tiny bundle: on it, waiting on each other by sleeping alone decoded at
-// 0.83x-0.89x of the engine's own session API).
-constexpr auto kSpin = std::chrono::microseconds(200);
+// Each side of that handoff spins a while before it sleeps, where the other side's answer is
+// near: waking a sleeping thread costs tens of microseconds, more than a whole step of the
+// tiny bundle (handing over by sleeping alone decoded it at 0.83x-0.89x of the engine's own
+// session API). The engine waits for the stream's caller to ask again, usually within
+// microseconds: it spins up to kEngineSpin. The stream waits for a step: it spins only while
+// steps are short (the last one under kShortStep), up to twice the last one, since a core
+// spinning beside the engine slows it (a stream that always spun 200 us made the tiny
+// bundle's first token about 7 % slower) and a long step makes a wake-up's cost negligible.
+constexpr auto kEngineSpin = std::chrono::microseconds(200);
+constexpr auto kShortStep = std::chrono::microseconds(500);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -684,7 +689,7 @@ private:
         if (!final) {
             self->await(lock, [self] {
                 return (self->wanted_ && self->chunks_.empty()) || self->stopping_ || self->cancelled_.load();
-            });
+            }, kEngineSpin);
         }
     }
 
@@ -693,16 +698,20 @@ private:
         cv_.notify_all();
     }
 
-    // Waits (m_ held) until ready(): a short spin on signals_ first, then the condition variable.
-    template <typename Ready> void await(std::unique_lock<std::mutex> & lock, Ready ready) {
+    // Waits (m_ held) until ready(): a spin on signals_ of up to `spin` first, then the
+    // condition variable.
+    template <typename Ready>
+    void await(std::unique_lock<std::mutex> & lock, Ready ready, std::chrono::steady_clock::duration spin) {
         if (ready()) return;
-        const uint64_t seen = signals_.load(std::memory_order_acquire);
-        lock.unlock();
-        const auto until = std::chrono::steady_clock::now() + kSpin;
-        while (signals_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until) {
-            cpu_relax();
+        if (spin.count() > 0) {
+            const uint64_t seen = signals_.load(std::memory_order_acquire);
+            lock.unlock();
+            const auto until = std::chrono::steady_clock::now() + spin;
+            while (signals_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until) {
+                cpu_relax();
+            }
+            lock.lock();
         }
-        lock.lock();
         cv_.wait(lock, ready);
     }
 
@@ -713,6 +722,7 @@ private:
             decoding_ = true;
             decoded_ = true;
             stopping_ = false;
+            last_step_ = std::chrono::steady_clock::duration::max();  // the first step is not a short one
             lock.unlock();
             const int rc = api_.session_run_decode_async(session_, &LiteRtSession::on_chunk, this);
             lock.lock();
@@ -725,8 +735,11 @@ private:
         }
         wanted_ = true;
         signal();
-        await(lock, [this] { return !chunks_.empty() || !decoding_ || cancelled_.load(); });
+        const auto asked = std::chrono::steady_clock::now();
+        const auto spin = last_step_ < kShortStep ? 2 * last_step_ : std::chrono::steady_clock::duration::zero();
+        await(lock, [this] { return !chunks_.empty() || !decoding_ || cancelled_.load(); }, spin);
         wanted_ = false;
+        last_step_ = std::chrono::steady_clock::now() - asked;
         if (cancelled_.load()) return false;
         if (!chunks_.empty()) {
             chunk = std::move(chunks_.front());
@@ -809,6 +822,8 @@ private:
     std::atomic<uint64_t> signals_{0};  // counts signal(): what await() spins on
     std::deque<std::string> chunks_;  // at most one: the engine waits until it is taken
     bool wanted_ = false;             // take_chunk waits for a chunk: the engine may compute one
+    // how long take_chunk last waited for its chunk (none yet: long, so the first does not spin)
+    std::chrono::steady_clock::duration last_step_ = std::chrono::steady_clock::duration::max();
     bool decoding_ = false;           // a run_decode_async has not delivered its final chunk
     bool decode_ended_ = false;       // this turn's decode delivered its final chunk
     bool stopping_ = false;           // stop_decode: the engine's thread must not wait
