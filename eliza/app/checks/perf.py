@@ -226,6 +226,12 @@ def measure_series(
 # A body slower than its own runtime beyond 5 % is the body's cost and fails the check on any
 # host, whatever a waiver accepts of the runtime against llama.cpp (no waiver names these).
 OWN_RUNNER_MAX_TOKENS = 64  # decode steps per run: a per-token cost shows over as many
+# Paired rounds (compare_paired) of a body and its own runner: each round's ratio moved by
+# about 1-2 % here (LiteRT-LM and MLX on Gemma and the tiny bundle, 2026-12-07), so three
+# rounds decide a body within a few percent of its runtime or a tenth of a step beyond it
+# (planted: p = 0.003-0.004 after four), and one nearer the 5 % bound runs as many again.
+# Three is also the fewest the rule accepts. An MLX round on Gemma takes about 33 s.
+OWN_RUNNER_ROUNDS = 3
 OWN_RUNNER_RULES = (
     (MetricRule(metric="own_runner_decode", direction=Direction.HIGHER, bound=0.05), "decode_step_tok_s"),
     (MetricRule(metric="own_runner_prefill", direction=Direction.HIGHER, bound=0.05), "prefill_tok_s"),
@@ -706,13 +712,15 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 cell, series[0], check.simulated, step.simulator, opts.overhead_threads, evidence
             )
         owned = [c for c in series if c.own is not None and check.subject == "backend"]
+        own_about: dict[str, dict[str, object]] = {}
         threads = opts.overhead_threads
+        own_rounds = rounds if opts.perf_rounds is not None else min(rounds, OWN_RUNNER_ROUNDS)
         try:
             with job.alone():  # the wall-time rounds: nothing else runs on the host meanwhile
                 taken = measure_series(cell, series, rounds, evidence.detail)
                 measured = [(c.label, samples) for c, samples in zip(series, taken, strict=True)]
                 own = [
-                    (c.label, own_runner_rounds(cell, c, rounds, evidence.detail, threads=threads))
+                    (c.label, own_runner_rounds(cell, c, own_rounds, evidence.detail, threads=threads))
                     for c in owned
                 ]
         except BenchToolError as exc:
@@ -736,19 +744,20 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         if check.subject == "backend":
             about["backends"] = [c.label for c in series]
             about["bundle"] = str(series[0].opts.settings.bundle) if series else ""
-            about["own_runner"] = {
+            own_about = {
                 c.label: {
                     "runner": c.own.words,
                     "max_tokens": OWN_RUNNER_MAX_TOKENS,
                     "prompts": own_runner_prompts(c).as_posix(),
                     "threads": threads,
-                    "rounds": rounds,
+                    "rounds": own_rounds,
                     "repeats": own_runner_settings(c).repeats,
                     "judged": "paired rounds: decode on the median step, prefill on the best repeat",
                 }
                 for c in owned
                 if c.own is not None
             }
+            about["own_runner"] = own_about
         milestone = job.matrix.exit_checklist.milestone if job.matrix.exit_checklist else ""
         policy = PerfPolicy(waivers=job.matrix.perf_waivers, today=now().date(), milestone=milestone)
         judged = partial(
@@ -773,9 +782,13 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                     samples.extend(extra)
                 for c, (_, samples) in zip(owned, own, strict=True):
                     samples.extend(
-                        own_runner_rounds(cell, c, rounds, evidence.detail, first=rounds, threads=threads)
+                        own_runner_rounds(
+                            cell, c, own_rounds, evidence.detail, first=own_rounds, threads=threads
+                        )
                     )
             about["rounds_run"] = 2 * rounds
+            for said in own_about.values():
+                said["rounds"] = 2 * own_rounds
             about["instruments"] = _instruments(check, step, 2 * rounds)
             about["peak_rss_source"] = _sources(measured)
             done = judged()  # the same samples and `about`, extended in place
