@@ -272,3 +272,58 @@ def test_an_own_runners_clock_gives_each_later_token_its_share_of_a_step() -> No
     assert t.steps == pytest.approx([0.010, 0.015, 0.015])
     assert t.step_ms() == pytest.approx(15.0)
     assert t.t_end == pytest.approx(1.040)
+
+
+def test_an_at_once_runtime_runs_both_sides_of_a_round_together_after_the_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MLX on a host with a core per side: the first round in turn (the runner needs the
+    body's prompt ids), the later ones side by side (a barrier that only two calls in flight
+    at once can pass); LiteRT-LM, or one core, stays in turn."""
+    import threading
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("first prompt\n")
+    together = threading.Barrier(2, timeout=10)
+    calls: list[tuple[str, int]] = []
+
+    def run_tool(argv: list[str], out: Path, env: dict[str, str], runner: object = None) -> Any:
+        side = "own" if argv[1] == "-m" else "body"
+        round_ = int(out.stem.split("-")[1])
+        calls.append((side, round_))
+        if round_ > 0 and at_once:
+            together.wait()  # raises BrokenBarrierError when the other side does not come
+        return SimpleNamespace(
+            peak_rss_source="proc-status-vmhwm",
+            prompts=(SimpleNamespace(prompt_tokens=(2, 7)),),
+            metrics={"decode_tok_s": 5.0, "decode_step_tok_s": 5.2, "prefill_tok_s": 40.0,
+                     "first_token_ms": 300.0, "peak_rss_kb": 1000.0},
+        )  # fmt: skip
+
+    monkeypatch.setattr(perf, "run_tool", run_tool)
+    monkeypatch.setattr(perf, "run_metrics", lambda done: done.metrics)
+    bundle = tmp_path / "bundle"
+    (bundle / "text").mkdir(parents=True)
+    (bundle / "text" / "m.litertlm").write_bytes(b"")
+    (bundle / "text" / "m.litertlm.json").write_text('{"context": 4096}')
+    opts = BenchOptions(settings=BenchSettings(bundle=bundle, prompts=prompts), out_dir=tmp_path / "bench")
+    library = tmp_path / "lib.so"
+
+    def series(name: str) -> perf.Comparison:
+        reference = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
+        candidate = perf.Side(library, {"ELIZA_LLM_BACKEND": name})
+        return perf.Comparison(name, candidate, reference, opts, tmp_path / name, perf.own_runner(name), 1)
+
+    cell = MATRIX.cell(CellId.parse("linux-cpu.litert+mlx"))
+    at_once = True
+    samples = perf.own_runner_rounds(cell, series("mlx-coreml"), 3, lambda line: None, threads=1, cores=2)
+    assert calls[:2] == [("body", 0), ("own", 0)]
+    assert sorted(calls[2:]) == [("body", 1), ("body", 2), ("own", 1), ("own", 2)]
+    assert (
+        samples.candidate["decode_step_tok_s"] == [5.2] * 3 and len(samples.reference["prefill_tok_s"]) == 3
+    )
+    at_once = False
+    for name, cores in (("litert-lm", 2), ("mlx-coreml", 1)):
+        calls.clear()
+        perf.own_runner_rounds(cell, series(name), 3, lambda line: None, threads=1, cores=cores)
+        assert calls == [("body", 0), ("own", 0), ("own", 1), ("body", 1), ("body", 2), ("own", 2)]

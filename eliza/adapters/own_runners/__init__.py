@@ -30,6 +30,14 @@ MODULES = {
 # another process woke; the best of three does not. An MLX run on Gemma takes about 15 s, and
 # its body prefills at twice its own runner's speed: no repeat is added there.
 MIN_REPEATS = {"litert-lm": 3}
+# Runtimes whose body and own runner run a round's two sides at once, one process per core,
+# where the host has a core for each side's threads: an MLX run on Gemma takes about 14 s a
+# side, and side by side the two slow each other alike (each decoded about 2 % slower), so a
+# round's ratio is as steady as when they take turns, or steadier (measured on linux-cpu.mlx,
+# Gemma, 1 thread, 3 rounds: at once 1.011, 1.023, 1.021 in 14 s a round; in turn 0.958,
+# 1.024, 0.998 in 27 s), and the window keeps both cores busy. A LiteRT-LM run takes about
+# a second, and each side runs two threads of its own (the engine's, the stream's): in turn.
+AT_ONCE = frozenset({"mlx-coreml"})
 WORDS = {
     "litert-lm": "LiteRT-LM's session API (litert_lm) on the same .litertlm",
     "mlx-coreml": "mlx_lm's generate_step on the same text/mlx/ weights",
@@ -49,6 +57,11 @@ class OwnRunner:
     @property
     def words(self) -> str:
         return WORDS[self.factory]
+
+    def at_once(self, threads: int, cores: int) -> bool:
+        """Whether a round runs the body and this runner side by side: a runtime of AT_ONCE,
+        on a host with `threads` cores for each side."""
+        return self.factory in AT_ONCE and 2 * threads <= cores
 
     def repeats(self, bench_repeats: int) -> int:
         """Repeats of each prompt in a run of the body and of this runner."""

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -262,13 +264,15 @@ def own_runner_settings(c: Comparison) -> BenchSettings:
 
 
 def own_runner_rounds(
-    cell: Cell, c: Comparison, rounds: int, log: Log, *, first: int = 0, threads: int = 1
+    cell: Cell, c: Comparison, rounds: int, log: Log, *, first: int = 0, threads: int = 1, cores: int = 1
 ) -> Samples:
     """Rounds of the body (candidate) and its runtime's own runner (reference), body first in
-    even rounds, the own runner first in odd ones; the MLX runner takes the prompt ids of the
-    body's latest run. A metric's sample of a run is its median over the prompts."""
+    even rounds, the own runner first in odd ones, or both at once where the runner says so
+    (OwnRunner.at_once: after a first round in turn, since the MLX runner takes the prompt
+    ids of the body's latest run). A metric's sample of a run is its median over the prompts."""
     if c.own is None:
         raise ValueError(f"{c.label}: no own runner")
+    own = c.own
     settings = own_runner_settings(c)
     out = c.out / "own-runner"
     tool_dir = c.candidate.library.parent
@@ -276,34 +280,51 @@ def own_runner_rounds(
     taken: dict[str, dict[str, list[float]]] = {"body": {}, "own": {}}
     sources: set[str] = set()
     body: BenchRun | None = None
+
+    def run_body(i: int) -> BenchRun:
+        path = out / f"body-{i}.jsonl"
+        argv = bench_argv(tool_dir, c.candidate.library, settings, f"{cell.id} {c.label} body", path)
+        return run_tool(argv, path, body_env, runner=c.opts.runner)
+
+    def run_own(i: int, ids_from: BenchRun) -> BenchRun:
+        path = out / f"own-{i}.jsonl"
+        try:
+            argv = own.argv(
+                settings.bundle,
+                settings.prompts,
+                settings.max_tokens,
+                threads,
+                settings.repeats,
+                path,
+                ids_from,
+            )
+        except OwnRunnerError as exc:
+            raise BenchToolError(str(exc)) from exc
+        return run_tool(argv, path, {"ELIZA_N_THREADS": str(threads)})
+
+    at_once = own.at_once(threads, cores)
     for i in range(first, first + rounds):
-        order = ["body", "own"] if i % 2 == 0 or body is None else ["own", "body"]
-        for side in order:
-            path = out / f"{side}-{i}.jsonl"
-            if side == "body":
-                argv = bench_argv(tool_dir, c.candidate.library, settings, f"{cell.id} {c.label} body", path)
-                done = run_tool(argv, path, body_env, runner=c.opts.runner)
-                body = done
-            else:
-                if body is None:  # never: a round runs the body first while none has run
+        if at_once and body is not None:
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="own-runner") as pool:
+                done_body = pool.submit(run_body, i)
+                done_own = pool.submit(run_own, i, body)
+                ran = {"body": done_body.result(), "own": done_own.result()}
+        else:
+            ran = {}
+            for side in ["body", "own"] if i % 2 == 0 or body is None else ["own", "body"]:
+                if side == "body":
+                    ran["body"] = body = run_body(i)
+                elif body is None:  # never: a round runs the body first while none has run
                     raise ValueError(f"{c.label}: the own runner needs a run of the body first")
-                try:
-                    argv = c.own.argv(
-                        settings.bundle,
-                        settings.prompts,
-                        settings.max_tokens,
-                        threads,
-                        settings.repeats,
-                        path,
-                        body,
-                    )
-                except OwnRunnerError as exc:
-                    raise BenchToolError(str(exc)) from exc
-                done = run_tool(argv, path, {"ELIZA_N_THREADS": str(threads)})
+                else:
+                    ran["own"] = run_own(i, body)
+        body = ran["body"]
+        for side, done in ran.items():
             sources.add(done.peak_rss_source)
             for metric, value in run_metrics(done).items():
                 taken[side].setdefault(metric, []).append(value)
-    log(f"{cell.id}: perf: {rounds} rounds of {c.label}'s body and its own runner")
+    how = "side by side after the first" if at_once else "in turn"
+    log(f"{cell.id}: perf: {rounds} rounds of {c.label}'s body and its own runner ({how})")
     return Samples(
         candidate=taken["body"],
         reference=taken["own"],
@@ -715,12 +736,16 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         own_about: dict[str, dict[str, object]] = {}
         threads = opts.overhead_threads
         own_rounds = rounds if opts.perf_rounds is not None else min(rounds, OWN_RUNNER_ROUNDS)
+        cores = len(os.sched_getaffinity(0))
         try:
             with job.alone():  # the wall-time rounds: nothing else runs on the host meanwhile
                 taken = measure_series(cell, series, rounds, evidence.detail)
                 measured = [(c.label, samples) for c, samples in zip(series, taken, strict=True)]
                 own = [
-                    (c.label, own_runner_rounds(cell, c, own_rounds, evidence.detail, threads=threads))
+                    (
+                        c.label,
+                        own_runner_rounds(cell, c, own_rounds, evidence.detail, threads=threads, cores=cores),
+                    )
                     for c in owned
                 ]
         except BenchToolError as exc:
@@ -753,6 +778,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                     "rounds": own_rounds,
                     "repeats": own_runner_settings(c).repeats,
                     "judged": "paired rounds: decode on the median step, prefill on the best repeat",
+                    "sides": "at once after the first round" if c.own.at_once(threads, cores) else "in turn",
                 }
                 for c in owned
                 if c.own is not None
@@ -783,7 +809,13 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 for c, (_, samples) in zip(owned, own, strict=True):
                     samples.extend(
                         own_runner_rounds(
-                            cell, c, own_rounds, evidence.detail, first=own_rounds, threads=threads
+                            cell,
+                            c,
+                            own_rounds,
+                            evidence.detail,
+                            first=own_rounds,
+                            threads=threads,
+                            cores=cores,
                         )
                     )
             about["rounds_run"] = 2 * rounds
