@@ -162,6 +162,19 @@ def _quantile(ordered: Sequence[float], q: float) -> float:
     return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
 
 
+def _require_samples(metric: str, candidate: Sequence[float], reference: Sequence[float]) -> None:
+    if not candidate or not reference:
+        raise ValueError(f"{metric}: both sides need at least one sample")
+    if any(not math.isfinite(v) for v in (*candidate, *reference)):
+        raise ValueError(f"{metric}: samples must be finite numbers")
+
+
+def _interval(resampled: Sequence[float], confidence: float) -> tuple[float, float]:
+    """The central `confidence` interval of sorted bootstrap ratios."""
+    tail = (1.0 - confidence) / 2.0
+    return _quantile(resampled, tail), _quantile(resampled, 1.0 - tail)
+
+
 def compare(
     metric: str,
     candidate: Sequence[float],
@@ -172,10 +185,7 @@ def compare(
     confidence: float = CONFIDENCE,
 ) -> Comparison:
     """The median ratio, its bootstrap interval and the Mann-Whitney U p-value."""
-    if not candidate or not reference:
-        raise ValueError(f"{metric}: both sides need at least one sample")
-    if any(not math.isfinite(v) for v in (*candidate, *reference)):
-        raise ValueError(f"{metric}: samples must be finite numbers")
+    _require_samples(metric, candidate, reference)
     if any(v <= 0 for v in reference):
         raise ValueError(f"{metric}: reference samples must be positive (a ratio divides by them)")
     cand = [float(v) for v in candidate]
@@ -186,8 +196,7 @@ def compare(
         statistics.median(rng.choices(cand, k=len(cand))) / statistics.median(rng.choices(ref, k=len(ref)))
         for _ in range(resamples)
     )
-    tail = (1.0 - confidence) / 2.0
-    low, high = _quantile(ratios, tail), _quantile(ratios, 1.0 - tail)
+    low, high = _interval(ratios, confidence)
     if len(set(candidate) | set(reference)) == 1:
         p_value = 1.0  # every sample equal: nothing to tell apart
     else:
@@ -222,18 +231,14 @@ def compare_paired(
     rounds where independent samples' spread would hide it."""
     if len(candidate) != len(reference):
         raise ValueError(f"{metric}: paired rounds need as many candidate samples as reference ones")
-    if not candidate:
-        raise ValueError(f"{metric}: both sides need at least one sample")
-    if any(not math.isfinite(v) for v in (*candidate, *reference)):
-        raise ValueError(f"{metric}: samples must be finite numbers")
+    _require_samples(metric, candidate, reference)
     if any(v <= 0 for v in (*candidate, *reference)):
         raise ValueError(f"{metric}: paired samples must be positive (a round's ratio takes their logarithm)")
     ratios = [float(c) / float(r) for c, r in zip(candidate, reference, strict=True)]
     ratio = float(statistics.median(ratios))
     rng = random.Random(seed)
     resampled = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
-    tail = (1.0 - confidence) / 2.0
-    low, high = _quantile(resampled, tail), _quantile(resampled, 1.0 - tail)
+    low, high = _interval(resampled, confidence)
     logs = [math.log(v) for v in ratios]
     if len(logs) < 2:
         p_value = 1.0

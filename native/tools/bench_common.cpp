@@ -160,6 +160,15 @@ double now_ms() {
     return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
 }
 
+double percentile(std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    if (v.empty()) return 0;
+    const double pos = q * static_cast<double>(v.size() - 1);
+    const size_t lo = static_cast<size_t>(pos);
+    const size_t hi = std::min(lo + 1, v.size() - 1);
+    return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
 Parsed parse_options(int argc, char ** argv, const char * tool, bool needs_library, Options & opt) {
     auto print_usage = [&](FILE * to) {
         std::fprintf(to,
@@ -243,15 +252,7 @@ void add_repeat(PromptRun & run, bool first, Repeat r) {
         per_token.push_back((at - since) / static_cast<double>(n));
         since = at;
     }
-    if (!per_token.empty()) {
-        const size_t mid = per_token.size() / 2;
-        std::nth_element(per_token.begin(), per_token.begin() + static_cast<std::ptrdiff_t>(mid), per_token.end());
-        double median = per_token[mid];
-        if (per_token.size() % 2 == 0) {
-            median = (median + *std::max_element(per_token.begin(), per_token.begin() + static_cast<std::ptrdiff_t>(mid))) / 2.0;
-        }
-        run.decode_step_ms.push_back(median);
-    }
+    if (!per_token.empty()) run.decode_step_ms.push_back(percentile(std::move(per_token), 0.5));
     if (first) {
         run.logit_margins = std::move(r.logit_margins);
         run.token_text_ends = std::move(r.token_text_ends);

@@ -34,6 +34,10 @@ void drop_file_cache(const std::string & path);
 long peak_rss_kb();
 double now_ms();
 
+// The q-quantile of v (0: the smallest, 0.5: the median, 1: the largest), by linear
+// interpolation between closest ranks; 0 for no values.
+double percentile(std::vector<double> v, double q);
+
 struct Options {
     std::string bundle;
     std::string prompts;

@@ -64,15 +64,6 @@ void generate(const Api & api, EliLlmStream * stream, const std::vector<int32_t>
     }
 }
 
-double percentile(std::vector<double> v, double q) {
-    std::sort(v.begin(), v.end());
-    if (v.empty()) return 0;
-    const double pos = q * static_cast<double>(v.size() - 1);
-    const size_t lo = static_cast<size_t>(pos);
-    const size_t hi = std::min(lo + 1, v.size() - 1);
-    return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
-}
-
 int run_concurrent(const Api & api, const bench::Options & opt, const std::vector<std::string> & prompts,
                    const std::string & identity, FILE * out) {
     const int n_max = *std::max_element(opt.streams.begin(), opt.streams.end());
@@ -205,16 +196,16 @@ int run_concurrent(const Api & api, const bench::Options & opt, const std::vecto
     if (rc == 0) {
         double single = 0;
         for (size_t k = 0; k < opt.streams.size(); ++k) {
-            if (opt.streams[k] == 1) single = percentile(tok_s[k], 0.5);
+            if (opt.streams[k] == 1) single = bench::percentile(tok_s[k], 0.5);
         }
         for (size_t k = 0; k < opt.streams.size(); ++k) {
-            const double median = percentile(tok_s[k], 0.5);
+            const double median = bench::percentile(tok_s[k], 0.5);
             std::fprintf(out,
                          "{\"type\": \"summary\", \"streams\": %d, \"median_tok_s\": %.3f, \"min_tok_s\": %.3f, "
                          "\"q1_tok_s\": %.3f, \"q3_tok_s\": %.3f, \"max_tok_s\": %.3f, \"ratio_to_one\": %s, "
                          "\"identical_to_serial\": %s}\n",
-                         opt.streams[k], median, percentile(tok_s[k], 0.0), percentile(tok_s[k], 0.25),
-                         percentile(tok_s[k], 0.75), percentile(tok_s[k], 1.0),
+                         opt.streams[k], median, bench::percentile(tok_s[k], 0.0), bench::percentile(tok_s[k], 0.25),
+                         bench::percentile(tok_s[k], 0.75), bench::percentile(tok_s[k], 1.0),
                          single > 0 ? std::to_string(median / single).c_str() : "null",
                          identical[k] ? "true" : "false");
         }

@@ -24,6 +24,34 @@ from eliza.core.verify_plan import Run
 from eliza.formats.matrix_yaml import load_matrix
 
 MATRIX = load_matrix(REPO_ROOT / "matrix.yaml")
+
+
+def a_run(prompt_tokens: tuple[int, ...], **metrics: float) -> Any:
+    """What a faked run_tool returns: a bench run's peak RSS source, prompts and metrics
+    (run_metrics is faked to read them)."""
+    return SimpleNamespace(
+        peak_rss_source="proc-status-vmhwm",
+        prompts=(SimpleNamespace(prompt_tokens=prompt_tokens),),
+        metrics={"first_token_ms": 30.0, "peak_rss_kb": 1000.0, **metrics},
+    )
+
+
+def own_runner_series(tmp_path: Path, prompts: str, name: str) -> perf.Comparison:
+    """A backend's series on a bundle with a .litertlm and its record, the own runner on
+    the first prompt."""
+    (tmp_path / "prompts.txt").write_text(prompts)
+    bundle = tmp_path / "bundle"
+    (bundle / "text").mkdir(parents=True, exist_ok=True)
+    (bundle / "text" / "m.litertlm").write_bytes(b"")
+    (bundle / "text" / "m.litertlm.json").write_text('{"context": 4096}')
+    settings = BenchSettings(bundle=bundle, prompts=tmp_path / "prompts.txt")
+    opts = BenchOptions(settings=settings, out_dir=tmp_path / "bench")
+    library = tmp_path / "lib.so"
+    reference = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
+    candidate = perf.Side(library, {"ELIZA_LLM_BACKEND": name})
+    return perf.Comparison(name, candidate, reference, opts, tmp_path / name, perf.own_runner(name), 1)
+
+
 CELL = CellId.parse("linux-cpu.none")
 BASELINE = "808e7c19fbed23fc8ecaef52353f8dc0ab829031"
 STEADY = {"decode_tok_s": 3000.0, "prefill_tok_s": 25000.0, "first_token_ms": 0.7, "peak_rss_kb": 72000.0}
@@ -148,8 +176,6 @@ def test_a_body_is_held_to_its_own_runner_and_no_waiver_covers_it(
     prompt ids), on the first prompt at 64 tokens; a body 10 % slower than its runtime's own
     runner fails own_runner_decode though the backend's decode against llama.cpp is waived,
     and only that backend's rows fail."""
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text("# a comment\nfirst prompt\nsecond prompt\n")
     ran: list[tuple[str, list[str]]] = []
     body_speed = {"mlx-coreml": 1.0, "litert-lm": 0.9}  # litert's body pays a tenth per token
 
@@ -161,34 +187,17 @@ def test_a_body_is_held_to_its_own_runner_and_no_waiver_covers_it(
         ran.append((("own " if own else "body ") + backend, argv))
         wobble = 1 + 0.002 * len(ran) % 3
         speed = 1.0 if own or backend == "llama.cpp" else body_speed[backend]
-        return SimpleNamespace(
-            peak_rss_source="proc-status-vmhwm",
-            prompts=(SimpleNamespace(prompt_tokens=(2, 7, 9)),),
-            metrics={"decode_tok_s": 50.0 * speed * wobble, "decode_step_tok_s": 52.0 * speed * wobble,
-                     "prefill_tok_s": 400.0 * wobble, "first_token_ms": 30.0, "peak_rss_kb": 1000.0},
-        )  # fmt: skip
+        return a_run(
+            (2, 7, 9),
+            decode_tok_s=50.0 * speed * wobble,
+            decode_step_tok_s=52.0 * speed * wobble,
+            prefill_tok_s=400.0 * wobble,
+        )
 
     monkeypatch.setattr(perf, "run_tool", run_tool)
     monkeypatch.setattr(perf, "run_metrics", lambda done: done.metrics)
-    bundle = tmp_path / "bundle"
-    (bundle / "text").mkdir(parents=True)
-    (bundle / "text" / "m.litertlm").write_bytes(b"")
-    (bundle / "text" / "m.litertlm.json").write_text('{"context": 4096}')
-    library = tmp_path / "lib.so"
-    opts = BenchOptions(settings=BenchSettings(bundle=bundle, prompts=prompts), out_dir=tmp_path / "bench")
-    reference = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
-    series = [
-        perf.Comparison(
-            name,
-            perf.Side(library, {"ELIZA_LLM_BACKEND": name}),
-            reference,
-            opts,
-            tmp_path / name,
-            perf.own_runner(name),
-            1,
-        )
-        for name in ("mlx-coreml", "litert-lm")
-    ]
+    prompts = "# a comment\nfirst prompt\nsecond prompt\n"
+    series = [own_runner_series(tmp_path, prompts, name) for name in ("mlx-coreml", "litert-lm")]
     cell = MATRIX.cell(CellId.parse("linux-cpu.litert+mlx"))
     mlx_own = perf.own_runner_rounds(cell, series[0], 4, lambda line: None)
     assert [name for name, _ in ran] == [
@@ -282,8 +291,6 @@ def test_an_at_once_runtime_runs_both_sides_of_a_round_together_after_the_first(
     at once can pass); LiteRT-LM, or one core, stays in turn."""
     import threading
 
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text("first prompt\n")
     together = threading.Barrier(2, timeout=10)
     calls: list[tuple[str, int]] = []
 
@@ -293,26 +300,13 @@ def test_an_at_once_runtime_runs_both_sides_of_a_round_together_after_the_first(
         calls.append((side, round_))
         if round_ > 0 and at_once:
             together.wait()  # raises BrokenBarrierError when the other side does not come
-        return SimpleNamespace(
-            peak_rss_source="proc-status-vmhwm",
-            prompts=(SimpleNamespace(prompt_tokens=(2, 7)),),
-            metrics={"decode_tok_s": 5.0, "decode_step_tok_s": 5.2, "prefill_tok_s": 40.0,
-                     "first_token_ms": 300.0, "peak_rss_kb": 1000.0},
-        )  # fmt: skip
+        return a_run((2, 7), decode_tok_s=5.0, decode_step_tok_s=5.2, prefill_tok_s=40.0)
 
     monkeypatch.setattr(perf, "run_tool", run_tool)
     monkeypatch.setattr(perf, "run_metrics", lambda done: done.metrics)
-    bundle = tmp_path / "bundle"
-    (bundle / "text").mkdir(parents=True)
-    (bundle / "text" / "m.litertlm").write_bytes(b"")
-    (bundle / "text" / "m.litertlm.json").write_text('{"context": 4096}')
-    opts = BenchOptions(settings=BenchSettings(bundle=bundle, prompts=prompts), out_dir=tmp_path / "bench")
-    library = tmp_path / "lib.so"
 
     def series(name: str) -> perf.Comparison:
-        reference = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
-        candidate = perf.Side(library, {"ELIZA_LLM_BACKEND": name})
-        return perf.Comparison(name, candidate, reference, opts, tmp_path / name, perf.own_runner(name), 1)
+        return own_runner_series(tmp_path, "first prompt\n", name)
 
     cell = MATRIX.cell(CellId.parse("linux-cpu.litert+mlx"))
     at_once = True

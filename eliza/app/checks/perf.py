@@ -776,7 +776,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                     "prompts": own_runner_prompts(c).as_posix(),
                     "threads": threads,
                     "rounds": own_rounds,
-                    "repeats": own_runner_settings(c).repeats,
+                    "repeats": c.own.repeats(perf_settings(c.opts).repeats),
                     "judged": "paired rounds: decode on the median step, prefill on the best repeat",
                     "sides": "at once after the first round" if c.own.at_once(threads, cores) else "in turn",
                 }

@@ -16,10 +16,10 @@
 //     is refused: never a silently different input.
 //   - next(): one chunk of the engine's run_decode_async per call, the engine's thread held
 //     in its callback until the stream asks for the next one (a step is computed on demand,
-//     as the llama.cpp path computes one in next()). A chunk is one token's text, so its id is the piece whose text it is; a chunk that is
-//     not one piece's text (the engine merged the bytes of one character, or a byte that is
-//     not UTF-8 came back as U+FFFD) gets the engine tokenizer's encoding of it: its text is
-//     exact, its ids are the canonical ones.
+//     as the llama.cpp path computes one in next()). A chunk is one token's text, so its id
+//     is the piece whose text it is; a chunk that is not one piece's text (the engine merged
+//     the bytes of one character, or a byte that is not UTF-8 came back as U+FFFD) gets the
+//     engine tokenizer's encoding of it: its text is exact, its ids are the canonical ones.
 //   - cancel: the engine's cancel_process, from any thread; reset: rewind_to_step(0);
 //     reset_keep(n): rewind_to_step(n) (BOS counted) within the prefix whose ids are known
 //     exactly, else the full reset, returning 0. Slot files hold what the engine was given
