@@ -77,15 +77,15 @@ def _read_matrix():
 
 def llama_choices(matrix):
     """{option: default} of llama.cpp's choices a consumer may want (the keys of the
-    platforms' llama_options, and with_cuda): this package's own options, because llama.cpp
-    is linked in and never part of a consumer's graph. A default is the value the first
-    platform of the matrix that sets it chooses (every platform's build passes its own);
-    with_cuda's is False (the CPU build)."""
+    platforms' llama_options, with_cuda and with_vulkan): this package's own options, because
+    llama.cpp is linked in and never part of a consumer's graph. A default is the value the
+    first platform of the matrix that sets it chooses (every platform's build passes its own);
+    with_cuda's and with_vulkan's are False (the CPU build)."""
     found = {}
     for platform in matrix.get("platforms") or []:
         for key, value in (platform.get("llama_options") or {}).items():
             found.setdefault(str(key), str(value))
-    return {"with_cuda": False, **dict(sorted(found.items()))}
+    return {"with_cuda": False, "with_vulkan": False, **dict(sorted(found.items()))}
 
 
 def llama_choices_by_arch(matrix):
@@ -269,6 +269,9 @@ class ElizaInferenceConan(ConanFile):
         # a package exported from a verified build tree (with it) and one built without it
         # are the same package.
         del self.info.options.with_test_kit
+        # Without Vulkan the package id is the one it was before the option existed.
+        if not self.info.options.get_safe("with_vulkan"):
+            self.info.options.rm_safe("with_vulkan")
         # A C ABI with everything C++ linked in or kept local: the consumer's compiler, C++
         # standard and standard library do not select the binary (Conan Center's rule for a
         # C library). Neither does the build type, except where it selects a C runtime

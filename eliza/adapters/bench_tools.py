@@ -60,8 +60,20 @@ def drafter_argv(
             "--drafter", str(drafter.resolve()), "--draft-max", str(draft_max)]  # fmt: skip
 
 
-def reference_argv(build_dir: Path, settings: BenchSettings, cell_id: str, out: Path) -> list[str]:
-    return [str(build_dir / "reference_runner"), "--cell", cell_id, "--out", str(out), *settings.flags()]
+def reference_argv(
+    build_dir: Path, settings: BenchSettings, cell_id: str, out: Path, logits: Path | None = None
+) -> list[str]:
+    """The plain llama.h runner; `logits`: where it also writes every step's logits."""
+    extra = ["--logits-out", str(logits)] if logits is not None else []
+    return [
+        str(build_dir / "reference_runner"),
+        "--cell",
+        cell_id,
+        "--out",
+        str(out),
+        *settings.flags(),
+        *extra,
+    ]
 
 
 def run_tool(

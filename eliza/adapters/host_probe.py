@@ -23,7 +23,7 @@ from pathlib import Path
 from eliza.adapters import proc
 from eliza.adapters.conan import conan_program
 from eliza.adapters.tool_versions import Ask, ToolVersions
-from eliza.core.host import HostFacts, Tool
+from eliza.core.host import VULKAN_DEVICE_TYPES, HostFacts, Tool, VulkanDevice
 
 __all__ = ["probe_host"]
 
@@ -61,6 +61,8 @@ def probe_host(
         ios = pool.submit(_ios_device, os_name, env)
         xcode = pool.submit(_xcode, os_name, env)
         cpu = pool.submit(_cpu, os_name, env)
+        glslc = pool.submit(_simple_tool, "glslc", env, ask)
+        vulkan = pool.submit(_vulkan_devices, env)
         extra = {name: pool.submit(_simple_tool, name, env, ask) for name in sorted(set(programs))}
         ndk, ndk_notes = _android_ndk(env)
         ndk_clang = _ndk_clang(ndk, ask) if ndk else None
@@ -69,6 +71,8 @@ def probe_host(
         nvidia_gpu, gpu_reason = gpu.result()
         android_device, android_reason = android.result()
         ios_device, ios_reason = ios.result()
+        vulkan_headers, vulkan_headers_reason = _vulkan_headers(env)
+        vulkan_devices, vulkan_reason = vulkan.result()
         facts = HostFacts(
             os=os_name,
             arch=arch,
@@ -94,6 +98,11 @@ def probe_host(
             android_device_reason=android_reason,
             ios_device=ios_device,
             ios_device_reason=ios_reason,
+            vulkan_headers=vulkan_headers,
+            vulkan_headers_reason=vulkan_headers_reason,
+            glslc=glslc.result(),
+            vulkan_devices=vulkan_devices,
+            vulkan_device_reason=vulkan_reason,
             notes=tuple(ndk_notes),
             programs={name: tool for name, f in extra.items() if (tool := f.result()) is not None},
             existing_dirs=frozenset(d for d in dirs if os.path.isdir(d)),
@@ -394,6 +403,79 @@ def _nvidia_gpu(env: Mapping[str, str]) -> tuple[str | None, str]:
             return f"{models[0]}, driver {driver} (nvidia-smi not found)", ""
         return None, f"NVIDIA driver {driver} loaded but it lists no GPU (nvidia-smi not found)"
     return None, "no NVIDIA driver (nvidia-smi not found)"
+
+
+_VULKAN_HEADER_VERSION = re.compile(r"^#define VK_HEADER_VERSION (\d+)", re.MULTILINE)
+_VULKAN_HEADER_COMPLETE = re.compile(
+    r"^#define VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION\(0, (\d+), (\d+), VK_HEADER_VERSION\)",
+    re.MULTILINE,
+)
+
+
+def _vulkan_headers(env: Mapping[str, str]) -> tuple[str | None, str]:
+    """("1.3.239 at /usr/include/vulkan", "") where the headers and the loader to link are
+    (a Vulkan SDK's under VULKAN_SDK first), else (None, what is missing)."""
+    roots = [env["VULKAN_SDK"]] if env.get("VULKAN_SDK") else []
+    roots += ["/usr", "/usr/local"]
+    for root in roots:
+        include = os.path.join(root, "include", "vulkan")
+        text = _read(os.path.join(include, "vulkan_core.h"))
+        if not text:
+            continue
+        libs = (
+            glob.glob(os.path.join(root, "lib", "libvulkan.so"))
+            + glob.glob(os.path.join(root, "lib", "*-linux-gnu", "libvulkan.so"))
+            + glob.glob(os.path.join(root, "lib", "libvulkan.dylib"))
+        )
+        if not libs:
+            return None, f"{include} has the headers, but no libvulkan.so to link is beside them"
+        patch = _VULKAN_HEADER_VERSION.search(text)
+        complete = _VULKAN_HEADER_COMPLETE.search(text)
+        version = (
+            f"{complete.group(1)}.{complete.group(2)}.{patch.group(1)}"
+            if complete and patch
+            else "(version unknown)"
+        )
+        return f"{version} at {include}", ""
+    return None, "no vulkan/vulkan_core.h under " + ", ".join(f"{r}/include" for r in roots)
+
+
+def _vulkan_devices(env: Mapping[str, str]) -> tuple[tuple[VulkanDevice, ...], str]:
+    """The Vulkan devices the loader enumerates, as `vulkaninfo --summary` lists them."""
+    vulkaninfo = _which("vulkaninfo", env)
+    if vulkaninfo is None:
+        return (), "vulkaninfo not found, so no Vulkan device could be listed (Debian/Ubuntu: vulkan-tools)"
+    rc, out = _run([vulkaninfo, "--summary"], env)
+    devices = parse_vulkaninfo_summary(out)
+    if devices:
+        return devices, ""
+    failure = next((line.strip() for line in out.splitlines() if "ERROR" in line or "Cannot" in line), "")
+    return (), f"the Vulkan loader lists no device ({failure or f'vulkaninfo exit status {rc}'})"
+
+
+def parse_vulkaninfo_summary(text: str) -> tuple[VulkanDevice, ...]:
+    """The devices of `vulkaninfo --summary` ("GPU0:" blocks of "key = value" lines)."""
+    blocks: list[tuple[int, dict[str, str]]] = []
+    for line in text.splitlines():
+        head = re.match(r"^GPU(\d+):\s*$", line.strip())
+        if head:
+            blocks.append((int(head.group(1)), {}))
+            continue
+        key, sep, value = line.partition("=")
+        if blocks and sep and line[:1].isspace():
+            blocks[-1][1][key.strip()] = value.strip()
+    return tuple(
+        VulkanDevice(
+            index=index,
+            name=fields.get("deviceName", "unknown"),
+            driver=fields.get("driverName", "unknown"),
+            driver_info=fields.get("driverInfo", ""),
+            device_type=VULKAN_DEVICE_TYPES.get(fields.get("deviceType", ""), "other"),
+            api_version=fields.get("apiVersion", "").split(" ")[0],
+        )
+        for index, fields in blocks
+        if "deviceName" in fields
+    )
 
 
 def _android_device(env: Mapping[str, str]) -> tuple[str | None, str]:

@@ -35,7 +35,7 @@ from eliza.core.lab import Lab
 from eliza.core.matrix import Matrix
 from eliza.core.report.model import Entry, Report
 from eliza.core.report.states import GridState
-from eliza.core.suite import side_by_side_env
+from eliza.core.suite import device_environment, side_by_side_env
 from eliza.core.target import library_file
 from eliza.core.verify_plan import PlanFacts, Selection, VerifyPlan, plan
 from eliza.formats.files import HASH_MEMO, atomic_write_text, file_identity, sha256_file
@@ -93,6 +93,14 @@ def parser(prog: str = "nox -s verify --") -> Parser:
         default=[],
         metavar="ID",
         help="only these cells (repeatable); a CI job per cell uses this",
+    )
+    p.add_argument(
+        "--platform",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="only the cells of this platform (repeatable), built when they are not; what "
+        "`--cell` would name for each of its cells but a slow build variant's",
     )
     p.add_argument(
         "--dry-run",
@@ -310,7 +318,8 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         jobs = options.jobs or usable_cores()
         # Checks side by side share the cores: each process decodes with its share (the
         # wall-time rounds, alone, name their own threads).
-        with proc.children_environment(side_by_side_env(jobs, ctx.project.env, cpus=usable_cores())):
+        shares = side_by_side_env(jobs, ctx.project.env, cpus=usable_cores())
+        with proc.children_environment(shares | device_environment(ctx.host, shares)):
             done = execute(
                 planned.plan,
                 evidence_run,

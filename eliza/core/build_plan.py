@@ -28,9 +28,13 @@ class CellBuildPlan:
 
 
 def llama_choices(platform: Platform) -> dict[str, str]:
-    """llama.cpp's options for the platform: its llama_options and whether it is the CUDA build."""
+    """llama.cpp's options for the platform: its llama_options and whether it is the CUDA or
+    the Vulkan build. with_vulkan is named only where it is on: a package without it is the
+    one built before the option existed (the recipes leave it out of their package ids)."""
     options = dict(platform.llama_options)
     options["with_cuda"] = "True" if platform.llama_backend == "cuda" else "False"
+    if platform.llama_backend == "vulkan":
+        options["with_vulkan"] = "True"
     return dict(sorted(options.items()))
 
 
@@ -53,13 +57,14 @@ def llama_choice_args(platform: Platform) -> tuple[str, ...]:
 def package_option_defaults(matrix: Matrix) -> dict[str, str]:
     """The package's options a consumer gets without naming them, as conanfile.py declares
     them from the same matrix (llama_choices there): every gate off, no sanitizer, and of
-    llama.cpp's choices the value of the first platform that sets one (with_cuda: False)."""
+    llama.cpp's choices the value of the first platform that sets one (with_cuda and
+    with_vulkan: False)."""
     defaults = {g.conan_option: "False" for g in matrix.gates} | {"sanitize": "none"}
     found: dict[str, str] = {}
     for platform in matrix.platforms:
         for key, value in platform.llama_options.items():
             found.setdefault(key, value)
-    return defaults | {"with_cuda": "False"} | dict(sorted(found.items()))
+    return defaults | {"with_cuda": "False", "with_vulkan": "False"} | dict(sorted(found.items()))
 
 
 def gate_option_args(cell: Cell, all_gate_options: tuple[str, ...]) -> tuple[str, ...]:

@@ -68,6 +68,74 @@ class Tool:
         return f"{self.name} {self.version}" if self.version else self.name
 
 
+# Vulkan's VkPhysicalDeviceType, as vulkaninfo names it, in the words records use.
+VULKAN_DEVICE_TYPES = {
+    "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU": "discrete-gpu",
+    "PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU": "integrated-gpu",
+    "PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU": "virtual-gpu",
+    "PHYSICAL_DEVICE_TYPE_CPU": "cpu",
+    "PHYSICAL_DEVICE_TYPE_OTHER": "other",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class VulkanDevice:
+    """A Vulkan physical device, as the loader enumerates it."""
+
+    index: int  # its place in the loader's enumeration: what GGML_VK_VISIBLE_DEVICES names
+    name: str  # "llvmpipe (LLVM 15.0.6, 256 bits)"
+    driver: str  # "llvmpipe"
+    driver_info: str = ""  # "Mesa 22.3.6 (LLVM 15.0.6)"
+    device_type: str = "other"  # a value of VULKAN_DEVICE_TYPES
+    api_version: str = ""  # "1.3.230"
+
+    @property
+    def software(self) -> bool:
+        """A device whose "GPU" is the CPU (Mesa's lavapipe, SwiftShader): it runs the
+        shaders, and says nothing of a GPU's speed."""
+        return self.device_type == "cpu"
+
+    def describe(self) -> str:
+        info = f" {self.driver_info}" if self.driver_info else ""
+        api = f", Vulkan {self.api_version}" if self.api_version else ""
+        kind = "a software device" if self.software else self.device_type
+        return f"{self.name}, driver {self.driver}{info}{api}, {kind}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "driver": self.driver,
+            "driver_info": self.driver_info,
+            "device_type": self.device_type,
+            "api_version": self.api_version,
+            "software": self.software,
+        }
+
+
+def chosen_vulkan_device(devices: Iterable[VulkanDevice]) -> VulkanDevice | None:
+    """The device the Vulkan cells run on: the first GPU, else the first software device."""
+    found = list(devices)
+    return next((d for d in found if not d.software), found[0] if found else None)
+
+
+def vulkan_environment(device: VulkanDevice | None, threads: int | None = None) -> dict[str, str]:
+    """What ggml's Vulkan backend is told to run on `device` (none: nothing); only a Vulkan
+    build reads it. ggml hides CPU-type devices unless GGML_VK_VISIBLE_DEVICES names them,
+    and it is pinned to one device either way. On a software device, as llama.cpp's own CI
+    runs Mesa's: no fp16 arithmetic and no cooperative matrices (lavapipe's are emulated);
+    and Mesa's threads are the process's share of the cores (`threads`), as its decode
+    threads are, so that checks side by side do not oversubscribe them."""
+    if device is None:
+        return {}
+    env = {"GGML_VK_VISIBLE_DEVICES": str(device.index)}
+    if device.software:
+        env |= {"GGML_VK_DISABLE_F16": "1", "GGML_VK_DISABLE_COOPMAT": "1"}
+        if threads is not None:
+            env["LP_NUM_THREADS"] = str(max(1, threads))
+    return env
+
+
 @dataclass(frozen=True, kw_only=True)
 class HostFacts:
     """Everything decide() and evidence records need to know about a machine."""
@@ -96,6 +164,11 @@ class HostFacts:
     android_device_reason: str = ""
     ios_device: str | None = None  # UDID of an attached device
     ios_device_reason: str = ""
+    vulkan_headers: str | None = None  # "1.3.239 at /usr/include/vulkan": headers and a loader to link
+    vulkan_headers_reason: str = ""  # what is missing of them
+    glslc: Tool | None = None
+    vulkan_devices: tuple[VulkanDevice, ...] = ()
+    vulkan_device_reason: str = ""  # why vulkan_devices is empty
     notes: tuple[str, ...] = field(default=())  # probe findings that are neither facts nor errors
     # Programs the matrix names (cross compilers, emulators), by name, where found on PATH.
     programs: Mapping[str, Tool] = field(default_factory=dict)
@@ -142,6 +215,10 @@ class HostFacts:
             "android_device_reason": self.android_device_reason,
             "ios_device": self.ios_device,
             "ios_device_reason": self.ios_device_reason,
+            "vulkan_headers": self.vulkan_headers,
+            "glslc": tool(self.glslc),
+            "vulkan_devices": [d.as_dict() for d in self.vulkan_devices],
+            "vulkan_device_reason": self.vulkan_device_reason,
             "notes": list(self.notes),
             "programs": {name: tool(t) for name, t in sorted(self.programs.items())},
         }
@@ -173,6 +250,9 @@ class Capability:
     # natively): the tool and its version ("valgrind 3.19.0"), or "" with why not.
     simulator: str = ""
     simulator_reason: str = ""
+    # The accelerator the platform's llama.cpp runs on here, in words ("Vulkan device 0:
+    # llvmpipe ..., a software device ..."): its run-time evidence names it.
+    accelerator: str = ""
 
     @property
     def as_target(self) -> bool:
@@ -211,6 +291,8 @@ class Capability:
             return self.device
         if self.can_run and self.emulated:
             return self.runner_words
+        if self.can_run and self.accelerator:
+            return f"native, on {self.accelerator}"
         if self.can_run or not (device_free and self.can_run_fallback):
             return "native"
         return f"CPU fallback, without {', '.join(r.value for r in self.missing_run)}"
@@ -338,6 +420,23 @@ def _requirement(host: HostFacts, req: Requirement, platform: Platform) -> tuple
                 "bash ci/setup.sh installs)"
             )
         return True, f"{host.programs['javac'].describe()} at {host.programs['javac'].path}"
+    if req is Requirement.VULKAN_HEADERS:
+        if host.vulkan_headers is not None:
+            return True, f"the Vulkan headers {host.vulkan_headers}"
+        return False, (
+            f"the Vulkan headers and loader ({host.vulkan_headers_reason or 'not found'}; Debian/Ubuntu: "
+            "libvulkan-dev, which bash ci/setup.sh installs)"
+        )
+    if req is Requirement.GLSLC:
+        return _tool(
+            host.glslc,
+            "glslc, the shader compiler (not on PATH; Debian/Ubuntu: glslc, which bash ci/setup.sh installs)",
+        )
+    if req is Requirement.VULKAN_DEVICE:
+        device = chosen_vulkan_device(host.vulkan_devices)
+        if device is not None:
+            return True, f"Vulkan device {device.index}: {device.describe()}"
+        return False, f"a Vulkan device: {host.vulkan_device_reason or 'none found'}"
     if req is Requirement.IOS_DEVICE:
         if host.ios_device is not None:
             return True, f"iOS device {host.ios_device}"
@@ -518,4 +617,8 @@ def decide(host: HostFacts, platform: Platform, device: DeviceState | None = Non
     if emulated:
         simulator, simulator_reason = "", "timings and counts under an emulator say nothing of the target"
     can = replace(can, simulator=simulator, simulator_reason=simulator_reason)
+    if can_run and platform.llama_backend == "vulkan":
+        chosen = chosen_vulkan_device(host.vulkan_devices)
+        if chosen is not None:
+            can = replace(can, accelerator=f"Vulkan device {chosen.index}: {chosen.describe()}")
     return can if device is None else on_device(can, platform, device)

@@ -29,6 +29,8 @@ class Requirement(StrEnum):
     ANDROID_NDK = "android-ndk"
     XCODE = "xcode"
     CROSS_COMPILER = "cross-compiler"  # the platform's toolchain.cross_prefix compilers
+    VULKAN_HEADERS = "vulkan-headers"  # the Vulkan headers and loader to link (libvulkan-dev)
+    GLSLC = "glslc"  # the shader compiler ggml's Vulkan backend compiles its shaders with
     # run-time hardware
     X86_64_V3_CPU = "x86-64-v3-cpu"
     NVIDIA_GPU = "nvidia-gpu"
@@ -36,6 +38,7 @@ class Requirement(StrEnum):
     APPLE_SILICON = "apple-silicon"
     IOS_DEVICE = "ios-device"
     ARM64_CPU = "arm64-cpu"  # natively, or through the platform's emulator
+    VULKAN_DEVICE = "vulkan-device"  # a Vulkan physical device (a GPU, or Mesa's lavapipe)
     # run-time programs a check needs on the host that runs it (a check's run_requires)
     NODE = "node"  # Node.js, for the Node consumer
     JDK = "jdk"  # javac and java, for the JNI consumer
@@ -234,10 +237,31 @@ class Emulator:
 
 @dataclass(frozen=True, kw_only=True)
 class Agreement:
-    """cross-arch-agreement: greedy output compared with another platform's, same bundle."""
+    """cross-arch-agreement: greedy output compared with another platform's, same bundle.
+
+    Where the platform's arithmetic is not the reference's (another backend: Vulkan), two
+    correct builds may round a near-tie either way: a prompt may then first diverge only
+    where the reference's two highest logits were within `tie_margin`, as backend-agreement
+    judges a runtime. `max_logit_nmse`, where set, bounds the logits themselves: over the
+    logits of every step whose prefix both builds share, pooled, sum((x - r)^2) / sum(r^2)
+    of this build's x against the reference's r, the error llama.cpp's backend tests bound
+    per operation (eliza.core.logit_error)."""
 
     reference: str  # platform id, e.g. "linux-cpu"
     min_token_agreement: float  # the share of token positions that must agree (0..1)
+    tie_margin: float = 0.0  # 0: every divergence counts (identical arithmetic expected)
+    max_logit_nmse: float | None = None  # None: the logits are not compared
+    # bundle id -> the tolerance on that bundle (agreement.bundles in matrix.yaml)
+    bundle_tolerances: Mapping[str, Agreement] = field(default_factory=dict)
+
+    def on(self, bundle_id: str) -> Agreement:
+        """The tolerance on one bundle."""
+        return self.bundle_tolerances.get(bundle_id, self)
+
+    @property
+    def judges_logits(self) -> bool:
+        """Whether the reference's logits are needed: for the tie margin or the NMSE bound."""
+        return self.tie_margin > 0 or self.max_logit_nmse is not None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,6 +280,9 @@ class Platform:
     allowed_gates: tuple[str, ...] = ()  # gate ids this platform may enable
     ci_runner: tuple[str, ...] = ()  # CI runner labels
     slow_build: bool = False  # kept out of CI's default path (e.g. CUDA)
+    # A plain verify leaves the platform out even when its llama.cpp package is cached: it
+    # runs when named (--platform, --cell). For a slow platform whose checks cost minutes.
+    named_only: bool = False
     toolchain: Toolchain = field(default_factory=Toolchain)
     emulator: Emulator | None = None  # runs its binaries where the host's CPU cannot
     agreement: Agreement | None = None  # the cross-arch-agreement check's reference and tolerance

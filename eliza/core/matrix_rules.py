@@ -540,6 +540,20 @@ class MatrixRules:
                     "the fallback needs a subset of what a full run needs",
                     "list only requirements that are also in run_requires",
                 )
+            if plat["llama_backend"] == "vulkan":
+                missing = [r for r in ("vulkan-headers", "glslc") if r not in plat["build_requires"]]
+                if missing:
+                    self.error(
+                        ("platforms", i, "build_requires"),
+                        f"llama_backend vulkan builds with {' and '.join(missing)}, not in build_requires",
+                        f"add {', '.join(missing)}",
+                    )
+                if "vulkan-device" not in plat["run_requires"]:
+                    self.error(
+                        ("platforms", i, "run_requires"),
+                        "llama_backend vulkan runs on a Vulkan device, missing from run_requires",
+                        "add vulkan-device",
+                    )
             if plat["llama_backend"] == "cuda":
                 missing = [r for r in ("nvcc", "cublas") if r not in plat["build_requires"]]
                 if missing:
@@ -586,6 +600,14 @@ class MatrixRules:
             )
         agreement = plat.get("agreement")
         if agreement is not None:
+            bundle_ids = [b["id"] for b in self.data.get("bundles", [])]
+            for j, entry in enumerate(agreement.get("bundles", [])):
+                self.ref(
+                    entry["bundle"],
+                    bundle_ids,
+                    "bundle",
+                    ("platforms", i, "agreement", "bundles", j, "bundle"),
+                )
             known = [p["id"] for p in self.data["platforms"]]
             path: KeyPath = ("platforms", i, "agreement", "reference")
             if (
@@ -769,14 +791,24 @@ def _platform(p: Mapping[str, Any]) -> Platform:
             if "emulator" in p
             else None
         ),
-        agreement=(
-            Agreement(
-                reference=p["agreement"]["reference"],
-                min_token_agreement=float(p["agreement"]["min_token_agreement"]),
-            )
-            if "agreement" in p
-            else None
-        ),
+        agreement=_platform_agreement(p["agreement"]) if "agreement" in p else None,
+        named_only=bool(p.get("named_only", False)),
+    )
+
+
+def _platform_agreement(a: Mapping[str, Any]) -> Agreement:
+    def one(entry: Mapping[str, Any]) -> Agreement:
+        return Agreement(
+            reference=str(entry["reference"]),
+            min_token_agreement=float(entry["min_token_agreement"]),
+            tie_margin=float(entry.get("tie_margin", 0.0)),
+            max_logit_nmse=float(entry["max_logit_nmse"]) if "max_logit_nmse" in entry else None,
+        )
+
+    shared = {k: v for k, v in a.items() if k != "bundles"}
+    return replace(
+        one(shared),
+        bundle_tolerances={str(own["bundle"]): one({**shared, **own}) for own in a.get("bundles", [])},
     )
 
 

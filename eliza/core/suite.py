@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from eliza.core.host import HostFacts, chosen_vulkan_device, vulkan_environment
+
 PARALLEL_TIERS = frozenset({"unit", "cell", "e2e"})
 MAX_PROCESSES = 4  # beyond this the e2e tests queue on the checkout's and the Conan home's locks
 SLOWEST_SHOWN = 15  # so a suite that grows toward CI's time limit shows where
@@ -71,6 +73,14 @@ def side_by_side_env(processes: int, env: Mapping[str, str], *, cpus: int) -> di
     if processes < 2 or "ELIZA_N_THREADS" in env:
         return {}
     return {"ELIZA_N_THREADS": str(max(1, cpus // processes))}
+
+
+def device_environment(host: HostFacts, shares: Mapping[str, str]) -> dict[str, str]:
+    """What the children of a run are told about the host's accelerator: the Vulkan device
+    the linux-vulkan cells run on (eliza.core.host.vulkan_environment), with each process's
+    share of the cores (`shares`: side_by_side_env's) for a software device's threads."""
+    threads = shares.get("ELIZA_N_THREADS")
+    return vulkan_environment(chosen_vulkan_device(host.vulkan_devices), int(threads) if threads else None)
 
 
 def pytest_env(

@@ -489,6 +489,14 @@ class _Planner:
             self.notes.append(f"{platform.id}: not buildable here — {can.build_reason}")
             self.skip_all(subjects, can)
             return
+        if platform.slow_build and selection.cells is None and platform.named_only:
+            reason = (
+                f"a slow platform verified only when named: `nox -s verify -- --platform {platform.id}` "
+                "builds it (once) and runs its checks"
+            )
+            self.notes.append(f"{platform.id}: {reason}")
+            self.skip_all(subjects, can, records_kind=CheckKind.BUILD, reason=reason)
+            return
         if (
             platform.slow_build
             and selection.cells is None

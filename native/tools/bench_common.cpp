@@ -176,7 +176,8 @@ Parsed parse_options(int argc, char ** argv, const char * tool, bool needs_libra
                      "       [--max-tokens N] [--repeats N] [--temperature T] [--top-k K] [--top-p P]\n"
                      "       [--repeat-penalty R] [--seed S]%s\n",
                      tool, needs_library ? " --library PATH [--library-sha256 HEX]" : "",
-                     needs_library ? " [--streams N,N,...]\n       [--drafter GGUF] [--draft-min N] [--draft-max N]" : "");
+                     needs_library ? " [--streams N,N,...]\n       [--drafter GGUF] [--draft-min N] [--draft-max N]"
+                                   : " [--logits-out FILE]");
     };
     auto usage = [&](const std::string & why) {
         std::fprintf(stderr, "%s: %s\n", tool, why.c_str());
@@ -215,6 +216,7 @@ Parsed parse_options(int argc, char ** argv, const char * tool, bool needs_libra
             else if (flag == "--repeat-penalty") opt.repeat_penalty = std::stof(value);
             else if (flag == "--seed") opt.seed = std::stoi(value);
             else if (flag == "--drafter" && needs_library) opt.drafter = value;
+            else if (flag == "--logits-out" && !needs_library) opt.logits_out = value;
             else if (flag == "--draft-min" && needs_library) opt.draft_min = std::stoi(value);
             else if (flag == "--draft-max" && needs_library) opt.draft_max = std::stoi(value);
             else if (flag == "--streams" && needs_library) {

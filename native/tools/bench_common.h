@@ -59,6 +59,9 @@ struct Options {
     std::vector<int> streams;
     // e2e_loop_bench only: speculative decoding with this draft GGUF (mtp_drafter_path).
     std::string drafter;
+    // reference_runner only: every step's logits of the first repeat, in this file (see
+    // reference_runner.cpp for the layout); empty: none written.
+    std::string logits_out;
     int draft_min = 0;
     int draft_max = 0;
 };

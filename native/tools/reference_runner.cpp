@@ -91,6 +91,37 @@ double top_two_gap(const float * logits, const llama_vocab * vocab) {
     return static_cast<double>(first) - static_cast<double>(second);
 }
 
+// --logits-out: the raw logits of every step of each prompt's first repeat, for comparing two
+// builds' arithmetic (cross-arch-agreement's logit error). Little-endian: the magic
+// "ELZLGT01", int32 n_vocab, then per step int32 prompt index, int32 step, float32[n_vocab].
+class LogitsFile {
+  public:
+    bool open(const std::string & path, int32_t n_vocab) {
+        if (path.empty()) return true;
+        file_ = std::fopen(path.c_str(), "wb");
+        if (!file_) return false;
+        n_vocab_ = n_vocab;
+        return std::fwrite("ELZLGT01", 1, 8, file_) == 8 && std::fwrite(&n_vocab, sizeof n_vocab, 1, file_) == 1;
+    }
+    bool write(int32_t prompt, int32_t step, const float * logits) {
+        if (!file_) return true;
+        if (logits == nullptr) return false;
+        return std::fwrite(&prompt, sizeof prompt, 1, file_) == 1 && std::fwrite(&step, sizeof step, 1, file_) == 1 &&
+               std::fwrite(logits, sizeof(float), static_cast<size_t>(n_vocab_), file_) == static_cast<size_t>(n_vocab_);
+    }
+    bool close() {
+        if (!file_) return true;
+        const bool ok = std::fclose(file_) == 0;
+        file_ = nullptr;
+        return ok;
+    }
+    ~LogitsFile() { close(); }
+
+  private:
+    FILE * file_ = nullptr;
+    int32_t n_vocab_ = 0;
+};
+
 std::string model_path(const std::string & bundle) {
     // The bundle layout of the library: exactly one text/*.gguf; the runner takes the first
     // by name. Listed directly: no shell ever sees the bundle path.
@@ -131,6 +162,8 @@ int main(int argc, char ** argv) {
     FILE * out = opt.out == "-" ? stdout : std::fopen(opt.out.c_str(), "w");
     if (!out) return fail("cannot write '" + opt.out + "'");
     bench::write_header(out, "reference_runner", opt, identity);
+    LogitsFile logits;
+    if (!logits.open(opt.logits_out, llama_vocab_n_tokens(vocab))) return fail("cannot write '" + opt.logits_out + "'");
 
     llama_context_params cparams = llama_context_default_params();
     cparams.n_ctx = context_size(model);
@@ -161,7 +194,12 @@ int main(int argc, char ** argv) {
             size_t held = prompt.size();
             while (rep.status == 0) {
                 const size_t had = rep.tokens.size();
-                if (r == 0) rep.logit_margins.push_back(top_two_gap(llama_get_logits_ith(lctx, -1), vocab));
+                if (r == 0) {
+                    const float * row = llama_get_logits_ith(lctx, -1);
+                    rep.logit_margins.push_back(top_two_gap(row, vocab));
+                    const auto step = static_cast<int32_t>(rep.logit_margins.size() - 1);
+                    if (!logits.write(static_cast<int32_t>(p), step, row)) return fail("cannot write the logits");
+                }
                 const llama_token tok = llama_sampler_sample(smpl, lctx, -1);
                 rep.drafter.emplace_back(0, 0);  // one entry per step, as the library reports
                 if (llama_vocab_is_eog(vocab, tok)) {
@@ -197,6 +235,7 @@ int main(int argc, char ** argv) {
         bench::write_prompt(out, p, prompts[p], run);
     }
     if (out != stdout) std::fclose(out);
+    if (!logits.close()) return fail("cannot write '" + opt.logits_out + "'");
     llama_model_free(model);
     return rc;
 }

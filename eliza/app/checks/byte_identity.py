@@ -17,6 +17,7 @@ from eliza.app.services.baseline import BaselineError, resolve_commit
 from eliza.app.services.bench_options import BenchOptions
 from eliza.app.services.clock import Stopwatch, now
 from eliza.app.services.run import RUN_ERRORS, Run
+from eliza.core.backend_agreement import AgreementInputError, judge
 from eliza.core.bench_diff import (
     IdentityResult,
     RatioReport,
@@ -31,7 +32,8 @@ from eliza.core.bench_diff import (
 )
 from eliza.core.bench_records import BenchRun
 from eliza.core.evidence import Status
-from eliza.core.matrix import Cell, CheckKind, Matrix
+from eliza.core.logit_error import LogitsFormatError, logit_error, parse_logits
+from eliza.core.matrix import Agreement, BackendAgreement, Cell, Check, CheckKind, Matrix
 from eliza.core.outcome import CheckOutcome, Span, outcome, skipped
 from eliza.core.perf_stats import compare as perf_compare
 from eliza.core.verify_plan import IDENTITY_KINDS
@@ -108,33 +110,47 @@ class CellRuns:
     ffi_path: Path
     reference: BenchRun
     reference_path: Path
+    # every step's logits of the reference run, where the platform's agreement judges them
+    reference_logits: Path | None = None
 
 
 # The reference runs of one bench call, by the reference runner's bytes: every cell of a
 # platform builds the same plain-llama.h binary, and with the same settings, bundle, prompts
 # and target its output is the same, so it runs once per call.
-ReferenceRuns = dict[str, tuple[BenchRun, Path]]
+ReferenceRuns = dict[str, tuple[BenchRun, Path, Path | None]]
+
+# A reference platform's run for cross-arch-agreement: its FFI run, or (where logits are
+# judged) its reference runner's run, with the path of each and of its logits.
+AgreementRun = tuple[BenchRun, Path, Path | None]
 
 
 def run_cell(cell: Cell, library: Path, opts: BenchOptions, log: Log, references: ReferenceRuns) -> CellRuns:
     out = opts.out_dir / cell.platform.id / cell.gate_key
     build_dir = library.parent
     ffi_path, ref_path = out / "ffi.jsonl", out / "reference.jsonl"
+    agreement = cell.platform.agreement
+    logits = out / "reference.logits" if agreement is not None and agreement.judges_logits else None
     ffi = run_tool(
         bench_argv(build_dir, library, opts.settings, cell.id, ffi_path), ffi_path, runner=opts.runner
     )
     runner_sha = sha256_file(build_dir / "reference_runner")
     if runner_sha in references:
-        reference, ref_path = references[runner_sha]
+        reference, ref_path, logits = references[runner_sha]
         log(f"{cell.id}: the reference runner is the same binary as before: its run {ref_path} stands")
     else:
         reference = run_tool(
-            reference_argv(build_dir, opts.settings, cell.id, ref_path), ref_path, runner=opts.runner
+            reference_argv(build_dir, opts.settings, cell.id, ref_path, logits), ref_path, runner=opts.runner
         )
-        references[runner_sha] = (reference, ref_path)
+        references[runner_sha] = (reference, ref_path, logits)
     log(f"{cell.id}: {len(ffi.prompts)} prompts, {ffi.generated_tokens} tokens -> {ffi_path}")
     return CellRuns(
-        cell=cell, library=library, ffi=ffi, ffi_path=ffi_path, reference=reference, reference_path=ref_path
+        cell=cell,
+        library=library,
+        ffi=ffi,
+        ffi_path=ffi_path,
+        reference=reference,
+        reference_path=ref_path,
+        reference_logits=logits,
     )
 
 
@@ -201,12 +217,13 @@ def bench_platform(
     opts: BenchOptions,
     log: Log,
     baseline_library: Callable[[str, Cell], tuple[Path, bool]] | None = None,
-    reference_run: Callable[[str], tuple[BenchRun, Path]] | None = None,
+    reference_run: Callable[[str, bool], AgreementRun] | None = None,
     only: frozenset[str] | None = None,
     alone: Alone = nullcontext,
 ) -> tuple[list[CheckOutcome], dict[str, object] | None]:
-    """reference_run(platform id): the no-gate FFI run of another platform with the same
-    settings, for cross-arch-agreement. `only`: the check ids to judge (a verify's steps:
+    """reference_run(platform id, with logits): the no-gate run of another platform with
+    the same settings, for cross-arch-agreement (its FFI run, or its reference runner's with
+    every step's logits). `only`: the check ids to judge (a verify's steps:
     one bundle's checks); None: every byte-identity check of the cells. `alone`: where the
     runs are timed (the seam overhead, the drafter speedup), nothing else may run."""
     # Cells without a byte-identity check (a sanitizer variant's) are not benched here.
@@ -256,7 +273,7 @@ def bench_platform(
                 rounds = opts.drafter_pairs if not cell.gates or opts.speedup_on_every_cell else 1
                 outcomes.append(drafter_outcome(r, check.id, opts, log, rounds, alone))
             elif check.kind is CheckKind.CROSS_ARCH_AGREEMENT:
-                outcomes.append(agreement_outcome(r, check.id, reference_run, log))
+                outcomes.append(agreement_outcome(r, check, reference_run, log))
     emulated = opts.runner is not None and opts.runner.emulated
     if emulated:
         log(f"{platform_id}: seam overhead not measured: timings under an emulator say nothing of the target")
@@ -272,20 +289,27 @@ def bench_platform(
 
 
 def agreement_outcome(
-    runs: CellRuns, check_id: str, reference_run: Callable[[str], tuple[BenchRun, Path]] | None, log: Log
+    runs: CellRuns, check: Check, reference_run: Callable[[str, bool], AgreementRun] | None, log: Log
 ) -> CheckOutcome:
-    """The cell's greedy output against its platform's agreement reference (matrix.yaml)."""
+    """The cell's greedy output against its platform's agreement reference (matrix.yaml), on
+    the check's bundle; with the reference's logits where the tolerance judges them."""
     cell = runs.cell
-    agreement = cell.platform.agreement
     watch = Stopwatch()
-    if agreement is None or reference_run is None:
+    if cell.platform.agreement is None or reference_run is None:
         reason = f"{cell.platform.id} declares no agreement reference (agreement: in matrix.yaml)"
-        return outcome(cell.id, check_id, ran=0, passed=0, span=watch.span(), reason=reason, error=True)
+        return outcome(cell.id, check.id, ran=0, passed=0, span=watch.span(), reason=reason, error=True)
+    agreement = cell.platform.agreement.on(check.bundle)
     try:
-        reference, reference_path = reference_run(agreement.reference)
+        reference, reference_path, reference_logits = reference_run(
+            agreement.reference, agreement.judges_logits
+        )
     except RUN_ERRORS as exc:
         reason = f"no {agreement.reference} run to compare with: {str(exc)[-1500:]}"
-        return outcome(cell.id, check_id, ran=0, passed=0, span=watch.span(), reason=reason, error=True)
+        return outcome(cell.id, check.id, ran=0, passed=0, span=watch.span(), reason=reason, error=True)
+    if agreement.judges_logits:
+        return _logit_agreement(
+            runs, check.id, agreement, (reference, reference_path, reference_logits), log, watch
+        )
     result = token_agreement(
         runs.ffi, reference, left_label=f"{cell.id} FFI", right_label=f"{agreement.reference}.none FFI"
     )
@@ -294,7 +318,7 @@ def agreement_outcome(
     first = result.divergences[0] if result.divergences else None
     return outcome(
         cell.id,
-        check_id,
+        check.id,
         ran=1,
         passed=1 if ok else 0,
         span=watch.span(),
@@ -313,6 +337,81 @@ def agreement_outcome(
             "reference_platform": agreement.reference,
             "first_divergence": first.describe(result.left, result.right) if first else "",
             "problems": list(result.problems),
+        },
+    )
+
+
+def _logit_agreement(
+    runs: CellRuns, check_id: str, agreement: Agreement, reference: AgreementRun, log: Log, watch: Stopwatch
+) -> CheckOutcome:
+    """Tokens tie-aware (the reference's top-two gap at a first divergence), and the logits'
+    NMSE at every step both builds reached from the same prefix (eliza.core.logit_error)."""
+    cell = runs.cell
+    ref_run, ref_path, ref_logits = reference
+    label = f"{agreement.reference}.none"
+    rule = BackendAgreement(
+        compare="tokens", min_token_agreement=agreement.min_token_agreement, tie_margin=agreement.tie_margin
+    )
+    try:
+        if ref_logits is None or runs.reference_logits is None:
+            raise LogitsFormatError("a reference runner wrote no logits")
+        if [p.tokens for p in runs.reference.prompts] != [p.tokens for p in runs.ffi.prompts]:
+            raise LogitsFormatError(
+                f"{cell.id}: the reference runner's tokens differ from the FFI's; byte-identity-reference "
+                "is the check that judges that"
+            )
+        verdict = judge(cell.id, ref_run, ref_run, runs.ffi, rule)
+        shared = {
+            p.index: (p.divergence + 1 if p.divergence is not None else p.positions + 1)
+            for p in verdict.prompts
+        }
+        mine = parse_logits(runs.reference_logits.read_bytes(), str(runs.reference_logits))
+        theirs = parse_logits(ref_logits.read_bytes(), str(ref_logits))
+        # a prompt stopped by its end-of-generation token has one step more than tokens
+        shared = {p: min(n, mine.steps(p), theirs.steps(p)) for p, n in shared.items()}
+        error = logit_error(mine, theirs, shared)
+    except (AgreementInputError, LogitsFormatError, OSError) as exc:
+        reason = f"cannot compare with {label}: {exc}"
+        return outcome(cell.id, check_id, ran=0, passed=0, span=watch.span(), reason=reason, error=True)
+    bound = agreement.max_logit_nmse
+    logits_ok = bound is None or error.pooled <= bound
+    tokens = (
+        f"{cell.id} vs {label}, greedy: token agreement {verdict.agreement:.4f} "
+        f"({sum(p.agreed for p in verdict.prompts)}/{verdict.positions} positions, "
+        f"{sum(1 for p in verdict.prompts if p.divergence is None)}/{len(verdict.prompts)} prompts equal; "
+        f"floor {rule.min_token_agreement}, tie margin {rule.tie_margin})"
+    )
+    summary = f"{tokens}; {error.words()}" + (f" (bound {bound:g})" if bound is not None else "")
+    log(f"{cell.id}: {summary}")
+    problems = [] if verdict.passed else [verdict.reason()]
+    if not logits_ok:
+        problems.append(f"{error.words()} exceeds the bound {bound:g}")
+    return outcome(
+        cell.id,
+        check_id,
+        ran=2,
+        passed=int(verdict.passed) + int(logits_ok),
+        span=watch.span(),
+        reason="; ".join(problems),
+        artifacts=(runs.ffi_path, runs.reference_path, ref_path, runs.library),
+        metrics={
+            "token_agreement": round(verdict.agreement, 4),
+            "tokens_compared": verdict.positions,
+            "min_token_agreement": agreement.min_token_agreement,
+            "tie_margin": agreement.tie_margin,
+            "logit_nmse": float(f"{error.pooled:.4g}"),
+            "logit_nmse_worst_step": float(f"{error.worst:.4g}"),
+            "logit_nmse_median_step": float(f"{error.median:.4g}"),
+            "logit_steps_compared": error.steps,
+            **({"max_logit_nmse": bound} if bound is not None else {}),
+        },
+        log_tail="\n".join([summary] + [p.words() for p in verdict.prompts])[-4000:],
+        details={
+            "summary": summary,
+            "reference_platform": agreement.reference,
+            "first_divergence": next((p.words() for p in verdict.prompts if p.divergence is not None), ""),
+            "worst_logit_step": {"prompt": error.worst_at[0], "step": error.worst_at[1]},
+            "problems": problems,
         },
     )
 
@@ -537,22 +636,28 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             )
         return job.baselines[sha], False
 
-    agreement_runs: dict[str, tuple[BenchRun, Path]] = {}
+    agreement_runs: dict[tuple[str, bool], AgreementRun] = {}
 
-    def reference_run(platform_id: str) -> tuple[BenchRun, Path]:
-        """The reference platform's no-gate FFI run, here, with the same settings: once per
-        call, whichever of its cells asks first."""
-        if platform_id not in agreement_runs:
+    def reference_run(platform_id: str, logits: bool) -> AgreementRun:
+        """The reference platform's no-gate run, here, with the same settings: its FFI run,
+        or with `logits` its reference runner's (plain llama.h, which byte-identity-reference
+        holds equal to the FFI's) with every step's logits; once per call, whichever of its
+        cells asks first."""
+        if (platform_id, logits) not in agreement_runs:
             cell = job.matrix.reference_cell(platform_id)
             if cell is None or cell.ref not in job.libraries:
                 raise ValueError(f"{platform_id} has no reference cell library in this run")
             library = job.libraries[cell.ref]
             out = opts.out_dir / platform_id / "none" / "agreement-reference.jsonl"
-            agreement_runs[platform_id] = (
-                run_tool(bench_argv(library.parent, library, opts.settings, cell.id, out), out),
-                out,
-            )
-        return agreement_runs[platform_id]
+            if logits:
+                out = out.with_name("agreement-reference-logits.jsonl")
+                kept = out.with_suffix(".logits")
+                argv = reference_argv(library.parent, opts.settings, cell.id, out, kept)
+                agreement_runs[(platform_id, logits)] = (run_tool(argv, out), out, kept)
+            else:
+                argv = bench_argv(library.parent, library, opts.settings, cell.id, out)
+                agreement_runs[(platform_id, logits)] = (run_tool(argv, out), out, None)
+        return agreement_runs[(platform_id, logits)]
 
     outcomes, _ = bench_platform(
         job.matrix,

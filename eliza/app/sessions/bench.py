@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from eliza.adapters import proc
 from eliza.app.context import Context
 from eliza.app.errors import ChecksFailed, NotHere, UsageError
 from eliza.app.executor import Execution, execute
@@ -24,6 +25,7 @@ from eliza.app.services.run import Run, start_run
 from eliza.app.verification import plan_facts, print_plan
 from eliza.core.lab import Lab
 from eliza.core.matrix import Matrix
+from eliza.core.suite import device_environment
 from eliza.core.verify_plan import IDENTITY_KINDS, Selection, VerifyPlan, plan
 
 Log = Callable[[str], None]
@@ -115,15 +117,16 @@ def run(options: BenchSessionOptions, ctx: Context) -> Execution | None:
     with exclusive(f"nox -s bench-{platform_id}", log):
         bench_plan, run = planned(bundle_ready=True)
         run.device_facts = lab_service.device_facts(ctx)
-        done = execute(
-            bench_plan,
-            run,
-            ConanBuilder(ctx=ctx, verbose=opts.verbose),
-            ctx.capabilities(),
-            bench=opts,
-            describe_build=describe_build,
-            devices=lab_service.device_targets(ctx),
-        )
+        with proc.children_environment(device_environment(ctx.host, {})):
+            done = execute(
+                bench_plan,
+                run,
+                ConanBuilder(ctx=ctx, verbose=opts.verbose),
+                ctx.capabilities(),
+                bench=opts,
+                describe_build=describe_build,
+                devices=lab_service.device_targets(ctx),
+            )
         if done.failed:
             raise ChecksFailed(
                 "byte identity does not hold: "

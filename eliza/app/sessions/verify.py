@@ -12,6 +12,7 @@ from eliza.app.verification import VerifyOptions, VerifyResult, parser, verify
 from eliza.core.cell_id import CellId, CellIdError
 from eliza.core.matrix import Matrix
 from eliza.core.matrix_rules import unknown_cell
+from eliza.core.sessions import platform_build_cells
 
 
 def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -> VerifyOptions:
@@ -29,10 +30,17 @@ def parse_options(argv: Sequence[str], env: Mapping[str, str], matrix: Matrix) -
         p.error(f"--rounds {args.rounds}: must be between 3 and 50")
     if args.jobs is not None and not 1 <= args.jobs <= 256:
         p.error(f"--jobs {args.jobs}: must be between 1 and 256")
+    platforms = {pl.id for pl in matrix.platforms}
+    for pid in args.platform:
+        if pid not in platforms:
+            p.error(
+                f"--platform {pid}: not a platform of the matrix (one of: {', '.join(sorted(platforms))})"
+            )
     try:
         cells = tuple(CellId.parse(c) for c in args.cell)
     except CellIdError as exc:
         p.error(f"--cell {exc}")
+    cells += tuple(c.ref for pid in args.platform for c in platform_build_cells(matrix, matrix.platform(pid)))
     return VerifyOptions(
         cells=cells,
         rerun=args.rerun,

@@ -13,6 +13,10 @@ The CPU instruction-set level is an option, never ``-march=native``, so packages
 reproducible across machines; it is recorded in ``res/eliza-llama-build.json``. So is the
 ``sanitize`` option of a build variant (ASan/UBSan): each variant is a package of its own.
 
+GPU backends: ``with_cuda`` (CUDA, linked to the toolkit's runtime) and ``with_vulkan``
+(Vulkan, linked to the Vulkan loader; its shaders are compiled by ``glslc`` at build time).
+The pinned source carries the patches listed in ``conandata.yml``, applied in ``source()``.
+
 Reproducible whatever the Conan home: the source folder is mapped to its path relative to
 the build folder (``-ffile-prefix-map``), which is also what ccache passes the compiler when
 it runs with ``CCACHE_BASEDIR`` over the recipe's folder, so ``__FILE__`` strings are the
@@ -29,7 +33,7 @@ import subprocess
 from conan import ConanFile
 from conan.errors import ConanException, ConanInvalidConfiguration
 from conan.tools.cmake import CMake, CMakeToolchain, cmake_layout
-from conan.tools.files import check_sha256, copy, save, unzip
+from conan.tools.files import apply_conandata_patches, check_sha256, copy, export_conandata_patches, save, unzip
 
 required_conan_version = ">=2.0"
 
@@ -59,6 +63,7 @@ class LlamaCppConan(ConanFile):
         "arm_isa": _ARM_ISA,
         "with_cuda": [True, False],
         "cuda_architectures": ["ANY"],
+        "with_vulkan": [True, False],
         # A build variant's sanitizers (matrix.yaml `variants`): its own package.
         "sanitize": ["none", "address", "undefined", "address+undefined"],
     }
@@ -67,6 +72,7 @@ class LlamaCppConan(ConanFile):
         "arm_isa": "armv8.2-a+dotprod",
         "with_cuda": False,
         "cuda_architectures": "90",
+        "with_vulkan": False,
         "sanitize": "none",
     }
 
@@ -80,10 +86,15 @@ class LlamaCppConan(ConanFile):
         if not self.options.with_cuda:
             self.options.rm_safe("cuda_architectures")
 
+    def export_sources(self):
+        export_conandata_patches(self)
+
     def package_id(self):
-        # Without sanitizers the package id is the one it was before the option existed.
+        # Without sanitizers (or Vulkan) the package id is the one it was before the option existed.
         if self.info.options.get_safe("sanitize") == "none":
             self.info.options.rm_safe("sanitize")
+        if not self.info.options.get_safe("with_vulkan"):
+            self.info.options.rm_safe("with_vulkan")
 
     def _sanitize_flags(self):
         sanitize = str(self.options.get_safe("sanitize") or "none")
@@ -102,6 +113,10 @@ class LlamaCppConan(ConanFile):
             raise ConanInvalidConfiguration(f"{self.ref}: with_cuda is only supported on Linux")
         if self.options.with_cuda and self.options.get_safe("sanitize", "none") != "none":
             raise ConanInvalidConfiguration(f"{self.ref}: sanitize is for CPU builds (with_cuda=False)")
+        if self.options.with_vulkan and self.options.with_cuda:
+            raise ConanInvalidConfiguration(f"{self.ref}: with_vulkan and with_cuda are separate builds; choose one")
+        if self.options.with_vulkan and self.options.get_safe("sanitize", "none") != "none":
+            raise ConanInvalidConfiguration(f"{self.ref}: sanitize is for CPU builds (with_vulkan=False)")
 
     def _is_fork(self):
         return str(self.version).startswith("fork.")
@@ -131,6 +146,7 @@ class LlamaCppConan(ConanFile):
         unzip(self, archive, destination=staging)
         shutil.copytree(os.path.join(staging, data["subdir"]), self.source_folder, dirs_exist_ok=True)
         shutil.rmtree(staging)
+        apply_conandata_patches(self)
 
     def generate(self):
         tc = CMakeToolchain(self)
@@ -168,6 +184,7 @@ class LlamaCppConan(ConanFile):
             # No libcuda.so link: the driver stub is not part of every toolkit install, and
             # without it a GPU-less host still loads the library and falls back to the CPU.
             tc.cache_variables["GGML_CUDA_NO_VMM"] = True
+        tc.cache_variables["GGML_VULKAN"] = bool(self.options.with_vulkan)
         tc.generate()
 
     def _reproducible(self, tc):
@@ -226,6 +243,7 @@ class LlamaCppConan(ConanFile):
             "arch": str(self.settings.arch),
             "with_cuda": bool(self.options.with_cuda),
             "cuda_architectures": str(self.options.get_safe("cuda_architectures") or ""),
+            "with_vulkan": bool(self.options.with_vulkan),
             "build_type": str(self.settings.build_type),
             "sanitize": str(self.options.get_safe("sanitize") or "none"),
             "compiler": f"{self.settings.compiler} {self.settings.compiler.version}",
@@ -239,6 +257,8 @@ class LlamaCppConan(ConanFile):
         libs = ["llama", "ggml"]
         if self.options.with_cuda:
             libs.append("ggml-cuda")
+        if self.options.with_vulkan:
+            libs.append("ggml-vulkan")
         libs += ["ggml-cpu", "ggml-base"]
         self.cpp_info.libs = libs
         self.cpp_info.resdirs = ["res"]
@@ -252,3 +272,7 @@ class LlamaCppConan(ConanFile):
             # The consumer locates the CUDA runtime and cuBLAS (host toolkit or NVIDIA's
             # wheels) and adds them to its link line; see native/CMakeLists.txt.
             self.cpp_info.defines = ["ELIZA_LLAMA_WITH_CUDA=1"]
+        if self.options.with_vulkan:
+            # The Vulkan loader (libvulkan.so.1), which finds the host's drivers at run time.
+            self.cpp_info.system_libs.append("vulkan")
+            self.cpp_info.defines = ["ELIZA_LLAMA_WITH_VULKAN=1"]
