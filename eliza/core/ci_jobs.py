@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from eliza.core.host import _X86_64_LEVELS, HostFacts, Tool, decide
+from eliza.core.host import _X86_64_LEVELS, HostFacts, Tool, VulkanDevice, decide
 from eliza.core.matrix import Matrix, Platform, Requirement
 
 REPORT_JOB = "report"
@@ -100,6 +100,15 @@ class Runner:
             android_device_reason=missing,
             ios_device=device(Requirement.IOS_DEVICE),
             ios_device_reason=missing,
+            vulkan_headers=device(Requirement.VULKAN_HEADERS),
+            vulkan_headers_reason=missing,
+            glslc=tool(Requirement.GLSLC, "glslc"),
+            vulkan_devices=(
+                (VulkanDevice(index=0, name=f"declared for runner {self.name}", driver="declared"),)
+                if Requirement.VULKAN_DEVICE in self.provides
+                else ()
+            ),
+            vulkan_device_reason=missing,
             programs=programs,
             existing_dirs=frozenset(dirs),
         )

@@ -72,9 +72,13 @@ def _tools(hashes: InputHashes, names: Iterable[str]) -> str:
 def fingerprint_for(
     cell: Cell, check: Check, hashes: InputHashes, baseline_commit: str = ""
 ) -> InputFingerprint:
-    build_tools = ["compiler", "cmake", "conan", "ninja"] + (
-        ["nvcc"] if cell.platform.llama_backend == "cuda" else []
+    build_tools = (
+        ["compiler", "cmake", "conan", "ninja"]
+        + (["nvcc"] if cell.platform.llama_backend == "cuda" else [])
+        + (["glslc"] if cell.platform.llama_backend == "vulkan" else [])
     )
+    if cell.platform.llama_backend == "vulkan" and check.needs_run:
+        build_tools.append("vulkan-device")
     parts = {
         "native": hashes.native,
         "recipes": hashes.recipes,

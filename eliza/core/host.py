@@ -253,6 +253,9 @@ class Capability:
     # The accelerator the platform's llama.cpp runs on here, in words ("Vulkan device 0:
     # llvmpipe ..., a software device ..."): its run-time evidence names it.
     accelerator: str = ""
+    # That accelerator runs its shaders on the CPU (Mesa's lavapipe): its results are
+    # checked, its timings mean nothing for a GPU and its runs are slow.
+    software_device: bool = False
 
     @property
     def as_target(self) -> bool:
@@ -620,5 +623,9 @@ def decide(host: HostFacts, platform: Platform, device: DeviceState | None = Non
     if can_run and platform.llama_backend == "vulkan":
         chosen = chosen_vulkan_device(host.vulkan_devices)
         if chosen is not None:
-            can = replace(can, accelerator=f"Vulkan device {chosen.index}: {chosen.describe()}")
+            can = replace(
+                can,
+                accelerator=f"Vulkan device {chosen.index}: {chosen.describe()}",
+                software_device=chosen.software,
+            )
     return can if device is None else on_device(can, platform, device)

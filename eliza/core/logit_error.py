@@ -59,7 +59,9 @@ def parse_logits(data: bytes, source: str) -> LogitRows:
         )
     n_vocab = int(np.frombuffer(data, dtype="<i4", count=1, offset=len(MAGIC))[0])
     if n_vocab < 1:
-        raise LogitsFormatError(f"{source}: n_vocab {n_vocab}")
+        raise LogitsFormatError(
+            f"{source}: n_vocab {n_vocab} in the header (a step holds at least one logit)"
+        )
     row_bytes = 8 + 4 * n_vocab
     body = len(data) - _HEADER
     if body % row_bytes:

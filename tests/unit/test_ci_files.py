@@ -73,9 +73,10 @@ def test_the_workflow_is_generated_where_github_actions_reads_it() -> None:
 def test_one_build_job_per_platform_one_check_job_per_cell_one_report() -> None:
     jobs = workflow()["jobs"]
     # Apple targets: the macOS runner does not offer xcode until an Apple build has run.
-    # linux-arm64 builds on the Ubuntu runner and its checks run there under qemu.
-    built = {"linux-cpu", "linux-cuda", "linux-arm64"}
-    checked = {"linux-cpu", "linux-cuda", "linux-arm64"}
+    # linux-arm64 builds on the Ubuntu runner and its checks run there under qemu;
+    # linux-vulkan builds and runs there too, on Mesa's lavapipe, which setup installs.
+    built = {"linux-cpu", "linux-cuda", "linux-arm64", "linux-vulkan"}
+    checked = {"linux-cpu", "linux-cuda", "linux-arm64", "linux-vulkan"}
     assert {j for j in jobs if j.startswith("build-")} == {build_job_id(p) for p in built}
     cells = [c for c in MATRIX.cells if c.platform.id in checked]
     assert {j for j in jobs if not j.startswith("build-")} == {job_id(c.id) for c in cells} | {

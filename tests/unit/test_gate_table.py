@@ -56,6 +56,7 @@ def test_conan_recipe_passes_the_matrix_gate_table() -> None:
         "with_test_kit",
         "sanitize",  # a build variant's sanitizers
         "with_cuda",  # llama.cpp's choices, which a consumer selects the binary by
+        "with_vulkan",
         *{key for p in MATRIX.platforms for key in p.llama_options},
     }
 

@@ -8,8 +8,17 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from eliza.adapters.host_probe import probe_host
-from eliza.core.host import Capability, HostFacts, Tool, decide, x86_64_level
+from eliza.adapters.host_probe import parse_vulkaninfo_summary, probe_host
+from eliza.core.host import (
+    Capability,
+    HostFacts,
+    Tool,
+    VulkanDevice,
+    chosen_vulkan_device,
+    decide,
+    vulkan_environment,
+    x86_64_level,
+)
 from eliza.core.matrix import Platform, Requirement
 
 R = Requirement
@@ -232,8 +241,9 @@ def test_every_requirement_is_decidable() -> None:
     everything = Platform(
         id="all", description="all", os="linux", arch="x86_64", llama_backend="cpu",
         build_requires=tuple(r for r in R if r not in (R.X86_64_V3_CPU, R.NVIDIA_GPU, R.ANDROID_DEVICE,
-                                                       R.APPLE_SILICON, R.IOS_DEVICE)),
-        run_requires=(R.X86_64_V3_CPU, R.NVIDIA_GPU, R.ANDROID_DEVICE, R.APPLE_SILICON, R.IOS_DEVICE),
+                                                       R.APPLE_SILICON, R.IOS_DEVICE, R.VULKAN_DEVICE)),
+        run_requires=(R.X86_64_V3_CPU, R.NVIDIA_GPU, R.ANDROID_DEVICE, R.APPLE_SILICON, R.IOS_DEVICE,
+                      R.VULKAN_DEVICE),
     )  # fmt: skip
     cap = decide(bare, everything)
     assert not cap.can_build and not cap.can_run
@@ -279,3 +289,86 @@ def test_probe_this_machine() -> None:
     assert facts.cpu_count >= 1
     assert (facts.nvidia_gpu is None) == bool(facts.nvidia_gpu_reason)
     json.dumps(facts.as_dict())
+
+
+LINUX_VULKAN = Platform(
+    id="linux-vulkan", description="vulkan", os="linux", arch="x86_64", llama_backend="vulkan",
+    build_requires=(*BASE_TOOLS, R.VULKAN_HEADERS, R.GLSLC), run_requires=(R.X86_64_V3_CPU, R.VULKAN_DEVICE),
+)  # fmt: skip
+LAVAPIPE = VulkanDevice(
+    index=1, name="llvmpipe (LLVM 15.0.6, 256 bits)", driver="llvmpipe",
+    driver_info="Mesa 22.3.6 (LLVM 15.0.6)", device_type="cpu", api_version="1.3.230",
+)  # fmt: skip
+RADV = VulkanDevice(
+    index=0, name="AMD Radeon 780M (RADV GFX1103_R1)", driver="radv", device_type="integrated-gpu"
+)
+VULKAN_HOST = replace(
+    LINUX, vulkan_headers="1.3.239 at /usr/include/vulkan", glslc=Tool(name="glslc", path="/usr/bin/glslc")
+)
+
+# What `vulkaninfo --summary` (vulkan-tools 1.3.239) prints, trimmed: two devices.
+SUMMARY = """\
+Devices:
+========
+GPU0:
+\tapiVersion         = 1.3.246
+\tdeviceType         = PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU
+\tdeviceName         = AMD Radeon 780M (RADV GFX1103_R1)
+\tdriverName         = radv
+\tdriverInfo         = Mesa 23.1.2
+GPU1:
+\tapiVersion         = 1.3.230
+\tdriverVersion      = 0.0.1
+\tdeviceType         = PHYSICAL_DEVICE_TYPE_CPU
+\tdeviceName         = llvmpipe (LLVM 15.0.6, 256 bits)
+\tdriverID           = DRIVER_ID_MESA_LLVMPIPE
+\tdriverName         = llvmpipe
+\tdriverInfo         = Mesa 22.3.6 (LLVM 15.0.6)
+"""
+
+
+def test_vulkaninfo_summary_lists_each_device_with_its_driver_and_kind() -> None:
+    gpu, cpu = parse_vulkaninfo_summary(SUMMARY)
+    assert (gpu.index, gpu.driver, gpu.device_type, gpu.software) == (0, "radv", "integrated-gpu", False)
+    assert (cpu.index, cpu.name, cpu.driver_info, cpu.api_version) == (
+        1, "llvmpipe (LLVM 15.0.6, 256 bits)", "Mesa 22.3.6 (LLVM 15.0.6)", "1.3.230",
+    )  # fmt: skip
+    assert cpu.software and cpu.describe().endswith("Vulkan 1.3.230, a software device")
+    assert parse_vulkaninfo_summary("Cannot create Vulkan instance.\n") == ()
+
+
+def test_the_vulkan_cells_run_on_a_gpu_before_a_software_device() -> None:
+    assert chosen_vulkan_device((LAVAPIPE, RADV)) == RADV
+    assert chosen_vulkan_device((LAVAPIPE,)) == LAVAPIPE
+    assert chosen_vulkan_device(()) is None
+
+
+def test_ggml_is_pinned_to_the_device_and_told_what_a_software_device_lacks() -> None:
+    assert vulkan_environment(RADV) == {"GGML_VK_VISIBLE_DEVICES": "0"}
+    assert vulkan_environment(LAVAPIPE, threads=1) == {
+        "GGML_VK_VISIBLE_DEVICES": "1",
+        "GGML_VK_DISABLE_F16": "1",
+        "GGML_VK_DISABLE_COOPMAT": "1",
+        "LP_NUM_THREADS": "1",
+    }
+    assert vulkan_environment(None) == {}
+
+
+def test_a_vulkan_platform_runs_on_the_chosen_device_and_says_which() -> None:
+    cap = decide(replace(VULKAN_HOST, vulkan_devices=(LAVAPIPE,)), LINUX_VULKAN)
+    assert cap.can_build and cap.can_run
+    assert cap.how_it_runs(device_free=False) == f"native, on Vulkan device 1: {LAVAPIPE.describe()}"
+    assert "glslc" in cap.build_reason and "1.3.239" in cap.build_reason
+    # the CPU platform on the same host runs natively: the device is the Vulkan build's
+    assert decide(replace(VULKAN_HOST, vulkan_devices=(LAVAPIPE,)), LINUX_CPU).how_it_runs(False) == "native"
+
+
+def test_a_host_without_vulkan_names_what_it_lacks() -> None:
+    bare = replace(LINUX, vulkan_headers_reason="no vulkan/vulkan_core.h under /usr/include",
+                   vulkan_device_reason="vulkaninfo not found")  # fmt: skip
+    cap = decide(bare, LINUX_VULKAN)
+    assert cap.missing_build == (R.VULKAN_HEADERS, R.GLSLC) and cap.missing_run == (R.VULKAN_DEVICE,)
+    assert "no vulkan/vulkan_core.h under /usr/include; Debian/Ubuntu: libvulkan-dev" in cap.build_reason
+    assert "glslc, the shader compiler (not on PATH" in cap.build_reason
+    assert "a Vulkan device: vulkaninfo not found" in cap.run_reason
+    assert not cap.accelerator

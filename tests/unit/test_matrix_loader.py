@@ -252,7 +252,8 @@ def test_unknown_enum_value_suggests_the_valid_one() -> None:
     p = only_problem(edit("run_requires: [android-device]", "run_requires: [android-devic]"))
     assert (p.line, p.key_path) == (18, "platforms[1].run_requires[0]")
     assert p.message == "unknown run requirement 'android-devic'; did you mean 'android-device'?"
-    assert p.hint == "valid: x86-64-v3-cpu, nvidia-gpu, android-device, apple-silicon, ios-device, arm64-cpu"
+    valid = "x86-64-v3-cpu, nvidia-gpu, android-device, apple-silicon, ios-device, arm64-cpu, vulkan-device"
+    assert p.hint == f"valid: {valid}"
 
 
 def test_wrong_type_says_how_to_write_it() -> None:
@@ -909,3 +910,50 @@ def test_a_waiver_of_a_runtime_check_names_its_runtime() -> None:
     shipped["perf_waivers"] = [{**waiver, "check": "perf", "backend": "litert"}]
     [problem] = [p for p in problems(yaml.safe_dump(shipped)) if p.key_path.startswith("perf_waivers")]
     assert problem.key_path == "perf_waivers[0].backend" and "judges no second runtime" in problem.message
+
+
+VULKAN = """\
+  - id: linux-vulkan
+    description: Vulkan
+    os: linux
+    arch: x86_64
+    llama_backend: vulkan
+    build_requires: [cxx-compiler, vulkan-headers, glslc]
+    run_requires: [vulkan-device]
+    ci_runner: [ubuntu-24.04]
+    agreement:
+      reference: linux-cpu
+      min_token_agreement: 0.75
+      tie_margin: 0.8
+      max_logit_nmse: 0.01
+      bundles:
+        - {bundle: tiny, min_token_agreement: 0.9, max_logit_nmse: 2.0e-6}
+"""
+WITH_VULKAN = edit(
+    "gates:\n", VULKAN + "bundles:\n  - id: tiny\n    description: t\n    generated: true\ngates:\n"
+)
+
+
+def test_a_vulkan_platform_agrees_with_the_cpu_per_bundle() -> None:
+    agreement = parse_matrix(WITH_VULKAN, SOURCE).platform("linux-vulkan").agreement
+    assert agreement is not None and agreement.judges_logits
+    tiny = agreement.on("tiny")
+    assert (tiny.min_token_agreement, tiny.tie_margin, tiny.max_logit_nmse) == (0.9, 0.8, 2.0e-6)
+    other = agreement.on("another")
+    assert (other.min_token_agreement, other.max_logit_nmse) == (0.75, 0.01)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "words"),
+    [
+        ("vulkan-headers, glslc]", "vulkan-headers]", "platforms[2].build_requires",
+         "llama_backend vulkan builds with glslc, not in build_requires"),
+        ("run_requires: [vulkan-device]", "run_requires: []", "platforms[2].run_requires",
+         "llama_backend vulkan runs on a Vulkan device, missing from run_requires"),
+        ("{bundle: tiny,", "{bundle: tinny,", "platforms[2].agreement.bundles[0].bundle",
+         "unknown bundle 'tinny'"),
+    ],
+)  # fmt: skip
+def test_a_vulkan_platform_names_what_its_entry_lacks(old: str, new: str, key: str, words: str) -> None:
+    p = only_problem(edit(old, new, WITH_VULKAN))
+    assert p.key_path == key and words in p.message

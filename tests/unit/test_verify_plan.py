@@ -11,7 +11,7 @@ import pytest
 from eliza.core.cell_id import CellId
 from eliza.core.evidence import Counts, EvidenceRecord, HostInfo, Status
 from eliza.core.fingerprint import InputHashes, fingerprint_for
-from eliza.core.host import HostFacts, Tool, decide
+from eliza.core.host import HostFacts, Tool, VulkanDevice, decide
 from eliza.core.layout import REPO_ROOT
 from eliza.core.matrix import CheckKind, Matrix
 from eliza.core.report.states import GridState
@@ -160,10 +160,11 @@ def test_fresh_evidence_is_kept_and_nothing_is_built(matrix: Matrix) -> None:
         s for s in p.steps if s.cell.platform in ("linux-cpu", "linux-arm64") and s.cell.variant is None
     ]
     # the real bundle's checks under qemu are the only steps that are not kept: they never
-    # run there (the no-gate cell's reference, each runtime's agreement)
+    # run there (the no-gate cell's reference and agreement, each runtime's agreement)
     emulated_only = [s for s in cpu_and_arm if not isinstance(s, Keep)]
     assert [(str(s.cell), s.check) for s in emulated_only] == [
         ("linux-arm64.none", "byte-identity-reference.gemma3-270m"),
+        ("linux-arm64.none", "cross-arch-agreement.gemma3-270m"),
         ("linux-arm64.litert", "backend-agreement.gemma3-270m"),
         ("linux-arm64.mlx", "backend-agreement.gemma3-270m"),
         ("linux-arm64.litert+mlx", "backend-agreement.gemma3-270m"),
@@ -553,3 +554,47 @@ def test_the_same_skip_already_on_record_is_not_written_again(matrix: Matrix) ->
         plan(matrix, facts(matrix, evidence={**known, **other}), SELECT_ALL), variant, "native-suite"
     )
     assert isinstance(written, Skip) and written.records
+
+
+VULKAN_HOST = replace(
+    HOST,
+    vulkan_headers="1.3.239 at /usr/include/vulkan",
+    glslc=tool("glslc"),
+    vulkan_devices=(
+        VulkanDevice(index=0, name="llvmpipe (LLVM 15.0.6, 256 bits)", driver="llvmpipe", device_type="cpu"),
+    ),
+)
+
+
+def vulkan_facts(matrix: Matrix, **kw: object) -> PlanFacts:
+    caps = {p.id: decide(VULKAN_HOST, p) for p in matrix.platforms}
+    cached = frozenset({("linux-cpu", "none"), ("linux-vulkan", "none")})
+    return replace(PlanFacts(capabilities=caps, hashes=HASHES, cached_llama=cached), **kw)  # type: ignore[arg-type]
+
+
+def test_a_named_only_platform_stays_out_of_a_plain_verify_even_when_cached(matrix: Matrix) -> None:
+    p = plan(matrix, vulkan_facts(matrix), SELECT_ALL)
+    skip = only_step(p, "linux-vulkan.none", "build")
+    assert isinstance(skip, Skip) and skip.records and "--platform linux-vulkan" in skip.reason
+    assert not any(s.cell.platform == "linux-vulkan" for s in p.steps if isinstance(s, (Run, Build)))
+
+
+def test_a_named_vulkan_cell_runs_on_the_device_and_builds_its_agreement_reference(matrix: Matrix) -> None:
+    named = Selection(cells=frozenset({CellId.parse("linux-vulkan.none")}))
+    p = plan(matrix, vulkan_facts(matrix), named)
+    roles = {str(b.cell): b.role for b in p.builds}
+    assert roles["linux-vulkan.none"] is BuildRole.SUBJECT and "linux-cpu.none" in roles
+    agreement = only_step(p, "linux-vulkan.none", "cross-arch-agreement")
+    assert isinstance(agreement, Run) and "Vulkan device 0: llvmpipe" in agreement.how
+    assert "a software device" in agreement.how
+    assert isinstance(only_step(p, "linux-vulkan.none", "cross-arch-agreement.gemma3-270m"), Run)
+
+
+def test_without_a_vulkan_device_the_vulkan_cells_build_but_do_not_run(matrix: Matrix) -> None:
+    host = replace(VULKAN_HOST, vulkan_devices=(), vulkan_device_reason="the Vulkan loader lists no device")
+    caps = {p.id: decide(host, p) for p in matrix.platforms}
+    named = Selection(cells=frozenset({CellId.parse("linux-vulkan.none")}))
+    p = plan(matrix, replace(vulkan_facts(matrix), capabilities=caps), named)
+    assert isinstance(only_step(p, "linux-vulkan.none", "build"), Run)
+    skip = only_step(p, "linux-vulkan.none", "byte-identity-reference")
+    assert isinstance(skip, Skip) and "a Vulkan device: the Vulkan loader lists no device" in skip.reason

@@ -1,6 +1,7 @@
 """The build check: the cell's library exists, exports exactly the C ABI, says which
 gates and llama.cpp it was built with, and (CUDA) links the CUDA runtime and falls back
-to the CPU with the CPU build's output."""
+to the CPU with the CPU build's output, or (Vulkan) has the Vulkan backend and links the
+Vulkan loader."""
 
 from __future__ import annotations
 
@@ -107,6 +108,19 @@ def build_outcome(
             subs.append(SubCheck(name=f"links {lib}", ok=lib in deps, detail=_ldd_line(deps, lib)))
         if cpu_reference is not None and bundle is not None:
             subs.append(cpu_fallback_subcheck(built.library, cpu_reference, bundle, repo))
+    if cell.platform.llama_backend == "vulkan":
+        # The Vulkan backend compiled in, and the loader (which finds the host's drivers) linked.
+        subs.append(
+            SubCheck(
+                name="llama.cpp built with Vulkan",
+                ok=llama.get("with_vulkan") is True,
+                detail=f"eliza-llama-build.json says with_vulkan={llama.get('with_vulkan')}",
+            )
+        )
+        deps = proc.run(["ldd", built.library]).stdout
+        subs.append(
+            SubCheck(name="links libvulkan", ok="libvulkan" in deps, detail=_ldd_line(deps, "libvulkan"))
+        )
     source = llama.get("source", {})
     return from_subchecks(
         cell.id,

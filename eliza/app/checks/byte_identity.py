@@ -33,9 +33,20 @@ from eliza.core.bench_diff import (
 from eliza.core.bench_records import BenchRun
 from eliza.core.evidence import Status
 from eliza.core.logit_error import LogitsFormatError, logit_error, parse_logits
-from eliza.core.matrix import Agreement, BackendAgreement, Cell, Check, CheckKind, Matrix
+from eliza.core.matrix import (
+    Agreement,
+    BackendAgreement,
+    Cell,
+    Check,
+    CheckKind,
+    Direction,
+    Matrix,
+    MetricRule,
+)
 from eliza.core.outcome import CheckOutcome, Span, outcome, skipped
+from eliza.core.perf_stats import Verdict
 from eliza.core.perf_stats import compare as perf_compare
+from eliza.core.perf_stats import judge as perf_judge
 from eliza.core.verify_plan import IDENTITY_KINDS
 from eliza.formats.bench_jsonl import load_run
 from eliza.formats.files import atomic_write_text, sha256_file
@@ -420,8 +431,16 @@ def _is_reference_check(o: CheckOutcome, cell: Cell, matrix: Matrix) -> bool:
     return o.cell == cell.id and matrix.check(o.check).kind is CheckKind.BYTE_IDENTITY_REFERENCE
 
 
+# The seam's overhead, FFI ÷ plain llama.h decode tok/s on the same build, is judged with the
+# perf check's rule for decode: a regression is an interval wholly below 1 - 0.05, p < 0.05.
+# On a software GPU (lavapipe) both sides run the same shaders: the ratio still says what
+# the seam costs, though neither speed says anything of a GPU's.
+SEAM_OVERHEAD_RULE = MetricRule(metric="seam_overhead", direction=Direction.HIGHER, bound=0.05)
+
+
 def _with_overhead(o: CheckOutcome, overhead: dict[str, object]) -> CheckOutcome:
-    """The seam-overhead ratio belongs to the no-gate cell's FFI-vs-reference evidence."""
+    """The seam-overhead ratio belongs to the no-gate cell's FFI-vs-reference evidence, and
+    a decisive regression of it fails that evidence."""
     decode = overhead["decode_tok_s"]
     ratio = decode["ratio"]  # type: ignore[index]
     # The perf check's statistics (eliza.core.perf_stats) over the same samples: the
@@ -435,7 +454,19 @@ def _with_overhead(o: CheckOutcome, overhead: dict[str, object]) -> CheckOutcome
         "seam_overhead_ci_high": round(stats.high, 4),
         "seam_overhead_p": round(stats.p_value, 6),
     }
-    return replace(o, metrics=metrics, details=dict(o.details) | {"overhead": overhead})
+    verdict = perf_judge(stats, SEAM_OVERHEAD_RULE)
+    details = dict(o.details) | {"overhead": overhead, "seam_overhead": verdict.words}
+    if verdict.verdict is not Verdict.FAILED:
+        return replace(o, metrics=metrics, details=details)
+    reason = "; ".join(r for r in (o.reason, f"the seam costs decode speed: {verdict.words}") if r)
+    return replace(
+        o,
+        status=Status.FAILED,
+        passed=min(o.passed, o.ran - 1),
+        reason=reason,
+        metrics=metrics,
+        details=details,
+    )
 
 
 def baseline_outcome(

@@ -221,6 +221,22 @@ def bundle_settings(bundle: Bundle, repo: Path | None = None) -> str:
     return json.dumps(settings, sort_keys=True)
 
 
+# A software GPU (lavapipe) runs the fixture at about 18 tok/s where the CPU build runs it
+# at 2,000: the seam-overhead pairs there are as short as a real model's, still decisive
+# (5 interleaved pairs), and the figure says what the seam costs per call, not the GPU's speed.
+SOFTWARE_DEVICE_OVERHEAD_TOKENS = 16
+
+
+def on_software_device(opts: BenchOptions) -> BenchOptions:
+    """The bench options of a platform whose accelerator is a software device."""
+    return replace(
+        opts,
+        overhead_max_tokens=min(opts.overhead_max_tokens, SOFTWARE_DEVICE_OVERHEAD_TOKENS),
+        overhead_repeats=1,
+        overhead_pairs=MIN_OVERHEAD_PAIRS,
+    )
+
+
 def on_bundle(opts: BenchOptions, bundle: Bundle, folder: Path, prompts: Path) -> BenchOptions:
     """The bench options of the checks that run on `bundle`: its folder and prompts, its
     own output folder, and its sizing where it declares one (a real model decodes far

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from eliza.core.fingerprint import InputHashes
-from eliza.core.host import HostFacts
+from eliza.core.host import HostFacts, chosen_vulkan_device
 from eliza.formats.files import sha256_file, tree_hash
 
 # Under native/ but not part of the library: the consumers load the released library as
@@ -111,12 +111,16 @@ def input_hashes(
     def version(tool: object) -> str:
         return str(getattr(tool, "version", "") or "absent")
 
+    vulkan = chosen_vulkan_device(host.vulkan_devices)
     tools = {
         "compiler": version(host.compiler),
         "cmake": version(host.cmake),
         "conan": version(host.conan),
         "ninja": version(host.ninja),
         "nvcc": version(host.nvcc),
+        "glslc": version(host.glslc),
+        # the device (and driver) the Vulkan cells run on: another is another result
+        "vulkan-device": vulkan.describe() if vulkan else "absent",
         "abidiff": abidiff_version or "absent",
         "node": version(host.programs.get("node")),
         "jdk": version(host.programs.get("javac")),
