@@ -32,7 +32,7 @@ from eliza.core.bench_diff import (
 )
 from eliza.core.bench_records import BenchRun
 from eliza.core.evidence import Status
-from eliza.core.logit_error import LogitsFormatError, logit_error, parse_logits
+from eliza.core.logit_error import LogitsFormatError, logit_error
 from eliza.core.matrix import (
     Agreement,
     BackendAgreement,
@@ -50,6 +50,7 @@ from eliza.core.perf_stats import judge as perf_judge
 from eliza.core.verify_plan import IDENTITY_KINDS
 from eliza.formats.bench_jsonl import load_run
 from eliza.formats.files import atomic_write_text, sha256_file
+from eliza.formats.logits import parse_logits, step_errors
 
 Log = Callable[[str], None]
 
@@ -380,7 +381,7 @@ def _logit_agreement(
         theirs = parse_logits(ref_logits.read_bytes(), str(ref_logits))
         # a prompt stopped by its end-of-generation token has one step more than tokens
         shared = {p: min(n, mine.steps(p), theirs.steps(p)) for p, n in shared.items()}
-        error = logit_error(mine, theirs, shared)
+        error = logit_error(step_errors(mine, theirs, shared))
     except (AgreementInputError, LogitsFormatError, OSError) as exc:
         reason = f"cannot compare with {label}: {exc}"
         return outcome(cell.id, check_id, ran=0, passed=0, span=watch.span(), reason=reason, error=True)
