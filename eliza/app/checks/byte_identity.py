@@ -385,6 +385,7 @@ def _logit_agreement(
     except (AgreementInputError, LogitsFormatError, OSError) as exc:
         reason = f"cannot compare with {label}: {exc}"
         return outcome(cell.id, check_id, ran=0, passed=0, span=watch.span(), reason=reason, error=True)
+    logit_files = (runs.reference_logits, ref_logits)  # every step's logits, both sides
     bound = agreement.max_logit_nmse
     logits_ok = bound is None or error.pooled <= bound
     tokens = (
@@ -405,7 +406,7 @@ def _logit_agreement(
         passed=int(verdict.passed) + int(logits_ok),
         span=watch.span(),
         reason="; ".join(problems),
-        artifacts=(runs.ffi_path, runs.reference_path, ref_path, runs.library),
+        artifacts=(runs.ffi_path, runs.reference_path, ref_path, *logit_files, runs.library),
         metrics={
             "token_agreement": round(verdict.agreement, 4),
             "tokens_compared": verdict.positions,
