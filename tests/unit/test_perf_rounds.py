@@ -321,3 +321,24 @@ def test_an_at_once_runtime_runs_both_sides_of_a_round_together_after_the_first(
         calls.clear()
         perf.own_runner_rounds(cell, series(name), 3, lambda line: None, threads=1, cores=cores)
         assert calls == [("body", 0), ("own", 0), ("own", 1), ("body", 1), ("body", 2), ("own", 2)]
+
+
+def test_only_a_failure_against_the_own_runner_is_run_again() -> None:
+    """A failed verdict whose every failed row is a body against its own runner gets its
+    own-runner rounds again; one that failed against llama.cpp (no waiver) does not."""
+
+    def verdict(status: Status, *failed: str) -> Any:
+        rows = [{"metric": m, "verdict": "failed"} for m in failed] + [
+            {"metric": "decode_tok_s", "verdict": "verified"}
+        ]
+        return SimpleNamespace(status=status, details={"perf": {"metrics": rows}})
+
+    assert perf.fails_only_against_own_runner(verdict(Status.FAILED, "own_runner_prefill"))
+    assert perf.fails_only_against_own_runner(
+        verdict(Status.FAILED, "own_runner_decode", "own_runner_prefill")
+    )
+    assert not perf.fails_only_against_own_runner(
+        verdict(Status.FAILED, "own_runner_decode", "prefill_tok_s")
+    )
+    assert not perf.fails_only_against_own_runner(verdict(Status.FAILED))
+    assert not perf.fails_only_against_own_runner(verdict(Status.PASSED))
