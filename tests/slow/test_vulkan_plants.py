@@ -13,12 +13,13 @@ linux-vulkan.none with both bundles (several minutes each on a software device).
 from __future__ import annotations
 
 import subprocess
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from tests.ci.helpers import copy_tree, env_for
-from tests.integration.test_synthetic_gate import run
 from tests.plants import edit
 from tests.signing import predicate
 from tests.slow.test_fork_build import unpack_fork
@@ -46,6 +47,12 @@ def _vulkan_runs_here() -> None:
         )
 
 
+def verify(repo: Path, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """`nox -s verify -- --cell linux-vulkan.none` in the copy: about 13 minutes on lavapipe."""
+    argv = [sys.executable, "-m", "nox", "-s", "verify", "--", "--cell", CELL]
+    return subprocess.run(argv, cwd=repo, env=dict(env), capture_output=True, text=True, timeout=3600)
+
+
 def record(repo: Path, check: str) -> dict[str, object]:
     return predicate(repo / "build" / "evidence" / f"{CELL}__{check}.json")
 
@@ -60,11 +67,11 @@ def test_a_shader_constant_fails_agreement_and_keeps_identity(tmp_path: Path) ->
     shader.write_text(shader.read_text().replace(SCALE, PLANTED_SCALE))
     repo = copy_tree(tmp_path / "repo")
     env = env_for(repo, ELIZA_LLAMA_CPP_DIR=str(tree))
-    done = run(repo, "-m", "nox", "-s", "verify", "--", "--cell", CELL, env=env)
+    done = verify(repo, env)
     assert done.returncode != 0, done.stdout[-3000:]
     tiny = record(repo, "cross-arch-agreement")
     assert tiny["status"] == "failed", tiny["reason"]
-    assert "exceeds the bound 2e-06" in str(tiny["reason"]), tiny["reason"]
+    assert "exceeds the bound 3e-06" in str(tiny["reason"]), tiny["reason"]
     for check in ("byte-identity-reference", "byte-identity-reference.gemma3-270m", "abi", "consumer"):
         same = record(repo, check)
         assert same["status"] == "passed", (check, same["reason"])
@@ -73,7 +80,7 @@ def test_a_shader_constant_fails_agreement_and_keeps_identity(tmp_path: Path) ->
 def test_a_change_of_the_librarys_greedy_path_fails_identity_on_vulkan(tmp_path: Path) -> None:
     repo = copy_tree(tmp_path / "repo")
     edit(repo, "native/src/sampling.cpp", GREEDY, PENALISED_GREEDY)
-    done = run(repo, "-m", "nox", "-s", "verify", "--", "--cell", CELL, env=env_for(repo))
+    done = verify(repo, env_for(repo))
     assert done.returncode != 0, done.stdout[-3000:]
     identity = record(repo, "byte-identity-reference")
     assert identity["status"] == "failed", identity["reason"]
