@@ -55,6 +55,7 @@ class AgreementVerdict:
     compare: str
     prompts: tuple[PromptVerdict, ...]
     rule: BackendAgreement
+    against: str = "llama.cpp"  # what the reference run is, in summaries
 
     @property
     def positions(self) -> int:
@@ -90,7 +91,7 @@ class AgreementVerdict:
     def summary(self) -> str:
         exact = sum(1 for p in self.prompts if p.divergence is None)
         return (
-            f"{self.backend} vs llama.cpp, greedy: {self.compare} agreement {self.agreement:.4f} "
+            f"{self.backend} vs {self.against}, greedy: {self.compare} agreement {self.agreement:.4f} "
             f"({sum(p.agreed for p in self.prompts)}/{self.positions} positions, {exact}/{len(self.prompts)} "
             f"prompts equal; floor {self.rule.min_token_agreement}, tie margin {self.rule.tie_margin})"
         )
@@ -205,7 +206,13 @@ def _judge_prompt(
 
 
 def judge(
-    backend_name: str, reference: BenchRun, margins: BenchRun, backend: BenchRun, rule: BackendAgreement
+    backend_name: str,
+    reference: BenchRun,
+    margins: BenchRun,
+    backend: BenchRun,
+    rule: BackendAgreement,
+    *,
+    against: str = "llama.cpp",
 ) -> AgreementVerdict:
     """reference: the llama.cpp path's output (the reference runner's: plain llama.h, which
     byte-identity-reference holds byte-identical to the library's llama.cpp path); margins:
@@ -227,7 +234,9 @@ def judge(
         _judge_prompt(ref, mar, got, rule)
         for ref, mar, got in zip(reference.prompts, margins.prompts, backend.prompts, strict=True)
     )
-    return AgreementVerdict(backend=backend_name, compare=rule.compare, prompts=verdicts, rule=rule)
+    return AgreementVerdict(
+        backend=backend_name, compare=rule.compare, prompts=verdicts, rule=rule, against=against
+    )
 
 
 def past_the_window(rule: BackendAgreement) -> BackendAgreement:

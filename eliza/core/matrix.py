@@ -263,6 +263,11 @@ class Agreement:
         """Whether the reference's logits are needed: for the tie margin or the NMSE bound."""
         return self.tie_margin > 0 or self.max_logit_nmse is not None
 
+    @property
+    def judges_logits_anywhere(self) -> bool:
+        """Whether any bundle's tolerance needs the logits (the runs write them for all)."""
+        return self.judges_logits or any(t.judges_logits for t in self.bundle_tolerances.values())
+
 
 @dataclass(frozen=True, kw_only=True)
 class Platform:

@@ -141,7 +141,7 @@ def run_cell(cell: Cell, library: Path, opts: BenchOptions, log: Log, references
     build_dir = library.parent
     ffi_path, ref_path = out / "ffi.jsonl", out / "reference.jsonl"
     agreement = cell.platform.agreement
-    logits = out / "reference.logits" if agreement is not None and agreement.judges_logits else None
+    logits = out / "reference.logits" if agreement is not None and agreement.judges_logits_anywhere else None
     ffi = run_tool(
         bench_argv(build_dir, library, opts.settings, cell.id, ffi_path), ffi_path, runner=opts.runner
     )
@@ -372,7 +372,7 @@ def _logit_agreement(
                 f"{cell.id}: the reference runner's tokens differ from the FFI's; byte-identity-reference "
                 "is the check that judges that"
             )
-        verdict = judge(cell.id, ref_run, ref_run, runs.ffi, rule)
+        verdict = judge(cell.id, ref_run, ref_run, runs.ffi, rule, against=label)
         shared = {
             p.index: (p.divergence + 1 if p.divergence is not None else p.positions + 1)
             for p in verdict.prompts
@@ -388,13 +388,7 @@ def _logit_agreement(
     logit_files = (runs.reference_logits, ref_logits)  # every step's logits, both sides
     bound = agreement.max_logit_nmse
     logits_ok = bound is None or error.pooled <= bound
-    tokens = (
-        f"{cell.id} vs {label}, greedy: token agreement {verdict.agreement:.4f} "
-        f"({sum(p.agreed for p in verdict.prompts)}/{verdict.positions} positions, "
-        f"{sum(1 for p in verdict.prompts if p.divergence is None)}/{len(verdict.prompts)} prompts equal; "
-        f"floor {rule.min_token_agreement}, tie margin {rule.tie_margin})"
-    )
-    summary = f"{tokens}; {error.words()}" + (f" (bound {bound:g})" if bound is not None else "")
+    summary = f"{verdict.summary()}; {error.words()}" + (f" (bound {bound:g})" if bound is not None else "")
     log(f"{cell.id}: {summary}")
     problems = [] if verdict.passed else [verdict.reason()]
     if not logits_ok:

@@ -249,6 +249,21 @@ def fails_only_against_own_runner(done: CheckOutcome) -> bool:
     return bool(failed) and all(m.startswith("own_runner_") for m in failed)
 
 
+def own_rounds_again(
+    cell: Cell,
+    owned: Sequence[Comparison],
+    own: Sequence[tuple[str, Samples]],
+    rounds: int,
+    log: Log,
+    *,
+    threads: int,
+    cores: int,
+) -> None:
+    """As many own-runner rounds again as the first `rounds`, added to each body's samples."""
+    for c, (_, samples) in zip(owned, own, strict=True):
+        samples.extend(own_runner_rounds(cell, c, rounds, log, first=rounds, threads=threads, cores=cores))
+
+
 def own_runner_prompts(c: Comparison) -> Path:
     """Where a series' own-runner rounds find their prompts (written by own_runner_settings)."""
     return c.out / "own-runner" / "prompts.txt"
@@ -815,18 +830,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 more = measure_series(cell, series, rounds, evidence.detail, first=rounds)
                 for (_, samples), extra in zip(measured, more, strict=True):
                     samples.extend(extra)
-                for c, (_, samples) in zip(owned, own, strict=True):
-                    samples.extend(
-                        own_runner_rounds(
-                            cell,
-                            c,
-                            own_rounds,
-                            evidence.detail,
-                            first=own_rounds,
-                            threads=threads,
-                            cores=cores,
-                        )
-                    )
+                own_rounds_again(cell, owned, own, own_rounds, evidence.detail, threads=threads, cores=cores)
             about["rounds_run"] = 2 * rounds
             for said in own_about.values():
                 said["rounds"] = 2 * own_rounds
@@ -836,22 +840,11 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         elif opts.perf_rounds is None and own and fails_only_against_own_runner(done):
             # A body slower than its own runner in every round of a short series may be the
             # host's moment, not the body's cost (measured once: LiteRT-LM's prefill on Gemma
-            # 0.93 over three rounds; a run of the check a minute later, 1.01): its own-runner rounds run
-            # as many again, once, and the verdict is that of all of them. A cost the body
-            # pays at every token fails them all (the planted sleeps: p = 0.003 after four).
+            # 0.93 over three rounds; a run of the check a minute later, 1.01): its own-runner
+            # rounds run as many again, once, and the verdict is that of all of them. A cost the
+            # body pays at every token fails them all (the planted sleeps: p = 0.003 after four).
             with job.alone():
-                for c, (_, samples) in zip(owned, own, strict=True):
-                    samples.extend(
-                        own_runner_rounds(
-                            cell,
-                            c,
-                            own_rounds,
-                            evidence.detail,
-                            first=own_rounds,
-                            threads=threads,
-                            cores=cores,
-                        )
-                    )
+                own_rounds_again(cell, owned, own, own_rounds, evidence.detail, threads=threads, cores=cores)
             for said in own_about.values():
                 said["rounds"] = 2 * own_rounds
                 said["confirmed"] = "a failure of the first rounds was run again: the verdict is all of them"
