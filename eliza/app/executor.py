@@ -13,12 +13,13 @@ and the evidence do not depend on the number of jobs."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -259,7 +260,7 @@ def execute(
             }
             done.written += run.record(outcomes, judged)
     if calls:
-        done.timings.wall("checks", checks.seconds(), jobs)
+        done.timings.wall("checks", checks.seconds(), jobs, checks.cpu_seconds())
         for label, seconds in quiet.windows:
             done.timings.alone(label, seconds)
     if done.written:
@@ -317,6 +318,8 @@ def _run_group(
             bench = on_bundle(bench, matrix.bundle(bundle_id), run.bundle, run.prompts)
     if bench is not None and can.software_device:
         bench = on_software_device(bench)
+    if bench is not None and platform.llama_backend == "cpu" and not can.as_target:
+        bench = replace(bench, side_by_side_cores=len(os.sched_getaffinity(0)))
     how = steps[0].how
     if how != "native":
         run.ran_on[platform.id] = how

@@ -888,6 +888,7 @@ def _bundle(b: Mapping[str, Any]) -> Bundle:
             long_prompts=bench.get("long_prompts", ""),
             long_max_tokens=bench.get("long_max_tokens", 0),
             own_runner_prompts=bench.get("own_runner_prompts", 0),
+            own_runner_max_tokens=bench.get("own_runner_max_tokens", 0),
         ),
         gated_cells=b.get("gated_cells", True),
         emulated=b.get("emulated", True),

@@ -4,7 +4,9 @@ builds (llama.cpp per platform, the library), checks by kind, the report, and th
 Pure: the caller adds each measured span with its phase and label; `lines` renders them,
 longest first within a phase, and what no span covers as "other". A phase whose spans ran
 side by side also has its own wall time, which its line shows beside the spans' sum and
-their ratio (how many cores were busy on average); the checks' windows that measured wall
+their ratio (how many steps ran at once on average), and the CPU time its processes took
+with what that is in cores (how busy the cores were: a step may run two processes at once);
+the checks' windows that measured wall
 time with nothing else running (alone) are listed under them, the longest first.
 """
 
@@ -22,6 +24,8 @@ class Timings:
     spans: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     # phase -> (wall seconds, jobs) of a phase whose spans ran side by side
     walls: dict[str, tuple[float, int]] = field(default_factory=dict)
+    # phase -> CPU seconds its processes took (this one and every tool it ran), all cores
+    cpu: dict[str, float] = field(default_factory=dict)
     # the windows a step measured wall time in with nothing else running: (label, seconds)
     alone_windows: list[tuple[str, float]] = field(default_factory=list)
 
@@ -29,11 +33,14 @@ class Timings:
         """A window in which one step measured wall time and the other cores idled."""
         self.alone_windows.append((label, max(0.0, seconds)))
 
-    def wall(self, phase: str, seconds: float, jobs: int) -> None:
-        """The phase's own wall time, when its spans overlapped (`jobs` at once)."""
+    def wall(self, phase: str, seconds: float, jobs: int, cpu_seconds: float | None = None) -> None:
+        """The phase's own wall time, when its spans overlapped (`jobs` at once), and the CPU
+        time its processes took meanwhile."""
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase!r} (one of {', '.join(PHASES)})")
         self.walls[phase] = (max(0.0, seconds), jobs)
+        if cpu_seconds is not None:
+            self.cpu[phase] = max(0.0, cpu_seconds)
 
     def add(self, phase: str, label: str, seconds: float) -> None:
         if phase not in PHASES:
@@ -71,6 +78,9 @@ class Timings:
                 wall, jobs = self.walls[phase]
                 summed = self.summed_seconds(phase)
                 busy = f", {summed / wall:.2f} busy" if wall > 0 else ""
+                cpu = self.cpu.get(phase)
+                if cpu is not None and wall > 0:
+                    busy += f"; CPU {_clock(cpu)}, {cpu / wall:.2f} cores"
                 words.insert(0, f"[steps summed {_clock(summed)}, {jobs} at once{busy}]")
             out.append(f"  {phase:<8} {_clock(self.phase_seconds(phase)):>7}  " + ", ".join(words))
             if phase == "checks" and self.alone_windows:

@@ -4,6 +4,7 @@ tool is replaced by samples derived here (the runner's own arithmetic is what is
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import date
 from pathlib import Path
@@ -169,6 +170,51 @@ def test_backends_of_one_cell_share_the_reference_rounds(
     assert ran == ["mlx-coreml", "llama.cpp", "llama.cpp", "mlx-coreml"]
 
 
+def test_sides_doing_the_same_work_run_each_round_at_once_on_a_core_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The library against the reference library (the same runtime on both sides), here, on
+    a host with a core per side's threads: both sides of every round at once (a barrier only
+    two calls in flight can pass). A runtime against llama.cpp, a platform whose work is not
+    on this host's CPU, one core, two threads a side, or a lab device: in turn, AB then BA."""
+    import threading
+
+    together = threading.Barrier(2, timeout=10)
+    at_once = True
+    ran: list[str] = []
+
+    def run_tool(argv: list[str], out: Path, env: dict[str, str], runner: object = None) -> Any:
+        ran.append(out.stem)
+        if at_once:
+            together.wait()  # raises BrokenBarrierError when the other side does not come
+        return SimpleNamespace(peak_rss_source="proc-status-vmhwm")
+
+    monkeypatch.setattr(perf, "run_tool", run_tool)
+    monkeypatch.setattr(perf, "run_metrics", lambda done: {"decode_tok_s": 1.0})
+    library = tmp_path / "lib.so"
+    opts = BenchOptions(settings=BenchSettings(bundle=tmp_path / "bundle"), out_dir=tmp_path / "bench")
+    cell = MATRIX.cell(CellId.parse("linux-cpu.none"))
+    here = dataclasses.replace(opts, side_by_side_cores=2)
+    samples = perf.measure(cell, perf.Side(library), perf.Side(tmp_path / "ref.so"), here, 3, print)
+    assert sorted(ran) == sorted(f"{side}-{i}" for side in ("candidate", "reference") for i in range(3))
+    assert samples.sides == "side by side" and samples.candidate["decode_tok_s"] == [1.0] * 3
+    at_once = False
+    mlx = perf.Side(library, {"ELIZA_LLM_BACKEND": "mlx-coreml"})
+    llama = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
+    two_threads = dataclasses.replace(here, overhead_threads=2)
+    on_device = dataclasses.replace(here, runner=SimpleNamespace(words="device x"))  # type: ignore[arg-type]
+    for candidate, reference, options in (
+        (mlx, llama, here),
+        (perf.Side(library), perf.Side(tmp_path / "ref.so"), opts),  # not on this host's CPU
+        (perf.Side(library), perf.Side(tmp_path / "ref.so"), dataclasses.replace(opts, side_by_side_cores=1)),
+        (perf.Side(library), perf.Side(tmp_path / "ref.so"), two_threads),
+        (perf.Side(library), perf.Side(tmp_path / "ref.so"), on_device),
+    ):
+        ran.clear()
+        done = perf.measure(cell, candidate, reference, options, 2, print)
+        assert ran == ["candidate-0", "reference-0", "reference-1", "candidate-1"] and done.sides == "in turn"
+
+
 def test_a_body_is_held_to_its_own_runner_and_no_waiver_covers_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -321,6 +367,63 @@ def test_an_at_once_runtime_runs_both_sides_of_a_round_together_after_the_first(
         calls.clear()
         perf.own_runner_rounds(cell, series(name), 3, lambda line: None, threads=1, cores=cores)
         assert calls == [("body", 0), ("own", 0), ("own", 1), ("body", 1), ("body", 2), ("own", 2)]
+
+
+def test_a_body_run_of_the_same_prompts_lets_the_first_round_run_at_once_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rounds against llama.cpp leave a run of the body whose first prompts are the own
+    runner's: fed its prompt ids, the MLX runner runs every round side by side, at the
+    bundle's own_runner_max_tokens; a run of other prompts gives nothing and the first round
+    takes turns."""
+    import threading
+
+    from eliza.core.bench_records import parse_run
+
+    together = threading.Barrier(2, timeout=10)
+    calls: list[tuple[str, int]] = []
+    fed: list[object] = []
+
+    def run_tool(argv: list[str], out: Path, env: dict[str, str], runner: object = None) -> Any:
+        side = "own" if argv[1] == "-m" else "body"
+        if side == "own":
+            fed.append(json.loads(Path(argv[argv.index("--prompt-ids") + 1]).read_text()))
+        calls.append((side, int(out.stem.split("-")[1])))
+        assert argv[argv.index("--max-tokens") + 1] == "16"
+        if at_once_from_the_start:
+            together.wait()  # raises BrokenBarrierError when the other side does not come
+        return a_run((2, 7), decode_tok_s=5.0, decode_step_tok_s=5.2, prefill_tok_s=40.0)
+
+    monkeypatch.setattr(perf, "run_tool", run_tool)
+    monkeypatch.setattr(perf, "run_metrics", lambda done: done.metrics)
+
+    def earlier(*texts: str) -> Any:
+        header = {"type": "header", "format": "eliza-bench/1", "tool": "t", "cell": "c"}
+        lines = [header] + [
+            {"type": "prompt", "index": i, "prompt": text, "prompt_tokens": [40 + i, 41], "tokens": [5, 6],
+             "text_hex": "", "final_status": 1, "repeats_identical": True, "drafter": [],
+             "prefill_ms": [1.0], "first_token_ms": [2.0], "decode_tok_s": [10.0], "peak_rss_kb": 1}
+            for i, text in enumerate(texts)
+        ]  # fmt: skip
+        return parse_run("\n".join(json.dumps(line) for line in lines), "candidate-3.jsonl")
+
+    mlx = dataclasses.replace(
+        own_runner_series(tmp_path, "first prompt\nsecond prompt\n", "mlx-coreml"), own_max_tokens=16
+    )
+    cell = MATRIX.cell(CellId.parse("linux-cpu.mlx"))
+    at_once_from_the_start = True
+    samples = perf.own_runner_rounds(
+        cell, mlx, 3, lambda line: None, threads=1, cores=2, ids_from=earlier("first prompt", "second prompt")
+    )
+    assert sorted(calls) == [("body", 0), ("body", 1), ("body", 2), ("own", 0), ("own", 1), ("own", 2)]
+    assert fed[0] == [[40, 41]]  # the earlier run's first prompt: the runner's only one
+    assert samples.sides == "side by side" and samples.last_candidate is not None
+    at_once_from_the_start = False
+    calls.clear()
+    other = perf.own_runner_rounds(
+        cell, mlx, 1, lambda line: None, threads=1, cores=2, ids_from=earlier("another prompt")
+    )
+    assert calls == [("body", 0), ("own", 0)] and other.sides == "side by side after the first"
 
 
 def test_only_a_failure_against_the_own_runner_is_run_again() -> None:

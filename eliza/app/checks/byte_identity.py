@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -178,13 +179,17 @@ def _ffi_versus(
 
 def measure_overhead(none: CellRuns, opts: BenchOptions, log: Log) -> dict[str, object]:
     """Interleaved FFI/reference runs on the no-gate cell; one ratio per pair. The order
-    inside a pair alternates (AB, BA, ...) so warm-up and drift favour neither side."""
+    inside a pair alternates (AB, BA, ...) so warm-up and drift favour neither side; where
+    the host has a core for each side's threads (BenchOptions.side_by_side_cores), a pair's
+    two runs go at once instead, one process per core: both decode the same model with the
+    same llama.cpp, so each slows the other alike."""
     settings = replace(opts.settings, repeats=opts.overhead_repeats, max_tokens=opts.overhead_max_tokens)
     env = {"ELIZA_N_THREADS": str(opts.overhead_threads)}
     out = opts.out_dir / none.cell.platform.id / "overhead"
     decode: list[tuple[float, float]] = []
     first: list[tuple[float, float]] = []
     build_dir = none.library.parent
+    at_once = opts.runner is None and 2 * opts.overhead_threads <= opts.side_by_side_cores
     for i in range(opts.overhead_pairs):
         ffi_out, ref_out = out / f"ffi-{i}.jsonl", out / f"ref-{i}.jsonl"
         commands = {
@@ -192,7 +197,12 @@ def measure_overhead(none: CellRuns, opts: BenchOptions, log: Log) -> dict[str, 
             "ref": (reference_argv(build_dir, settings, none.cell.id, ref_out), ref_out),
         }
         order = ("ffi", "ref") if i % 2 == 0 else ("ref", "ffi")
-        done = {name: run_tool(*commands[name], env, runner=opts.runner) for name in order}
+        if at_once:
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="overhead-pair") as pool:
+                pending = {name: pool.submit(run_tool, *commands[name], env) for name in order}
+                done = {name: future.result() for name, future in pending.items()}
+        else:
+            done = {name: run_tool(*commands[name], env, runner=opts.runner) for name in order}
         ffi, ref = done["ffi"], done["ref"]
         decode.append((run_decode_tok_s(ffi), run_decode_tok_s(ref)))
         first.append((run_first_token_ms(ffi), run_first_token_ms(ref)))
@@ -206,6 +216,7 @@ def measure_overhead(none: CellRuns, opts: BenchOptions, log: Log) -> dict[str, 
         "max_tokens": settings.max_tokens,
         "repeats": settings.repeats,
         "threads": opts.overhead_threads,
+        "sides": "side by side" if at_once else "in turn",
         "decode_tok_s": {
             "ffi": [a for a, _ in decode],
             "reference": [b for _, b in decode],

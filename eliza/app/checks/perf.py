@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -97,6 +96,9 @@ class Samples:
     # order; empty when the runtime keeps none
     weight_cache: list[str] = field(default_factory=list)
     against: str = ""  # what the reference side was, in words, where it is not the series' own
+    # the candidate's latest run: its prompt ids can feed an own runner's first round
+    last_candidate: BenchRun | None = field(default=None, compare=False)
+    sides: str = ""  # how the rounds ran their sides: "in turn", "side by side" (after the first)
 
     def extend(self, more: Samples) -> None:
         for mine, theirs in ((self.candidate, more.candidate), (self.reference, more.reference)):
@@ -104,6 +106,7 @@ class Samples:
                 mine.setdefault(name, []).extend(values)
         self.peak_rss_sources |= more.peak_rss_sources
         self.weight_cache += more.weight_cache
+        self.last_candidate = more.last_candidate or self.last_candidate
 
 
 @dataclass(frozen=True)
@@ -129,12 +132,32 @@ def measure(
     out: Path | None = None,
 ) -> Samples:
     """Rounds of candidate and reference, AB then BA alternately, so warm-up and drift
-    favour neither; the cell's bench tool drives both sides, where the platform's binaries
-    run (here, or on its lab device: a device's timings are its own)."""
+    favour neither, or both at once where side_by_side says so; the cell's bench tool drives
+    both sides, where the platform's binaries run (here, or on its lab device: a device's
+    timings are its own)."""
     out = out or opts.out_dir / cell.platform.id / cell.key / "perf"
-    (samples,) = _rounds(cell, [(candidate, out)], reference, out, opts, rounds, first)
-    log(f"{cell.id}: perf: {rounds} rounds of candidate and reference")
+    at_once = side_by_side(candidate, reference, opts)
+    (samples,) = _rounds(cell, [(candidate, out)], reference, out, opts, rounds, first, at_once=at_once)
+    how = "side by side" if at_once else "in turn"
+    log(f"{cell.id}: perf: {rounds} rounds of candidate and reference ({how})")
     return samples
+
+
+# Sides that do the same work (the library's llama.cpp path against the reference library's)
+# run a round at once, one process per core, where the host has a core for each side's
+# threads: each is the other's only neighbour, so both are slowed alike (measured on
+# linux-cpu.none, 1 thread, 2026-12-07: see docs/perf.md) and the window keeps both cores
+# busy. A second runtime against llama.cpp takes turns: different work slows its neighbour
+# differently, and LiteRT-LM runs two threads a side.
+def side_by_side(candidate: Side, reference: Side, opts: BenchOptions) -> bool:
+    """Whether a round runs its two sides at once: the same runtime on both (the same
+    environment added), on this host's CPU with a core for each side's threads
+    (BenchOptions.side_by_side_cores)."""
+    return (
+        candidate.env == reference.env
+        and opts.runner is None
+        and 2 * opts.overhead_threads <= opts.side_by_side_cores
+    )
 
 
 def measure_shared(
@@ -152,7 +175,7 @@ def measure_shared(
     against the same llama.cpp path): each round runs every candidate once and the
     reference once, the order rotating from round to round so warm-up and drift favour no
     side; every candidate's series shares the reference's samples."""
-    taken = _rounds(cell, candidates, reference, reference_out, opts, rounds, first)
+    taken = _rounds(cell, candidates, reference, reference_out, opts, rounds, first, at_once=False)
     log(f"{cell.id}: perf: {rounds} rounds of {len(candidates)} candidates and their shared reference")
     return taken
 
@@ -165,27 +188,42 @@ def _rounds(
     opts: BenchOptions,
     rounds: int,
     first: int,
+    *,
+    at_once: bool,
 ) -> list[Samples]:
     """The rounds of `measure` and `measure_shared`: the sides in turn, candidates first,
-    the order rotated by one each round (with one candidate: AB, then BA). The cell's own
-    bench tool (the first candidate's folder) drives every side."""
+    the order rotated by one each round (with one candidate: AB, then BA), or every side of
+    a round at once (`at_once`). The cell's own bench tool (the first candidate's folder)
+    drives every side."""
     settings = perf_settings(opts)
     tool_dir = candidates[0][0].library.parent
     sides = [*((k, side, out) for k, (side, out) in enumerate(candidates)), (-1, reference, reference_out)]
     taken: dict[int, dict[str, list[float]]] = {k: {} for k, _, _ in sides}
     sources: dict[int, set[str]] = {k: set() for k, _, _ in sides}
     caches: dict[int, list[str]] = {k: [] for k, _, _ in sides}
+    latest: dict[int, BenchRun] = {}
+
+    def run_side(i: int, k: int, side: Side, out: Path) -> BenchRun:
+        name = "reference" if k < 0 else "candidate"
+        path = out / f"{name}-{i}.jsonl"
+        argv = bench_argv(tool_dir, side.library, settings, f"{cell.id} {name}", path)
+        env = {"ELIZA_N_THREADS": str(opts.overhead_threads), **side.env}
+        state = side.weight_cache() if side.weight_cache is not None else None
+        if state is not None:
+            caches[k].append(state)
+        return run_tool(argv, path, env, runner=opts.runner)
+
     for i in range(first, first + rounds):
         turn = i % len(sides)
-        for k, side, out in sides[turn:] + sides[:turn]:
-            name = "reference" if k < 0 else "candidate"
-            path = out / f"{name}-{i}.jsonl"
-            argv = bench_argv(tool_dir, side.library, settings, f"{cell.id} {name}", path)
-            env = {"ELIZA_N_THREADS": str(opts.overhead_threads), **side.env}
-            state = side.weight_cache() if side.weight_cache is not None else None
-            if state is not None:
-                caches[k].append(state)
-            done = run_tool(argv, path, env, runner=opts.runner)
+        order = sides[turn:] + sides[:turn]
+        if at_once:
+            with ThreadPoolExecutor(max_workers=len(order), thread_name_prefix="perf-round") as pool:
+                pending = [(k, pool.submit(run_side, i, k, side, out)) for k, side, out in order]
+                ran = [(k, done.result()) for k, done in pending]
+        else:
+            ran = [(k, run_side(i, k, side, out)) for k, side, out in order]
+        for k, done in ran:
+            latest[k] = done
             sources[k].add(done.peak_rss_source)
             for metric, value in run_metrics(done).items():
                 taken[k].setdefault(metric, []).append(value)
@@ -195,6 +233,8 @@ def _rounds(
             reference={metric: list(values) for metric, values in taken[-1].items()},
             peak_rss_sources=sources[k] | sources[-1],
             weight_cache=caches[k],
+            last_candidate=latest.get(k),
+            sides="side by side" if at_once else "in turn",
         )
         for k in range(len(candidates))
     ]
@@ -227,7 +267,7 @@ def measure_series(
 # API, on the same artifact, threads, prompt and greedy tokens (eliza.adapters.own_runners).
 # A body slower than its own runtime beyond 5 % is the body's cost and fails the check on any
 # host, whatever a waiver accepts of the runtime against llama.cpp (no waiver names these).
-OWN_RUNNER_MAX_TOKENS = 64  # decode steps per run: a per-token cost shows over as many
+OWN_RUNNER_MAX_TOKENS = 64  # decode steps per run where the bundle declares none
 # Paired rounds (compare_paired) of a body and its own runner: each round's ratio moved by
 # about 1-2 % here (LiteRT-LM and MLX on Gemma and the tiny bundle, 2026-12-07), so three
 # rounds decide a body within a few percent of its runtime or a tenth of a step beyond it
@@ -261,7 +301,10 @@ def own_rounds_again(
 ) -> None:
     """As many own-runner rounds again as the first `rounds`, added to each body's samples."""
     for c, (_, samples) in zip(owned, own, strict=True):
-        samples.extend(own_runner_rounds(cell, c, rounds, log, first=rounds, threads=threads, cores=cores))
+        more = own_runner_rounds(
+            cell, c, rounds, log, first=rounds, threads=threads, cores=cores, ids_from=samples.last_candidate
+        )
+        samples.extend(more)
 
 
 def own_runner_prompts(c: Comparison) -> Path:
@@ -271,9 +314,11 @@ def own_runner_prompts(c: Comparison) -> Path:
 
 def own_runner_settings(c: Comparison) -> BenchSettings:
     """The settings of a series' own-runner rounds: its bench settings (its repeats, at
-    least the runner's own fewest, each prompt's best taken on both sides) at 64 tokens,
-    on the first prompts of its prompt file (all, or the bundle's own_runner_prompts: a
-    slow runtime's 64 tokens a prompt are costly), written to own_runner_prompts(c)."""
+    least the runner's own fewest, each prompt's best taken on both sides) at 64 tokens or
+    the bundle's own_runner_max_tokens (a slow runtime's 64 tokens a prompt are costly, and
+    decode is judged on the median step, which a cost paid at every token moves in any
+    number of them), on the first prompts of its prompt file (all, or the bundle's
+    own_runner_prompts), written to own_runner_prompts(c)."""
     settings = perf_settings(c.opts)
     prompts = [
         line
@@ -284,16 +329,42 @@ def own_runner_settings(c: Comparison) -> BenchSettings:
     chosen.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(chosen, "\n".join(prompts[: c.own_prompts or len(prompts)]) + "\n")
     repeats = c.own.repeats(settings.repeats) if c.own is not None else settings.repeats
-    return replace(settings, prompts=chosen, max_tokens=OWN_RUNNER_MAX_TOKENS, repeats=repeats)
+    max_tokens = c.own_max_tokens or OWN_RUNNER_MAX_TOKENS
+    return replace(settings, prompts=chosen, max_tokens=max_tokens, repeats=repeats)
+
+
+def same_prompts(run: BenchRun | None, prompts: Path) -> BenchRun | None:
+    """`run` cut to the prompts of a prompt file whose lines are its first prompts, in order
+    (an own runner fed their ids needs no run of its own first); None when they are not."""
+    if run is None:
+        return None
+    lines = [
+        line
+        for line in prompts.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    head = run.prompts[: len(lines)]
+    if len(head) != len(lines) or any(p.prompt != line for p, line in zip(head, lines, strict=True)):
+        return None
+    return replace(run, prompts=head)
 
 
 def own_runner_rounds(
-    cell: Cell, c: Comparison, rounds: int, log: Log, *, first: int = 0, threads: int = 1, cores: int = 1
+    cell: Cell,
+    c: Comparison,
+    rounds: int,
+    log: Log,
+    *,
+    first: int = 0,
+    threads: int = 1,
+    cores: int = 1,
+    ids_from: BenchRun | None = None,
 ) -> Samples:
     """Rounds of the body (candidate) and its runtime's own runner (reference), body first in
     even rounds, the own runner first in odd ones, or both at once where the runner says so
-    (OwnRunner.at_once: after a first round in turn, since the MLX runner takes the prompt
-    ids of the body's latest run). A metric's sample of a run is its median over the prompts."""
+    (OwnRunner.at_once: from the first round when `ids_from`, an earlier run of the body on
+    these prompts, gives the MLX runner its prompt ids; else after a first round in turn).
+    A metric's sample of a run is its median over the prompts."""
     if c.own is None:
         raise ValueError(f"{c.label}: no own runner")
     own = c.own
@@ -303,7 +374,9 @@ def own_runner_rounds(
     body_env = {"ELIZA_N_THREADS": str(threads), **c.candidate.env}
     taken: dict[str, dict[str, list[float]]] = {"body": {}, "own": {}}
     sources: set[str] = set()
-    body: BenchRun | None = None
+    body: BenchRun | None = same_prompts(ids_from, settings.prompts)
+    at_once = own.at_once(threads, cores)
+    how = ("side by side" if body is not None else "side by side after the first") if at_once else "in turn"
 
     def run_body(i: int) -> BenchRun:
         path = out / f"body-{i}.jsonl"
@@ -326,9 +399,9 @@ def own_runner_rounds(
             raise BenchToolError(str(exc)) from exc
         return run_tool(argv, path, {"ELIZA_N_THREADS": str(threads)})
 
-    at_once = own.at_once(threads, cores)
     for i in range(first, first + rounds):
         if at_once and body is not None:
+            # the MLX runner is fed the prompt ids of the body's latest run
             with ThreadPoolExecutor(max_workers=2, thread_name_prefix="own-runner") as pool:
                 done_body = pool.submit(run_body, i)
                 done_own = pool.submit(run_own, i, body)
@@ -337,23 +410,22 @@ def own_runner_rounds(
             ran = {}
             for side in ["body", "own"] if i % 2 == 0 or body is None else ["own", "body"]:
                 if side == "body":
-                    ran["body"] = body = run_body(i)
-                elif body is None:  # never: a round runs the body first while none has run
-                    raise ValueError(f"{c.label}: the own runner needs a run of the body first")
+                    ran["body"] = run_body(i)
                 else:
-                    ran["own"] = run_own(i, body)
+                    ran["own"] = run_own(i, body or ran["body"])
         body = ran["body"]
         for side, done in ran.items():
             sources.add(done.peak_rss_source)
             for metric, value in run_metrics(done).items():
                 taken[side].setdefault(metric, []).append(value)
-    how = "side by side after the first" if at_once else "in turn"
     log(f"{cell.id}: perf: {rounds} rounds of {c.label}'s body and its own runner ({how})")
     return Samples(
         candidate=taken["body"],
         reference=taken["own"],
         peak_rss_sources=sources,
         against=f"the runtime's own runner: {c.own.words}",
+        last_candidate=body,
+        sides=how,
     )
 
 
@@ -548,6 +620,7 @@ class Comparison:
     out: Path
     own: OwnRunner | None = None  # a backend's runtime driven by its own API (own_runner_rounds)
     own_prompts: int = 0  # the own-runner rounds' prompts: the first N (0: all)
+    own_max_tokens: int = 0  # the own-runner rounds' decode tokens (0: OWN_RUNNER_MAX_TOKENS)
 
 
 def comparisons(
@@ -583,6 +656,7 @@ def comparisons(
             out / gate.factory,
             own_runner(gate.factory),
             job.matrix.bundle(check.bundle).bench.own_runner_prompts,
+            job.matrix.bundle(check.bundle).bench.own_runner_max_tokens,
         )
         for gate in backends_of(cell)
     ]
@@ -760,7 +834,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         own_about: dict[str, dict[str, object]] = {}
         threads = opts.overhead_threads
         own_rounds = rounds if opts.perf_rounds is not None else min(rounds, OWN_RUNNER_ROUNDS)
-        cores = len(os.sched_getaffinity(0))
+        cores = opts.side_by_side_cores
         try:
             with job.alone():  # the wall-time rounds: nothing else runs on the host meanwhile
                 taken = measure_series(cell, series, rounds, evidence.detail)
@@ -768,7 +842,15 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 own = [
                     (
                         c.label,
-                        own_runner_rounds(cell, c, own_rounds, evidence.detail, threads=threads, cores=cores),
+                        own_runner_rounds(
+                            cell,
+                            c,
+                            own_rounds,
+                            evidence.detail,
+                            threads=threads,
+                            cores=cores,
+                            ids_from=dict(measured)[c.label].last_candidate,
+                        ),
                     )
                     for c in owned
                 ]
@@ -788,6 +870,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             "max_tokens": settings.max_tokens,
             "repeats": settings.repeats,
             "ran_on": step.how,
+            "sides": ", ".join(sorted({samples.sides for _, samples in measured})),
             "peak_rss_source": _sources(measured),
         }
         if check.subject == "backend":
@@ -796,13 +879,13 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             own_about = {
                 c.label: {
                     "runner": c.own.words,
-                    "max_tokens": OWN_RUNNER_MAX_TOKENS,
+                    "max_tokens": own_runner_settings(c).max_tokens,
                     "prompts": own_runner_prompts(c).as_posix(),
                     "threads": threads,
                     "rounds": own_rounds,
                     "repeats": c.own.repeats(perf_settings(c.opts).repeats),
                     "judged": "paired rounds: decode on the median step, prefill on the best repeat",
-                    "sides": "at once after the first round" if c.own.at_once(threads, cores) else "in turn",
+                    "sides": dict(own)[c.label].sides,
                 }
                 for c in owned
                 if c.own is not None

@@ -47,6 +47,10 @@ class BenchOptions:
     json: bool = False  # the plan as JSON
     # How the platform's binaries run (natively, under its emulator, on a device): set per platform.
     runner: Target | None = None
+    # The cores a timed round may give its sides at once, one process per core (0: they take
+    # turns): set per platform where its work runs on this host's CPU (never on an
+    # accelerator, an emulator or a lab device, whose sides would share what they measure).
+    side_by_side_cores: int = 0
     devices: Path | None = None  # --devices: a lab file (eliza.app.services.lab)
 
 
