@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from eliza.adapters.bench_tools import BenchSettings
-from eliza.app.checks import perf
+from eliza.app.checks import perf, simulated
 from eliza.app.services.bench_options import BenchOptions
 from eliza.app.services.counts_cache import FOLDER, CountsCache
 from eliza.app.services.recording import ArtifactHashes
@@ -32,7 +32,7 @@ def counts(instructions: int) -> SimulatedRun:
 
 
 class Callgrind:
-    """Stands in for perf._simulate: one call per side actually run, counts by library."""
+    """Stands in for simulated._simulate: one call per side actually run, counts by library."""
 
     def __init__(self) -> None:
         self.ran: list[str] = []
@@ -89,15 +89,17 @@ def run_state(cache: Path) -> Any:
     )
 
 
-def measure(checkout: Checkout, evidence: Any, env: dict[str, str] | None = None) -> perf.Simulated:
+def measure(checkout: Checkout, evidence: Any, env: dict[str, str] | None = None) -> simulated.Simulated:
     assert INSTRUMENT is not None
-    return perf.measure_simulated(CELL, checkout.comparison(env), INSTRUMENT, "valgrind 3.19.0", 1, evidence)
+    return simulated.measure_simulated(
+        CELL, checkout.comparison(env), INSTRUMENT, "valgrind 3.19.0", 1, evidence
+    )
 
 
 @pytest.fixture
 def callgrind(monkeypatch: pytest.MonkeyPatch) -> Callgrind:
     stand_in = Callgrind()
-    monkeypatch.setattr(perf, "_simulate", stand_in)
+    monkeypatch.setattr(simulated, "_simulate", stand_in)
     return stand_in
 
 

@@ -69,7 +69,7 @@ class Run:
     # The other bundles (matrix.yaml `bundles` after the first), by id: (folder, prompt file)
     other_bundles: dict[str, tuple[Path, Path]] = field(default_factory=dict)
     # The perf check's simulated-CPU counts measured in this run, by everything they depend
-    # on (eliza.app.checks.perf.simulated_key): a reference library that several cells
+    # on (eliza.app.checks.simulated.simulated_key): a reference library that several cells
     # compare with is run under the simulator once.
     simulated_counts: dict[str, SimulatedRun] = field(default_factory=dict)
 
