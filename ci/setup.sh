@@ -324,7 +324,8 @@ if ! project_installed; then
     before=$(wc -l <"$log")
     step "installing this checkout (editable) with its test extras" python3 "${pip_install[@]}" -e ".[test]"
     count=$(tail -n +"$((before + 1))" "$log" | sed -n 's/^Successfully installed //p' | wc -w)
-    did+=("$project (editable) with its test extras ($count packages new or changed)")
+    if [ "$count" -eq 1 ]; then noun="package"; else noun="packages"; fi
+    did+=("$project (editable) with its test extras ($count $noun new or changed)")
 fi
 if ! cmake --version 2>/dev/null | awk 'NR==1 { split($3, v, "."); exit !(v[1] > 3 || (v[1] == 3 && v[2] >= 25)) }'; then
     step "installing cmake>=3.25" python3 "${pip_install[@]}" "cmake>=3.25"

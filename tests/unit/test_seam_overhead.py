@@ -3,9 +3,19 @@ no-gate cell's byte-identity-reference evidence with the perf check's rule for d
 
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import pytest
+
+from eliza.adapters.bench_tools import BenchSettings
+from eliza.app.checks import byte_identity
 from eliza.app.checks.byte_identity import SEAM_OVERHEAD_RULE, _with_overhead
+from eliza.app.services.bench_options import BenchOptions
 from eliza.core.evidence import Status
 from eliza.core.outcome import CheckOutcome
 
@@ -41,3 +51,35 @@ def test_two_noisy_pairs_cannot_fail_it() -> None:
     # a bound no noise crosses alone: an interval that is not wholly beyond 0.95 passes
     judged = _with_overhead(IDENTICAL, overhead([90.0, 101.0, 97.0, 99.0, 100.0], [100.0] * 5))
     assert judged.status is Status.PASSED
+
+
+def test_a_pairs_two_runs_go_at_once_on_a_host_with_a_core_for_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both runs of a pair decode the same model with the same llama.cpp: where the host
+    gives each side a core (side_by_side_cores), a pair's FFI and reference runs start
+    together (a barrier only two runs in flight can pass); without, they take turns."""
+    together = threading.Barrier(2, timeout=10)
+    at_once = True
+    ran: list[str] = []
+
+    def run_tool(argv: list[str], out: Path, env: dict[str, str], runner: object = None) -> Any:
+        ran.append(out.stem)
+        if at_once:
+            together.wait()  # raises BrokenBarrierError when the other run does not come
+        prompt = SimpleNamespace(tokens=(1, 2), decode_tok_s=(100.0,), first_token_ms=(5.0,))
+        return SimpleNamespace(prompts=(prompt,))
+
+    monkeypatch.setattr(byte_identity, "run_tool", run_tool)
+    platform = SimpleNamespace(id="linux-cpu")
+    none: Any = SimpleNamespace(
+        cell=SimpleNamespace(id="linux-cpu.none", platform=platform), library=tmp_path / "lib.so"
+    )
+    opts = BenchOptions(settings=BenchSettings(bundle=tmp_path / "b"), out_dir=tmp_path, overhead_pairs=3)
+    done = byte_identity.measure_overhead(none, replace(opts, side_by_side_cores=2), print)
+    assert done["sides"] == "side by side"
+    assert sorted(ran) == ["ffi-0", "ffi-1", "ffi-2", "ref-0", "ref-1", "ref-2"]
+    at_once = False
+    ran.clear()
+    done = byte_identity.measure_overhead(none, opts, print)
+    assert done["sides"] == "in turn" and ran == ["ffi-0", "ref-0", "ref-1", "ffi-1", "ffi-2", "ref-2"]

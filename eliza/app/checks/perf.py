@@ -89,7 +89,7 @@ class Samples:
     against: str = ""  # what the reference side was, in words, where it is not the series' own
     # the candidate's latest run: its prompt ids can feed an own runner's first round
     last_candidate: BenchRun | None = field(default=None, compare=False)
-    sides: str = ""  # how the rounds ran their sides: "in turn", "side by side" (after the first)
+    sides: str = ""  # how an own runner's rounds ran the two sides ("in turn", "side by side", ...)
 
     def extend(self, more: Samples) -> None:
         for mine, theirs in ((self.candidate, more.candidate), (self.reference, more.reference)):
@@ -123,32 +123,15 @@ def measure(
     out: Path | None = None,
 ) -> Samples:
     """Rounds of candidate and reference, AB then BA alternately, so warm-up and drift
-    favour neither, or both at once where side_by_side says so; the cell's bench tool drives
-    both sides, where the platform's binaries run (here, or on its lab device: a device's
-    timings are its own)."""
+    favour neither; the cell's bench tool drives both sides, where the platform's binaries
+    run (here, or on its lab device: a device's timings are its own). Never both at once:
+    the prefill and the first token are over within tens of milliseconds of a process's
+    start, and two sides that start together reach them at different moments of each
+    other's work (Gemma's prefill read 0.95 in every round of a run at once, 1.00 in turn)."""
     out = out or opts.out_dir / cell.platform.id / cell.key / "perf"
-    at_once = side_by_side(candidate, reference, opts)
-    (samples,) = _rounds(cell, [(candidate, out)], reference, out, opts, rounds, first, at_once=at_once)
-    how = "side by side" if at_once else "in turn"
-    log(f"{cell.id}: perf: {rounds} rounds of candidate and reference ({how})")
+    (samples,) = _rounds(cell, [(candidate, out)], reference, out, opts, rounds, first)
+    log(f"{cell.id}: perf: {rounds} rounds of candidate and reference")
     return samples
-
-
-# Sides that do the same work (the library's llama.cpp path against the reference library's)
-# run a round at once, one process per core, where the host has a core for each side's
-# threads: each is the other's only neighbour, so both are slowed alike (measured on
-# linux-cpu.none, 1 thread, 2026-12-07: see docs/perf.md) and the window keeps both cores
-# busy. A second runtime against llama.cpp takes turns: different work slows its neighbour
-# differently, and LiteRT-LM runs two threads a side.
-def side_by_side(candidate: Side, reference: Side, opts: BenchOptions) -> bool:
-    """Whether a round runs its two sides at once: the same runtime on both (the same
-    environment added), on this host's CPU with a core for each side's threads
-    (BenchOptions.side_by_side_cores)."""
-    return (
-        candidate.env == reference.env
-        and opts.runner is None
-        and 2 * opts.overhead_threads <= opts.side_by_side_cores
-    )
 
 
 def measure_shared(
@@ -166,7 +149,7 @@ def measure_shared(
     against the same llama.cpp path): each round runs every candidate once and the
     reference once, the order rotating from round to round so warm-up and drift favour no
     side; every candidate's series shares the reference's samples."""
-    taken = _rounds(cell, candidates, reference, reference_out, opts, rounds, first, at_once=False)
+    taken = _rounds(cell, candidates, reference, reference_out, opts, rounds, first)
     log(f"{cell.id}: perf: {rounds} rounds of {len(candidates)} candidates and their shared reference")
     return taken
 
@@ -179,13 +162,10 @@ def _rounds(
     opts: BenchOptions,
     rounds: int,
     first: int,
-    *,
-    at_once: bool,
 ) -> list[Samples]:
     """The rounds of `measure` and `measure_shared`: the sides in turn, candidates first,
-    the order rotated by one each round (with one candidate: AB, then BA), or every side of
-    a round at once (`at_once`). The cell's own bench tool (the first candidate's folder)
-    drives every side."""
+    the order rotated by one each round (with one candidate: AB, then BA). The cell's own
+    bench tool (the first candidate's folder) drives every side."""
     settings = perf_settings(opts)
     tool_dir = candidates[0][0].library.parent
     sides = [*((k, side, out) for k, (side, out) in enumerate(candidates)), (-1, reference, reference_out)]
@@ -206,15 +186,8 @@ def _rounds(
 
     for i in range(first, first + rounds):
         turn = i % len(sides)
-        order = sides[turn:] + sides[:turn]
-        if at_once:
-            with ThreadPoolExecutor(max_workers=len(order), thread_name_prefix="perf-round") as pool:
-                pending = [(k, pool.submit(run_side, i, k, side, out)) for k, side, out in order]
-                ran = [(k, done.result()) for k, done in pending]
-        else:
-            ran = [(k, run_side(i, k, side, out)) for k, side, out in order]
-        for k, done in ran:
-            latest[k] = done
+        for k, side, out in sides[turn:] + sides[:turn]:
+            done = latest[k] = run_side(i, k, side, out)
             sources[k].add(done.peak_rss_source)
             for metric, value in run_metrics(done).items():
                 taken[k].setdefault(metric, []).append(value)
@@ -225,7 +198,6 @@ def _rounds(
             peak_rss_sources=sources[k] | sources[-1],
             weight_cache=caches[k],
             last_candidate=latest.get(k),
-            sides="side by side" if at_once else "in turn",
         )
         for k in range(len(candidates))
     ]
@@ -689,7 +661,6 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             "max_tokens": settings.max_tokens,
             "repeats": settings.repeats,
             "ran_on": step.how,
-            "sides": ", ".join(sorted({samples.sides for _, samples in measured})),
             "peak_rss_source": _sources(measured),
         }
         if check.subject == "backend":
