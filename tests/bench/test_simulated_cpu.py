@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from eliza.adapters.bench_tools import BenchSettings, BenchToolError, bench_argv, run_tool
-from eliza.app.checks.perf import Side, _simulate
+from eliza.app.checks.perf import Side
+from eliza.app.checks.simulated import _simulate
 from eliza.app.project import load_project_matrix
 from eliza.core.simulated_cpu import DECODE_FUNCTION, SimulatedRun
 from eliza.formats.callgrind import load_profile
