@@ -1,6 +1,7 @@
 """The success paths of the sessions whose failures other tests cover: `generate` prints the
 library's own greedy text; a CI build job packs a cell and the check job verifies it from
-the artifact, compiling nothing; `bench-<platform>` measures and records identity.
+the artifact, compiling nothing (the slow tier); `bench-<platform>` measures and records
+identity.
 The CI jobs and the bench run in a clone (with the history: the baseline is built there),
 so this checkout's evidence is left alone."""
 
@@ -50,6 +51,11 @@ def test_generate_prints_the_librarys_greedy_text() -> None:
     assert done.stdout.strip().splitlines()[-1] == "Once upon" + text.decode("utf-8", errors="replace")
 
 
+# The slow tier: a check job verifying the no-gate cell from its build job's artifact,
+# compiling nothing, is also tests/ci/test_a_cell_that_does_not_build.py (build and selector
+# from the artifact); this one adds the checks that take the artifact's tools (abi,
+# gate-fallthrough, the consumers), which the CI rehearsal's check jobs run too.
+@pytest.mark.slow
 def test_a_check_job_verifies_a_cell_from_its_build_jobs_artifact(clone: Path) -> None:
     # The checks that take the library and the tools from the artifact (the consumers
     # compare with its reference runner); the benches' and perf's own paths have their tests.

@@ -351,7 +351,7 @@ def test_a_body_run_of_the_same_prompts_lets_the_first_round_run_at_once_too(
     """The rounds against llama.cpp leave a run of the body whose first prompts are the own
     runner's: fed its prompt ids, the MLX runner runs every round side by side, at the
     bundle's own_runner_max_tokens; a run of other prompts gives nothing and the first round
-    takes turns."""
+    takes turns. The prompt file's escapes are read as the bench tools read them."""
     import dataclasses
     import threading
 
@@ -385,12 +385,19 @@ def test_a_body_run_of_the_same_prompts_lets_the_first_round_run_at_once_too(
         return parse_run("\n".join(json.dumps(line) for line in lines), "candidate-3.jsonl")
 
     mlx = dataclasses.replace(
-        own_runner_series(tmp_path, "first prompt\nsecond prompt\n", "mlx-coreml"), own_max_tokens=16
+        own_runner_series(tmp_path, "first\\tprompt\\nof two lines\nsecond prompt\n", "mlx-coreml"),
+        own_max_tokens=16,
     )
     cell = MATRIX.cell(CellId.parse("linux-cpu.mlx"))
     at_once_from_the_start = True
     samples = perf.own_runner_rounds(
-        cell, mlx, 3, lambda line: None, threads=1, cores=2, ids_from=earlier("first prompt", "second prompt")
+        cell,
+        mlx,
+        3,
+        lambda line: None,
+        threads=1,
+        cores=2,
+        ids_from=earlier("first\tprompt\nof two lines", "x"),
     )
     assert sorted(calls) == [("body", 0), ("body", 1), ("body", 2), ("own", 0), ("own", 1), ("own", 2)]
     assert fed[0] == [[40, 41]]  # the earlier run's first prompt: the runner's only one

@@ -15,8 +15,8 @@ from typing import IO
 
 
 def read_prompts(path: Path) -> list[str]:
-    """One prompt per line; "\\n" and "\\\\" are escapes; lines starting with # are skipped
-    (the bench tools' prompt files)."""
+    """One prompt per line; "\\n", "\\t" and "\\\\" are escapes; lines starting with # are
+    skipped (the bench tools' prompt files, read as native/tools/bench_common.cpp reads them)."""
     prompts = []
     for line in path.read_text(encoding="utf-8").splitlines():
         if not line.strip() or line.lstrip().startswith("#"):
@@ -24,7 +24,7 @@ def read_prompts(path: Path) -> list[str]:
         out, escaped = [], False
         for ch in line:
             if escaped:
-                out.append("\n" if ch == "n" else ch)
+                out.append("\n" if ch == "n" else "\t" if ch == "t" else ch)
                 escaped = False
             elif ch == "\\":
                 escaped = True

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from eliza.adapters.bench_tools import BenchSettings, BenchToolError, bench_argv, run_tool
 from eliza.adapters.own_runners import OwnRunner, OwnRunnerError, own_runner
+from eliza.adapters.own_runners.common import read_prompts
 from eliza.app.checks.job import Job
 from eliza.app.checks.runtimes import backends_of
 from eliza.app.checks.simulated import Simulated, measure_simulated
@@ -301,13 +302,9 @@ def same_prompts(run: BenchRun | None, prompts: Path) -> BenchRun | None:
     (an own runner fed their ids needs no run of its own first); None when they are not."""
     if run is None:
         return None
-    lines = [
-        line
-        for line in prompts.read_text(encoding="utf-8").splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
-    head = run.prompts[: len(lines)]
-    if len(head) != len(lines) or any(p.prompt != line for p, line in zip(head, lines, strict=True)):
+    texts = read_prompts(prompts)
+    head = run.prompts[: len(texts)]
+    if len(head) != len(texts) or any(p.prompt != text for p, text in zip(head, texts, strict=True)):
         return None
     return replace(run, prompts=head)
 
