@@ -175,12 +175,20 @@ def test_planted_slowdown_and_memory_growth_fail_and_the_unchanged_tree_never_do
     assert "## Since" in markdown and "decode_tok_s" in markdown
 
     # Waivers accept it until they expire: one per metric the delay moves (it is paid per
-    # token, the first one included).
+    # token, the first one included), each accepting twice what was measured (the ratio a
+    # 2 ms sleep gives depends on how fast the host decodes the fixture: decode 0.085 and
+    # first token 4.8x on an AVX-512 host, 2026-12-07).
+    rows = {m["metric"]: m for m in record["details"]["perf"]["metrics"]}
+    accepted = {
+        "decode_tok_s": round(1 - rows["decode_tok_s"]["ci_low"] / 2, 4),  # down to half the ratio
+        "first_token_ms": round(2 * rows["first_token_ms"]["ci_high"] - 1, 4),  # up to twice it
+    }
+
     def waivers(expires: str) -> str:
         return "".join(
-            f'  - {{cells: "linux-cpu.*", metric: {metric}, bound: 0.9, reason: planted delay, '
+            f'  - {{cells: "linux-cpu.*", metric: {metric}, bound: {bound}, reason: planted delay, '
             f"expires: {expires}}}\n"
-            for metric in ("decode_tok_s", "first_token_ms")
+            for metric, bound in accepted.items()
         )
 
     edit(repo, "matrix.yaml", "\nperf_waivers:\n", "\nperf_waivers:\n" + waivers("2999-12-31"))
