@@ -174,21 +174,17 @@ def _rounds(
     sources: dict[int, set[str]] = {k: set() for k, _, _ in sides}
     caches: dict[int, list[str]] = {k: [] for k, _, _ in sides}
     latest: dict[int, BenchRun] = {}
-
-    def run_side(i: int, k: int, side: Side, out: Path) -> BenchRun:
-        name = "reference" if k < 0 else "candidate"
-        path = out / f"{name}-{i}.jsonl"
-        argv = bench_argv(tool_dir, side.library, settings, f"{cell.id} {name}", path)
-        env = {"ELIZA_N_THREADS": str(opts.overhead_threads), **side.env}
-        state = side.weight_cache() if side.weight_cache is not None else None
-        if state is not None:
-            caches[k].append(state)
-        return run_tool(argv, path, env, runner=opts.runner)
-
     for i in range(first, first + rounds):
         turn = i % len(sides)
         for k, side, out in sides[turn:] + sides[:turn]:
-            done = latest[k] = run_side(i, k, side, out)
+            name = "reference" if k < 0 else "candidate"
+            path = out / f"{name}-{i}.jsonl"
+            argv = bench_argv(tool_dir, side.library, settings, f"{cell.id} {name}", path)
+            env = {"ELIZA_N_THREADS": str(opts.overhead_threads), **side.env}
+            state = side.weight_cache() if side.weight_cache is not None else None
+            if state is not None:
+                caches[k].append(state)
+            done = latest[k] = run_tool(argv, path, env, runner=opts.runner)
             sources[k].add(done.peak_rss_source)
             for metric, value in run_metrics(done).items():
                 taken[k].setdefault(metric, []).append(value)
