@@ -42,6 +42,9 @@ class PerfState:
     decided_by: tuple[str, ...] = ()
     # Wall-time metrics that could not decide where the simulated CPU did (their words).
     undecided_wall: tuple[str, ...] = ()
+    # The metrics that failed and no waiver accepted: "<backend>.<metric>" where a row names
+    # its backend, else the metric.
+    failing: tuple[str, ...] = ()
 
     def decision(self) -> str:
         """Which instrument decided, in words, for the report and the record."""
@@ -103,6 +106,7 @@ def judge_with_waivers(
     undecided_wall: list[str] = []
     waived: list[str] = []
     warnings: list[str] = []
+    failing_metrics: list[str] = []
     failing: set[str] = set()
     deciding: set[str] = set()
     simulated = any(instrument_of(m) == Instrument.SIMULATED.value for m in metrics)
@@ -136,6 +140,7 @@ def judge_with_waivers(
             undecided.append(str(m.get("words", name)))
         else:
             failing.add(instrument)
+            failing_metrics.append(f"{backend}.{name}" if backend else name)
             failed.append(
                 f"{m.get('words', name)}; beyond even the waiver's bound {live[0].bound:g}"
                 if live
@@ -151,6 +156,7 @@ def judge_with_waivers(
             warnings=tuple(warnings),
             decided_by=tuple(i for i in order if i in decided_by),
             undecided_wall=tuple(undecided_wall),
+            failing=tuple(failing_metrics),
         )
 
     if failed:
