@@ -56,6 +56,10 @@ private:
     FlatJson json_;
 };
 
+// Rows of an input from which a quantized weight on the CPU is dequantized and multiplied
+// in float32 (Linear::apply): below it, dequantizing costs more than the faster product saves.
+constexpr int kDequantizedRows = 32;
+
 // A linear layer's weight as the converter wrote it: MLX affine groups (the GGUF's own
 // blocks: `<module>.weight` packed in uint32, `.scales`, `.biases`), multiplied with
 // quantized_matmul as stored, or dense float32, kept as (in_features, out_features).
