@@ -9,6 +9,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.ci.helpers import copy_tree, env_for, run_only
 from tests.ci.helpers import nox as run_nox
 from tests.signing import predicate
@@ -20,6 +22,11 @@ def nox(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return run_nox(root, "-s", *args, env=env_for(root))
 
 
+# The slow tier (26 s: a copy compiles a cell and checks another from the artifact): the
+# policy it ends in is held by the default tier's tests/unit/test_ci_build_job.py (a failed
+# cell in the artifact's manifest, the job's exit status) and tests/unit/test_executor.py (a
+# build failure becomes error evidence of exactly its steps).
+@pytest.mark.slow
 def test_the_cells_that_built_are_checked_and_the_one_that_did_not_reports_why(tmp_path: Path) -> None:
     repo = copy_tree(tmp_path / "repo")
     run_only(repo, ("build", "selector"))

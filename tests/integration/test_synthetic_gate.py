@@ -124,6 +124,9 @@ def _can_build_linux_cpu() -> Iterator[None]:
     yield
 
 
+# The slow tier (19 s: a copy configures and compiles a cell of a new gate); the default tier
+# keeps the refusal below, and a verify builds and checks every real gate's cells.
+@pytest.mark.slow
 def test_a_gate_is_one_matrix_entry_and_one_factory_file(tmp_path: Path) -> None:
     repo, env = make_copy(tmp_path, with_factory=True)
 
