@@ -706,6 +706,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         )
         done = judged()
         own_run_again = False
+        judged_on = rounds  # the rounds of the samples the verdict is judged on
         if done.status is Status.INCONCLUSIVE and opts.perf_rounds is None:
             # The declared rounds could not decide (a noisy host): as many again, once, still
             # interleaved, then the verdict of all of them. --rounds N runs exactly N.
@@ -721,7 +722,8 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             about["peak_rss_source"] = _sources(measured)
             done = judged()  # the same samples and `about`, extended in place
             own_run_again = True
-        elif opts.perf_rounds is None and check.subject == "backend" and fails_against_the_reference(done):
+            judged_on = 2 * rounds
+        if opts.perf_rounds is None and check.subject == "backend" and fails_against_the_reference(done):
             # A runtime beyond its bound in every round of one window may be the host's
             # moment, not the runtime's speed: MLX's CPU build, which hands each evaluation
             # to a thread of its own, decoded the tiny bundle at half its speed through
@@ -735,9 +737,10 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             }
             first_words = done.reason
             with job.alone():
-                again = measure_series(cell, series, rounds, evidence.detail, first=rounds)
+                again = measure_series(cell, series, judged_on, evidence.detail, first=judged_on)
             measured[:] = [(label, samples) for (label, _), samples in zip(measured, again, strict=True)]
-            about["rounds_run"] = 2 * rounds
+            about["rounds_run"] = 2 * judged_on  # both windows'
+            about["instruments"] = _instruments(check, step, judged_on)
             about["peak_rss_source"] = _sources(measured)
             about["first_window"] = {
                 "failed": first_words,
