@@ -18,11 +18,12 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from eliza.adapters.cpu_wake import cpus_kept_awake
 from eliza.adapters.targets import LocalTarget, Target, with_sysroot_overlay
 from eliza.app.checks import RUNNERS
 from eliza.app.checks.job import Job
@@ -102,7 +103,11 @@ class Quiet:
     and it runs when the running ones leave it the host (at the latest, when the rest is
     done)."""
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, awake: Callable[[], AbstractContextManager[str]] | None = None) -> None:
+        """`awake`: held through each window (the idle CPUs kept awake: eliza.adapters.cpu_wake),
+        yielding what held in words."""
+        self._awake = awake or (lambda: nullcontext("not asked"))
+        self.cpus = ""  # what the windows held of the CPUs' idle states, in words
         self._changed = threading.Condition()
         self._jobs = jobs
         self._running = 0  # calls sharing the machine now, at most jobs
@@ -157,7 +162,9 @@ class Quiet:
             self._alone = True
         watch = Stopwatch()
         try:
-            yield
+            with self._awake() as held:
+                self.cpus = self.cpus or held
+                yield
         finally:
             with self._changed:
                 self.windows.append((str(getattr(self._waited, "label", "")), watch.seconds()))
@@ -227,7 +234,7 @@ def execute(
     groups: dict[tuple[str, str, str], list[RunStep]] = {}
     for run_step in plan.runs:
         groups.setdefault(_group_key(run_step, matrix), []).append(run_step)
-    quiet = Quiet(jobs)
+    quiet = Quiet(jobs, awake=cpus_kept_awake)
     # A lab device runs one call at a time: its run directory is one per checkout.
     on_device = {p for p, can in capabilities.items() if can.device and p in (devices or {})}
     device_turns = {p: threading.Lock() for p in on_device}
@@ -263,6 +270,8 @@ def execute(
         done.timings.wall("checks", checks.seconds(), jobs, checks.cpu_seconds())
         for label, seconds in quiet.windows:
             done.timings.alone(label, seconds)
+        if quiet.windows:
+            done.timings.alone_cpus = quiet.cpus
     if done.written:
         run.collect_artifacts()
     return done

@@ -28,6 +28,8 @@ class Timings:
     cpu: dict[str, float] = field(default_factory=dict)
     # the windows a step measured wall time in with nothing else running: (label, seconds)
     alone_windows: list[tuple[str, float]] = field(default_factory=list)
+    # what the windows held of the idle CPUs, in words ("kept awake", or why not); "" unsaid
+    alone_cpus: str = ""
 
     def alone(self, label: str, seconds: float) -> None:
         """A window in which one step measured wall time and the other cores idled."""
@@ -94,7 +96,8 @@ class Timings:
         longest = sorted(self.alone_windows, key=lambda w: (-w[1], w[0]))[:shown]
         total = sum(seconds for _, seconds in self.alone_windows)
         named = ", ".join(f"{label} {_clock(seconds)}" for label, seconds in longest)
-        return f"[alone: {len(self.alone_windows)} windows, {_clock(total)}; longest {named}]"
+        cpus = f", idle CPUs {self.alone_cpus}" if self.alone_cpus else ""
+        return f"[alone: {len(self.alone_windows)} windows, {_clock(total)}{cpus}; longest {named}]"
 
 
 def _clock(seconds: float) -> str:

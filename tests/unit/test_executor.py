@@ -331,3 +331,28 @@ def test_a_measurement_waits_until_nothing_runs_and_nothing_starts_beside_it() -
 def test_zero_jobs_is_refused(matrix: Matrix, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="jobs must be at least 1"):
         execute(VerifyPlan(steps=()), evidence_run(matrix, tmp_path), FakeBuilder(tmp_path), {}, jobs=0)
+
+
+def test_each_measurement_holds_the_idle_cpus_awake_only_while_it_measures() -> None:
+    """Quiet enters `awake` around each alone() block, and nowhere else; what it held is
+    kept for the timing table."""
+    from contextlib import contextmanager
+
+    from eliza.app.executor import Quiet
+
+    held: list[str] = []
+
+    @contextmanager
+    def awake():  # type: ignore[no-untyped-def]
+        held.append("held")
+        yield "kept awake"
+        held.append("released")
+
+    quiet = Quiet(2, awake=awake)
+    assert quiet.cpus == ""
+    with quiet.call(quiet.ticket()):
+        assert held == []
+        with quiet.alone():
+            assert held == ["held"]
+        assert held == ["held", "released"]
+    assert quiet.cpus == "kept awake" and len(quiet.windows) == 1

@@ -26,6 +26,18 @@ def test_the_checks_line_gives_the_busy_ratio_and_the_longest_alone_windows() ->
     )
 
 
+def test_the_windows_line_says_what_they_held_of_the_idle_cpus() -> None:
+    t = Timings()
+    t.add("checks", "perf", 60.0)
+    t.wall("checks", 60.0, 2)
+    t.alone("perf linux-cpu.none", 20.0)
+    t.alone_cpus = "not kept awake (/dev/cpu_dma_latency: Permission denied)"
+    assert t.alone_line() == (
+        "[alone: 1 windows, 20s, idle CPUs not kept awake (/dev/cpu_dma_latency: Permission denied); "
+        "longest perf linux-cpu.none 20s]"
+    )
+
+
 def test_a_phase_that_ran_alone_has_no_ratio_and_no_windows_line() -> None:
     t = Timings()
     t.add("checks", "perf", 60.0)
