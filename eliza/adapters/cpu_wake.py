@@ -9,9 +9,10 @@ on a virtual machine a halted vCPU is woken by the hypervisor. Measured on a 2-c
 MLX evaluation's round trip took 47 µs with the CPUs halting and 8 µs with them polling;
 LiteRT-LM's first token on the tiny bundle 0.65-0.71 ms against 0.55-0.59 ms, while
 llama.cpp's single decode thread read the same either way. The hypervisor's wake-up is the
-host's, not the runtime's, and it moves with the host's load: through spells of seconds to
-minutes MLX decoded at half its speed there. Without the file (not Linux) or the right to
-write it (not root), nothing is held and the window measures as before."""
+host's cost, not the runtime's, and a window should not measure it. (It is not what makes
+MLX decode the tiny bundle at half its speed through spells on such a VM: those came with
+the CPUs kept awake too; docs/perf.md.) Without the file (not Linux) or the right to write
+it (not root), nothing is held and the window measures as before."""
 
 from __future__ import annotations
 
