@@ -28,7 +28,7 @@ DMA_LATENCY = Path("/dev/cpu_dma_latency")
 @contextmanager
 def cpus_kept_awake(device: Path = DMA_LATENCY) -> Iterator[str]:
     """Within the block, idle CPUs poll where this process may ask it. Yields what holds, in
-    words: "kept awake" or why not ("... not here", "... permission denied")."""
+    words: "kept awake", or "not kept awake (<device>: <the system's error>)"."""
     try:
         fd = os.open(device, os.O_WRONLY)
     except OSError as exc:

@@ -705,7 +705,6 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             own=own,
         )
         done = judged()
-        own_run_again = False
         judged_on = rounds  # the rounds of the samples the verdict is judged on
         if done.status is Status.INCONCLUSIVE and opts.perf_rounds is None:
             # The declared rounds could not decide (a noisy host): as many again, once, still
@@ -721,8 +720,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             about["instruments"] = _instruments(check, step, 2 * rounds)
             about["peak_rss_source"] = _sources(measured)
             done = judged()  # the same samples and `about`, extended in place
-            own_run_again = True
-            judged_on = 2 * rounds
+            judged_on = 2 * rounds  # the own-runner rounds ran again too
         if opts.perf_rounds is None and check.subject == "backend" and fails_against_the_reference(done):
             # A runtime beyond its bound in every round of one window may be the host's
             # moment, not the runtime's speed: MLX's CPU build, which hands each evaluation
@@ -753,7 +751,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 f"{cell.id}: {check.id}: a first window failed against llama.cpp ({first_words[:300]}); "
                 f"the second window: {done.status.value}"
             )
-        if opts.perf_rounds is None and own and not own_run_again and fails_only_against_own_runner(done):
+        if opts.perf_rounds is None and own and judged_on == rounds and fails_only_against_own_runner(done):
             # A body slower than its own runner in every round of a short series may be the
             # host's moment, not the body's cost (measured once: LiteRT-LM's prefill on Gemma
             # 0.93 over three rounds; a run of the check a minute later, 1.01): its own-runner
