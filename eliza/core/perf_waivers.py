@@ -45,6 +45,9 @@ class PerfState:
     # The metrics that failed and no waiver accepted: "<backend>.<metric>" where a row names
     # its backend, else the metric.
     failing: tuple[str, ...] = ()
+    # The metrics that left the verdict undecided, named as `failing` names them: what more
+    # rounds would have to settle.
+    undecided: tuple[str, ...] = ()
 
     def decision(self) -> str:
         """Which instrument decided, in words, for the report and the record."""
@@ -107,6 +110,7 @@ def judge_with_waivers(
     waived: list[str] = []
     warnings: list[str] = []
     failing_metrics: list[str] = []
+    undecided_metrics: list[str] = []
     failing: set[str] = set()
     deciding: set[str] = set()
     simulated = any(instrument_of(m) == Instrument.SIMULATED.value for m in metrics)
@@ -138,6 +142,7 @@ def judge_with_waivers(
             undecided_wall.append(str(m.get("words", name)))
         elif verdict == INCONCLUSIVE:
             undecided.append(str(m.get("words", name)))
+            undecided_metrics.append(f"{backend}.{name}" if backend else name)
         else:
             failing.add(instrument)
             failing_metrics.append(f"{backend}.{name}" if backend else name)
@@ -157,6 +162,7 @@ def judge_with_waivers(
             decided_by=tuple(i for i in order if i in decided_by),
             undecided_wall=tuple(undecided_wall),
             failing=tuple(failing_metrics),
+            undecided=tuple(undecided_metrics),
         )
 
     if failed:

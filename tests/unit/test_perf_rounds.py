@@ -566,3 +566,104 @@ def test_a_runtime_failing_against_llama_cpp_is_judged_by_a_second_window(
     else:
         assert done.status is Status.FAILED and "decode_tok_s ratio" in done.reason
     assert any("a first window failed against llama.cpp" in line for line in lines)
+
+
+@pytest.mark.parametrize("undecided", ["litert-lm first token", "mlx-coreml body"])
+def test_only_what_is_undecided_runs_as_many_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, undecided: str
+) -> None:
+    """linux-cpu.litert+mlx on Gemma, three rounds (a first look): when one series' metric is
+    undecided, that series runs as many again against the reference and nothing else does
+    (MLX's 7-second runs and both own runners stay at three); when only a body against its
+    own runner is undecided, only that body's own-runner rounds run again."""
+    cell = CellId.parse("linux-cpu.litert+mlx")
+    check_id = "backend-perf.gemma3-270m"
+    rounds = MATRIX.check(check_id).rounds
+    step = Run(cell=cell, check=check_id, kind=CheckKind.PERF, reason="test")
+    options = BenchOptions(settings=BenchSettings(bundle=tmp_path / "bundle"), out_dir=tmp_path / "bench")
+    library = tmp_path / "lib.so"
+    reference = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
+    series = [
+        perf.Comparison(
+            name,
+            perf.Side(library, {"ELIZA_LLM_BACKEND": name}),
+            reference,
+            options,
+            tmp_path / "bench" / name,
+            perf.own_runner(name),
+        )
+        for name in ("mlx-coreml", "litert-lm")
+    ]
+    monkeypatch.setattr(
+        perf, "comparisons", lambda *args: (series, perf.BACKEND_PERF_REFERENCE, "llama.cpp", (library,))
+    )
+    monkeypatch.setattr(perf, "own_runner_settings", lambda c: BenchSettings(bundle=tmp_path, max_tokens=16))
+    monkeypatch.setattr(perf, "own_runner_prompts", lambda c: tmp_path / "prompts.txt")
+    llama = {"decode_tok_s": 85.0, "prefill_tok_s": 200.0, "first_token_ms": 45.0, "peak_rss_kb": 428000.0}
+    # each runtime at about what it measured against llama.cpp on Gemma (2026-12-07), within
+    # its waivers: MLX decode 0.065x, prefill 0.052x, first token 17.9x, peak RSS 0.84x
+    of_llama = {
+        "mlx-coreml": {
+            "decode_tok_s": 0.065,
+            "prefill_tok_s": 0.052,
+            "first_token_ms": 17.9,
+            "peak_rss_kb": 0.84,
+        },
+        "litert-lm": {
+            "decode_tok_s": 1.17,
+            "prefill_tok_s": 1.95,
+            "first_token_ms": 0.98,
+            "peak_rss_kb": 1.31,
+        },
+    }
+    against: list[tuple[tuple[str, ...], int]] = []
+    own_rounds: list[tuple[str, int]] = []
+
+    def measure_series(cell: object, measured: Any, n: int, log: object, *, first: int = 0) -> Any:
+        against.append((tuple(c.label for c in measured), first))
+        wobble = [1 + 0.002 * ((first + i) % 3) for i in range(n)]
+        taken = []
+        for c in measured:
+            candidate = {k: [v * of_llama[c.label][k] * w for w in wobble] for k, v in llama.items()}
+            if c.label == "litert-lm" and undecided.startswith("litert") and first == 0:
+                # a first token that jumps round to round: no interval narrow enough to decide
+                candidate["first_token_ms"] = [llama["first_token_ms"] * r for r in (0.9, 1.6, 1.0)]
+            taken.append(perf.Samples(candidate, {k: [v * w for w in wobble] for k, v in llama.items()}))
+        return taken
+
+    def own_runner_rounds(cell: object, c: perf.Comparison, n: int, log: object, **kw: Any) -> perf.Samples:
+        first = kw.get("first", 0)
+        own_rounds.append((c.label, first))
+        body = [1.0, 1.0, 1.0]
+        if c.label == "mlx-coreml" and undecided.endswith("body") and first == 0:
+            body = [0.93, 0.90, 1.02]  # beyond the 5 % bound, its interval reaching back
+        return perf.Samples(
+            candidate={"decode_step_tok_s": [6.0 * b for b in body], "prefill_tok_s": [12.0] * n},
+            reference={"decode_step_tok_s": [6.0] * n, "prefill_tok_s": [12.0] * n},
+        )
+
+    monkeypatch.setattr(perf, "measure_series", measure_series)
+    monkeypatch.setattr(perf, "own_runner_rounds", own_runner_rounds)
+    backend_job = Job(
+        matrix=MATRIX,
+        platform=MATRIX.platform("linux-cpu"),
+        steps=(step,),
+        libraries={cell: library},
+        bench=options,
+    )
+    (done,) = perf.run(backend_job, SimpleNamespace(log=print, detail=print, bundle=None))  # type: ignore[arg-type]
+    about = done.details["perf"]
+    if undecided.startswith("litert"):
+        assert against == [(("mlx-coreml", "litert-lm"), 0), (("litert-lm",), rounds)]
+        assert own_rounds == [("mlx-coreml", 0), ("litert-lm", 0)]
+        assert about["ran_again"] == {"against the reference": ["litert-lm"], "own runner": []}
+        assert about["rounds_run"] == 2 * rounds
+    else:
+        assert against == [(("mlx-coreml", "litert-lm"), 0)]
+        assert own_rounds == [("mlx-coreml", 0), ("litert-lm", 0), ("mlx-coreml", rounds)]
+        assert about["ran_again"] == {"against the reference": [], "own runner": ["mlx-coreml"]}
+        assert about["rounds_run"] == rounds
+        assert about["own_runner"]["mlx-coreml"]["rounds"] == 2 * rounds
+        assert about["own_runner"]["litert-lm"]["rounds"] == rounds
+    # all of them decide: the samples the second look added are steady
+    assert done.status is Status.PASSED, done.reason

@@ -251,6 +251,17 @@ def _against_own_runner(name: str) -> bool:
     return name.rpartition(".")[2].startswith("own_runner_")
 
 
+def undecided_parts(done: CheckOutcome) -> tuple[set[str], set[str]]:
+    """(series, bodies) an undecided verdict needs more rounds of: the labels of the series
+    with a metric against the reference left undecided ("" for the library check's one
+    series), and of the backends whose body against its own runner was. A decided metric
+    needs no more rounds, so neither does a series or a body all of whose metrics decided."""
+    names = [str(m) for m in (done.details.get("perf") or {}).get("undecided") or []]
+    series = {m.rpartition(".")[0] for m in names if not _against_own_runner(m)}
+    bodies = {m.rpartition(".")[0] for m in names if _against_own_runner(m)}
+    return series, bodies
+
+
 def fails_only_against_own_runner(done: CheckOutcome) -> bool:
     """Whether a backend-perf verdict failed, and only on a body against its own runner."""
     failed = _unwaived_failures(done)
@@ -535,6 +546,7 @@ def perf_outcome(
             **_weight_caches(series),
             "waived": list(state.waived),
             "failed": list(state.failing),
+            "undecided": list(state.undecided),
             "warnings": list(state.warnings),
             "decided_by": list(state.decided_by),
             "decision": state.decision(),
@@ -706,21 +718,45 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         )
         done = judged()
         judged_on = rounds  # the rounds of the samples the verdict is judged on
+        own_twice: set[str] = set()  # the bodies whose own-runner rounds ran as many again
         if done.status is Status.INCONCLUSIVE and opts.perf_rounds is None:
             # The declared rounds could not decide (a noisy host): as many again, once, still
-            # interleaved, then the verdict of all of them. --rounds N runs exactly N.
+            # interleaved, of what is undecided (a series, a body against its own runner),
+            # then the verdict of all of them. --rounds N runs exactly N.
+            undecided, bodies = undecided_parts(done)
+            if not undecided and not bodies:  # a verdict that names none: all of it again
+                undecided, bodies = {c.label for c in series}, {c.label for c in owned}
+            extended = [c for c in series if c.label in undecided]
+            own_twice = bodies & {c.label for c in owned}
             with job.alone():
-                more = measure_series(cell, series, rounds, evidence.detail, first=rounds)
-                for (_, samples), extra in zip(measured, more, strict=True):
-                    samples.extend(extra)
-                own_rounds_again(cell, owned, own, own_rounds, evidence.detail, threads=threads, cores=cores)
-            about["rounds_run"] = 2 * rounds
-            for said in own_about.values():
-                said["rounds"] = 2 * own_rounds
-            about["instruments"] = _instruments(check, step, 2 * rounds)
+                more = (
+                    measure_series(cell, extended, rounds, evidence.detail, first=rounds) if extended else []
+                )
+                for c, extra in zip(extended, more, strict=True):
+                    dict(measured)[c.label].extend(extra)
+                mine = [(c, pair) for c, pair in zip(owned, own, strict=True) if c.label in own_twice]
+                own_rounds_again(
+                    cell,
+                    [c for c, _ in mine],
+                    [pair for _, pair in mine],
+                    own_rounds,
+                    evidence.detail,
+                    threads=threads,
+                    cores=cores,
+                )
+            if extended:
+                judged_on = 2 * rounds
+                about["rounds_run"] = judged_on
+                about["instruments"] = _instruments(check, step, judged_on)
+            if len(extended) < len(series) or own_twice != {c.label for c in owned}:
+                about["ran_again"] = {
+                    "against the reference": [c.label or "candidate" for c in extended],
+                    "own runner": sorted(own_twice),
+                }
+            for label in own_twice:
+                own_about[label]["rounds"] = 2 * own_rounds
             about["peak_rss_source"] = _sources(measured)
             done = judged()  # the same samples and `about`, extended in place
-            judged_on = 2 * rounds  # the own-runner rounds ran again too
         if opts.perf_rounds is None and check.subject == "backend" and fails_against_the_reference(done):
             # A runtime beyond its bound in every round of one window may be the host's
             # moment, not the runtime's speed: MLX's CPU build, which hands each evaluation
@@ -751,17 +787,29 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 f"{cell.id}: {check.id}: a first window failed against llama.cpp ({first_words[:300]}); "
                 f"the second window: {done.status.value}"
             )
-        if opts.perf_rounds is None and own and judged_on == rounds and fails_only_against_own_runner(done):
+        failing_bodies = {m.rpartition(".")[0] for m in _unwaived_failures(done)} - own_twice
+        if opts.perf_rounds is None and own and failing_bodies and fails_only_against_own_runner(done):
             # A body slower than its own runner in every round of a short series may be the
             # host's moment, not the body's cost (measured once: LiteRT-LM's prefill on Gemma
             # 0.93 over three rounds; a run of the check a minute later, 1.01): its own-runner
             # rounds run as many again, once, and the verdict is that of all of them. A cost the
             # body pays at every token fails them all (the planted sleeps: p = 0.003 after four).
+            mine = [(c, pair) for c, pair in zip(owned, own, strict=True) if c.label in failing_bodies]
             with job.alone():
-                own_rounds_again(cell, owned, own, own_rounds, evidence.detail, threads=threads, cores=cores)
-            for said in own_about.values():
-                said["rounds"] = 2 * own_rounds
-                said["confirmed"] = "a failure of the first rounds was run again: the verdict is all of them"
+                own_rounds_again(
+                    cell,
+                    [c for c, _ in mine],
+                    [pair for _, pair in mine],
+                    own_rounds,
+                    evidence.detail,
+                    threads=threads,
+                    cores=cores,
+                )
+            for label in failing_bodies:
+                own_about[label]["rounds"] = 2 * own_rounds
+                own_about[label]["confirmed"] = (
+                    "a failure of the first rounds was run again: the verdict is all of them"
+                )
             done = judged()
         for c, (_, samples) in zip(series, measured, strict=True):
             atomic_write_text(
