@@ -406,6 +406,14 @@ class BundleBench:
     # their decode tokens per prompt (0: the check's 64)
     own_runner_prompts: int = 0
     own_runner_max_tokens: int = 0
+    # backend-perf's rounds of a runtime against llama.cpp on the first N of the bundle's
+    # prompts, by the runtime's factory (absent: all of them): a runtime whose speed does not
+    # depend on the prompt and whose runs are long (MLX's CPU build on Gemma)
+    backend_perf_prompts: tuple[tuple[str, int], ...] = ()
+
+    def backend_perf_prompts_of(self, factory: str) -> int:
+        """How many of the bundle's prompts backend-perf's rounds of this runtime take (0: all)."""
+        return dict(self.backend_perf_prompts).get(factory, 0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -317,6 +317,10 @@ class MatrixRules:
                     "package, chunks",
                 )
                 continue
+            factories = [str(g.get("factory")) for g in self.data.get("gates", [])]
+            for factory in (b.get("bench") or {}).get("backend_perf_prompts") or {}:
+                at: KeyPath = (*path, "bench", "backend_perf_prompts", factory)
+                self.ref(factory, factories, "gate factory", at)
             if not generated:
                 missing = [k for k in ("model", "sha256", "package", "chunks") if not b.get(k)]
                 if missing:
@@ -889,6 +893,7 @@ def _bundle(b: Mapping[str, Any]) -> Bundle:
             long_max_tokens=bench.get("long_max_tokens", 0),
             own_runner_prompts=bench.get("own_runner_prompts", 0),
             own_runner_max_tokens=bench.get("own_runner_max_tokens", 0),
+            backend_perf_prompts=tuple(sorted(bench.get("backend_perf_prompts", {}).items())),
         ),
         gated_cells=b.get("gated_cells", True),
         emulated=b.get("emulated", True),

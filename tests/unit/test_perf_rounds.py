@@ -667,3 +667,54 @@ def test_only_what_is_undecided_runs_as_many_again(
         assert about["own_runner"]["litert-lm"]["rounds"] == rounds
     # all of them decide: the samples the second look added are steady
     assert done.status is Status.PASSED, done.reason
+
+
+def test_a_runtime_sized_to_the_first_prompts_has_a_reference_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gemma's backend-perf on linux-cpu.litert+mlx: MLX's rounds take the bundle's first
+    prompt (bench.backend_perf_prompts), llama.cpp's rounds against it the same one, and
+    LiteRT-LM's all of them against a llama.cpp of its own."""
+    cell_id = CellId.parse("linux-cpu.litert+mlx")
+    check = MATRIX.check("backend-perf.gemma3-270m")
+    sizing = MATRIX.bundle(check.bundle).bench
+    mlx_prompts = sizing.backend_perf_prompts_of("mlx-coreml")
+    assert mlx_prompts and not sizing.backend_perf_prompts_of("litert-lm")
+    prompts = tmp_path / "prompts.txt"
+    texts = ["The capital of France is", "naïve café — 東京 and", "Emoji are 🙂 and 🚀 and"]
+    prompts.write_text("# the bundle's prompts\n" + "\n".join(texts) + "\n", encoding="utf-8")
+    options = BenchOptions(
+        settings=BenchSettings(bundle=tmp_path / "bundle", prompts=prompts), out_dir=tmp_path
+    )
+    monkeypatch.setattr(perf, "ensure_runtime_bundle", lambda bundle, gates: bundle)
+    library = tmp_path / "lib.so"
+    backend_job = Job(
+        matrix=MATRIX,
+        platform=MATRIX.platform("linux-cpu"),
+        steps=(),
+        libraries={cell_id: library},
+        bench=options,
+    )
+    evidence = SimpleNamespace(bundle=tmp_path / "bundle")
+    series, *_ = perf.comparisons(backend_job, MATRIX.cell(cell_id), check, "", options, evidence)  # type: ignore[arg-type]
+    ran: list[tuple[str, int]] = []
+
+    def run_tool(argv: list[str], out: Path, env: dict[str, str], runner: object = None) -> Any:
+        chosen = Path(argv[argv.index("--prompts") + 1])
+        ran.append((env["ELIZA_LLM_BACKEND"], len(perf.read_prompts(chosen))))
+        return SimpleNamespace(peak_rss_source="proc-status-vmhwm", n=len(ran))
+
+    monkeypatch.setattr(perf, "run_tool", run_tool)
+    monkeypatch.setattr(perf, "run_metrics", lambda done: {"decode_tok_s": float(done.n)})
+    by_label = {c.label: c for c in series}
+    assert sorted(by_label) == ["litert-lm", "mlx-coreml"]
+    assert perf.read_prompts(by_label["mlx-coreml"].opts.settings.prompts) == texts[:mlx_prompts]
+    assert by_label["litert-lm"].opts.settings.prompts == prompts
+    measured = perf.measure_series(MATRIX.cell(cell_id), series, 2, lambda line: None)
+    taken = {c.label: samples for c, samples in zip(series, measured, strict=True)}
+    # each series its own AB, BA rounds (no shared reference): two runs of a side per series
+    assert sorted(ran) == sorted(
+        [("mlx-coreml", mlx_prompts)] * 2 + [("llama.cpp", mlx_prompts)] * 2
+        + [("litert-lm", 3)] * 2 + [("llama.cpp", 3)] * 2
+    )  # fmt: skip
+    assert taken["mlx-coreml"].reference["decode_tok_s"] != taken["litert-lm"].reference["decode_tok_s"]

@@ -293,6 +293,18 @@ def own_rounds_again(
         samples.extend(more)
 
 
+def first_prompts(prompts: Path, n: int, chosen: Path) -> Path:
+    """The first `n` prompts of a prompt file (all of them when 0), written to `chosen`."""
+    lines = [
+        line
+        for line in prompts.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    chosen.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(chosen, "\n".join(lines[: n or len(lines)]) + "\n")
+    return chosen
+
+
 def own_runner_prompts(c: Comparison) -> Path:
     """Where a series' own-runner rounds find their prompts (written by own_runner_settings)."""
     return c.out / "own-runner" / "prompts.txt"
@@ -306,14 +318,7 @@ def own_runner_settings(c: Comparison) -> BenchSettings:
     number of them), on the first prompts of its prompt file (all, or the bundle's
     own_runner_prompts), written to own_runner_prompts(c)."""
     settings = perf_settings(c.opts)
-    prompts = [
-        line
-        for line in settings.prompts.read_text(encoding="utf-8").splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
-    chosen = own_runner_prompts(c)
-    chosen.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(chosen, "\n".join(prompts[: c.own_prompts or len(prompts)]) + "\n")
+    chosen = first_prompts(settings.prompts, c.own_prompts, own_runner_prompts(c))
     repeats = c.own.repeats(settings.repeats) if c.own is not None else settings.repeats
     max_tokens = c.own_max_tokens or OWN_RUNNER_MAX_TOKENS
     return replace(settings, prompts=chosen, max_tokens=max_tokens, repeats=repeats)
@@ -457,16 +462,27 @@ def comparisons(
         or min(BACKEND_MAX_TOKENS, opts.perf_max_tokens),
         perf_repeats=min(BACKEND_REPEATS, opts.perf_repeats),
     )
+    sizing = job.matrix.bundle(check.bundle).bench
+
+    def opts_of(factory: str) -> BenchOptions:
+        """A runtime's rounds on the first prompts where the bundle sizes them so (a long run
+        whose speed does not depend on the prompt: MLX's CPU build on Gemma), else all."""
+        n = sizing.backend_perf_prompts_of(factory)
+        if not n:
+            return backend_opts
+        chosen = first_prompts(backend_opts.settings.prompts, n, out / factory / "prompts.txt")
+        return replace(backend_opts, settings=replace(backend_opts.settings, prompts=chosen))
+
     series = [
         Comparison(
             gate.factory,
             Side(library, {"ELIZA_LLM_BACKEND": gate.factory}, partial(weight_cache_state, gate.id, bundle)),
             Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"}),
-            backend_opts,
+            opts_of(gate.factory),
             out / gate.factory,
             own_runner(gate.factory),
-            job.matrix.bundle(check.bundle).bench.own_runner_prompts,
-            job.matrix.bundle(check.bundle).bench.own_runner_max_tokens,
+            sizing.own_runner_prompts,
+            sizing.own_runner_max_tokens,
         )
         for gate in backends_of(cell)
     ]
@@ -687,6 +703,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         if check.subject == "backend":
             about["backends"] = [c.label for c in series]
             about["bundle"] = str(series[0].opts.settings.bundle) if series else ""
+            about["prompts"] = {c.label: c.opts.settings.prompts.as_posix() for c in series}
             own_about = {
                 c.label: {
                     "runner": c.own.words,
