@@ -202,7 +202,7 @@ def test_a_body_is_held_to_its_own_runner_and_no_waiver_covers_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The own-runner rounds alternate body and own runner (the MLX runner fed the body's
-    prompt ids), on the first prompt at 64 tokens; a body 10 % slower than its runtime's own
+    prompt ids), on the first prompt at OWN_RUNNER_MAX_TOKENS; a body 10 % slower than its runtime's own
     runner fails own_runner_decode though the backend's decode against llama.cpp is waived,
     and only that backend's rows fail."""
     ran: list[tuple[str, list[str]]] = []

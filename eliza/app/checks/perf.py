@@ -227,7 +227,10 @@ def measure_series(
 # API, on the same artifact, threads, prompt and greedy tokens (eliza.adapters.own_runners).
 # A body slower than its own runtime beyond 5 % is the body's cost and fails the check on any
 # host, whatever a waiver accepts of the runtime against llama.cpp (no waiver names these).
-OWN_RUNNER_MAX_TOKENS = 64  # decode steps per run where the bundle declares none
+# Decode tokens per own-runner run where the bundle declares none: decode is judged on the
+# median step, which a cost paid at every token moves as much in 15 steps as in 63 (the
+# tiny bundle took 64 before: an MLX round at once 2.7 s, of which mlx_lm's own steps most).
+OWN_RUNNER_MAX_TOKENS = 16
 # Paired rounds (compare_paired) of a body and its own runner: each round's ratio moved by
 # about 1-2 % here (LiteRT-LM and MLX on Gemma and the tiny bundle, 2026-12-07), so three
 # rounds decide a body within a few percent of its runtime or a tenth of a step beyond it
@@ -312,11 +315,9 @@ def own_runner_prompts(c: Comparison) -> Path:
 
 def own_runner_settings(c: Comparison) -> BenchSettings:
     """The settings of a series' own-runner rounds: its bench settings (its repeats, at
-    least the runner's own fewest, each prompt's best taken on both sides) at 64 tokens or
-    the bundle's own_runner_max_tokens (a slow runtime's 64 tokens a prompt are costly, and
-    decode is judged on the median step, which a cost paid at every token moves in any
-    number of them), on the first prompts of its prompt file (all, or the bundle's
-    own_runner_prompts), written to own_runner_prompts(c)."""
+    least the runner's own fewest, each prompt's best taken on both sides) at the bundle's
+    own_runner_max_tokens or OWN_RUNNER_MAX_TOKENS, on the first prompts of its prompt file
+    (all, or the bundle's own_runner_prompts), written to own_runner_prompts(c)."""
     settings = perf_settings(c.opts)
     chosen = first_prompts(settings.prompts, c.own_prompts, own_runner_prompts(c))
     repeats = c.own.repeats(settings.repeats) if c.own is not None else settings.repeats
