@@ -402,7 +402,7 @@ class BundleBench:
     long_prompts: str = ""
     long_max_tokens: int = 0
     # backend-perf's rounds of each body against its runtime's own runner: the first N of the
-    # bundle's prompts (0: all of them; a slow runtime's 64 tokens a prompt are costly), and
+    # bundle's prompts (0: all of them), and
     # their decode tokens per prompt (0: the check's 16)
     own_runner_prompts: int = 0
     own_runner_max_tokens: int = 0

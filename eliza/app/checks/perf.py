@@ -287,9 +287,13 @@ def own_rounds_again(
     *,
     threads: int,
     cores: int,
+    bodies: set[str],
 ) -> None:
-    """As many own-runner rounds again as the first `rounds`, added to each body's samples."""
+    """As many own-runner rounds again as the first `rounds` for the backends named in
+    `bodies`, added to each one's samples."""
     for c, (_, samples) in zip(owned, own, strict=True):
+        if c.label not in bodies:
+            continue
         more = own_runner_rounds(
             cell, c, rounds, log, first=rounds, threads=threads, cores=cores, ids_from=samples.last_candidate
         )
@@ -752,15 +756,15 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 )
                 for c, extra in zip(extended, more, strict=True):
                     dict(measured)[c.label].extend(extra)
-                mine = [(c, pair) for c, pair in zip(owned, own, strict=True) if c.label in own_twice]
                 own_rounds_again(
                     cell,
-                    [c for c, _ in mine],
-                    [pair for _, pair in mine],
+                    owned,
+                    own,
                     own_rounds,
                     evidence.detail,
                     threads=threads,
                     cores=cores,
+                    bodies=own_twice,
                 )
             if extended:
                 judged_on = 2 * rounds
@@ -812,16 +816,16 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             # 0.93 over three rounds; a run of the check a minute later, 1.01): its own-runner
             # rounds run as many again, once, and the verdict is that of all of them. A cost the
             # body pays at every token fails them all (the planted sleeps: p = 0.003 after four).
-            mine = [(c, pair) for c, pair in zip(owned, own, strict=True) if c.label in failing_bodies]
             with job.alone():
                 own_rounds_again(
                     cell,
-                    [c for c, _ in mine],
-                    [pair for _, pair in mine],
+                    owned,
+                    own,
                     own_rounds,
                     evidence.detail,
                     threads=threads,
                     cores=cores,
+                    bodies=failing_bodies,
                 )
             for label in failing_bodies:
                 own_about[label]["rounds"] = 2 * own_rounds
