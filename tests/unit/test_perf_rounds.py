@@ -710,6 +710,11 @@ def test_a_runtime_sized_to_the_first_prompts_has_a_reference_of_its_own(
     assert sorted(by_label) == ["litert-lm", "mlx-coreml"]
     assert perf.read_prompts(by_label["mlx-coreml"].opts.settings.prompts) == texts[:mlx_prompts]
     assert by_label["litert-lm"].opts.settings.prompts == prompts
+    # each runtime's prompts as often as its fewest repeats, on both sides of its rounds
+    base = min(perf.BACKEND_REPEATS, options.perf_repeats)
+    for label, c in by_label.items():
+        assert perf.perf_settings(c.opts).repeats == max(base, perf.MIN_REPEATS.get(label, 1))
+    assert perf.perf_settings(by_label["litert-lm"].opts).repeats >= 3 > base
     measured = perf.measure_series(MATRIX.cell(cell_id), series, 2, lambda line: None)
     taken = {c.label: samples for c, samples in zip(series, measured, strict=True)}
     # each series its own AB, BA rounds (no shared reference): two runs of a side per series

@@ -24,10 +24,13 @@ MODULES = {
     "litert-lm": "eliza.adapters.own_runners.litert_lm",
     "mlx-coreml": "eliza.adapters.own_runners.mlx_lm",
 }
-# The fewest repeats of each prompt in a run (the best one counts). A LiteRT-LM run is cheap
-# (Gemma's 64 tokens take under a second) and its prefill short (a 6-token prompt in about
-# 45 ms, 0.3 ms on the tiny bundle), so one repeat's prefill moved by up to a quarter when
-# another process woke; the best of three does not. An MLX run on Gemma takes about 15 s, and
+# The fewest repeats of each prompt in a run of a runtime (the best one counts): its body's
+# and its own runner's, and both sides of backend-perf's rounds against llama.cpp. A
+# LiteRT-LM run is cheap (Gemma's 64 tokens take under a second) and its prefill short (a
+# 6-token prompt in about 45 ms, 0.3 ms on the tiny bundle), so one repeat's prefill moved by
+# up to a quarter when another process woke; the best of three does not. Its decode on Gemma
+# at 8 tokens a prompt, one repeat, read 74-93 tok/s from round to round on a noisy host
+# (llama.cpp 75-86): undecided after six rounds (2026-12-07). An MLX run on Gemma takes about 15 s, and
 # its body prefills at twice its own runner's speed: no repeat is added there.
 MIN_REPEATS = {"litert-lm": 3}
 # Runtimes whose body and own runner run a round's two sides at once, one process per core,

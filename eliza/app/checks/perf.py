@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 
 from eliza.adapters.bench_tools import BenchSettings, BenchToolError, bench_argv, run_tool
-from eliza.adapters.own_runners import OwnRunner, OwnRunnerError, own_runner
+from eliza.adapters.own_runners import MIN_REPEATS, OwnRunner, OwnRunnerError, own_runner
 from eliza.adapters.own_runners.common import read_prompts
 from eliza.app.checks.job import Job
 from eliza.app.checks.runtimes import backends_of
@@ -470,13 +470,16 @@ def comparisons(
     sizing = job.matrix.bundle(check.bundle).bench
 
     def opts_of(factory: str) -> BenchOptions:
-        """A runtime's rounds on the first prompts where the bundle sizes them so (a long run
-        whose speed does not depend on the prompt: MLX's CPU build on Gemma), else all."""
+        """A runtime's rounds: on the first prompts where the bundle sizes them so (a long run
+        whose speed does not depend on the prompt: MLX's CPU build on Gemma), else all; each
+        prompt as often as the runtime's fewest repeats, on both sides (LiteRT-LM's runs are
+        cheap and jittery, and the best repeat counts: eliza.adapters.own_runners)."""
+        opts = replace(backend_opts, perf_repeats=max(backend_opts.perf_repeats, MIN_REPEATS.get(factory, 1)))
         n = sizing.backend_perf_prompts_of(factory)
         if not n:
-            return backend_opts
-        chosen = first_prompts(backend_opts.settings.prompts, n, out / factory / "prompts.txt")
-        return replace(backend_opts, settings=replace(backend_opts.settings, prompts=chosen))
+            return opts
+        chosen = first_prompts(opts.settings.prompts, n, out / factory / "prompts.txt")
+        return replace(opts, settings=replace(opts.settings, prompts=chosen))
 
     series = [
         Comparison(
