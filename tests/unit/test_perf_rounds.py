@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from eliza.adapters.bench_tools import BenchSettings
+from eliza.adapters.own_runners import MIN_REPEATS
 from eliza.app.checks import perf
 from eliza.app.checks.job import Job
 from eliza.app.services.bench_options import BenchOptions
@@ -713,7 +714,7 @@ def test_a_runtime_sized_to_the_first_prompts_has_a_reference_of_its_own(
     # each runtime's prompts as often as its fewest repeats, on both sides of its rounds
     base = min(perf.BACKEND_REPEATS, options.perf_repeats)
     for label, c in by_label.items():
-        assert perf.perf_settings(c.opts).repeats == max(base, perf.MIN_REPEATS.get(label, 1))
+        assert perf.perf_settings(c.opts).repeats == max(base, MIN_REPEATS.get(label, 1))
     assert perf.perf_settings(by_label["litert-lm"].opts).repeats >= 3 > base
     measured = perf.measure_series(MATRIX.cell(cell_id), series, 2, lambda line: None)
     taken = {c.label: samples for c, samples in zip(series, measured, strict=True)}

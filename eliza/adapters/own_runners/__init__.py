@@ -47,6 +47,11 @@ WORDS = {
 }
 
 
+def runtime_repeats(factory: str, bench_repeats: int) -> int:
+    """Repeats of each prompt in a run of the runtime: the bench's, at least its fewest."""
+    return max(bench_repeats, MIN_REPEATS.get(factory, 1))
+
+
 class OwnRunnerError(RuntimeError):
     """A runtime's own runner cannot run on this bundle; str() says why and what would fix it."""
 
@@ -68,7 +73,7 @@ class OwnRunner:
 
     def repeats(self, bench_repeats: int) -> int:
         """Repeats of each prompt in a run of the body and of this runner."""
-        return max(bench_repeats, MIN_REPEATS.get(self.factory, 1))
+        return runtime_repeats(self.factory, bench_repeats)
 
     def argv(
         self,

@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 
 from eliza.adapters.bench_tools import BenchSettings, BenchToolError, bench_argv, run_tool
-from eliza.adapters.own_runners import MIN_REPEATS, OwnRunner, OwnRunnerError, own_runner
+from eliza.adapters.own_runners import OwnRunner, OwnRunnerError, own_runner, runtime_repeats
 from eliza.adapters.own_runners.common import read_prompts
 from eliza.app.checks.job import Job
 from eliza.app.checks.runtimes import backends_of
@@ -254,14 +254,19 @@ def _against_own_runner(name: str) -> bool:
     return name.rpartition(".")[2].startswith("own_runner_")
 
 
+def _backend_of(name: str) -> str:
+    """The backend a metric's name names ("<backend>.<metric>"; "" for the library check's)."""
+    return name.rpartition(".")[0]
+
+
 def undecided_parts(done: CheckOutcome) -> tuple[set[str], set[str]]:
     """(series, bodies) an undecided verdict needs more rounds of: the labels of the series
     with a metric against the reference left undecided ("" for the library check's one
     series), and of the backends whose body against its own runner was. A decided metric
     needs no more rounds, so neither does a series or a body all of whose metrics decided."""
     names = [str(m) for m in (done.details.get("perf") or {}).get("undecided") or []]
-    series = {m.rpartition(".")[0] for m in names if not _against_own_runner(m)}
-    bodies = {m.rpartition(".")[0] for m in names if _against_own_runner(m)}
+    series = {_backend_of(m) for m in names if not _against_own_runner(m)}
+    bodies = {_backend_of(m) for m in names if _against_own_runner(m)}
     return series, bodies
 
 
@@ -459,22 +464,21 @@ def comparisons(
             (library, reference),
         )
     bundle = ensure_runtime_bundle(evidence.bundle, job.matrix.gates)
+    sizing = job.matrix.bundle(check.bundle).bench
     backend_opts = replace(
         opts,
         settings=replace(opts.settings, bundle=bundle),
         # a real model's own sizing where it declares a smaller one (matrix.yaml bundles: bench)
-        perf_max_tokens=job.matrix.bundle(check.bundle).bench.backend_perf_max_tokens
-        or min(BACKEND_MAX_TOKENS, opts.perf_max_tokens),
+        perf_max_tokens=sizing.backend_perf_max_tokens or min(BACKEND_MAX_TOKENS, opts.perf_max_tokens),
         perf_repeats=min(BACKEND_REPEATS, opts.perf_repeats),
     )
-    sizing = job.matrix.bundle(check.bundle).bench
 
     def opts_of(factory: str) -> BenchOptions:
         """A runtime's rounds: on the first prompts where the bundle sizes them so (a long run
         whose speed does not depend on the prompt: MLX's CPU build on Gemma), else all; each
         prompt as often as the runtime's fewest repeats, on both sides (LiteRT-LM's runs are
         cheap and jittery, and the best repeat counts: eliza.adapters.own_runners)."""
-        opts = replace(backend_opts, perf_repeats=max(backend_opts.perf_repeats, MIN_REPEATS.get(factory, 1)))
+        opts = replace(backend_opts, perf_repeats=runtime_repeats(factory, backend_opts.perf_repeats))
         n = sizing.backend_perf_prompts_of(factory)
         if not n:
             return opts
@@ -744,6 +748,10 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         done = judged()
         judged_on = rounds  # the rounds of the samples the verdict is judged on
         own_twice: set[str] = set()  # the bodies whose own-runner rounds ran as many again
+        # the named bodies' own-runner rounds as many again (within the caller's window)
+        own_again = partial(
+            own_rounds_again, cell, owned, own, own_rounds, evidence.detail, threads=threads, cores=cores
+        )
         if done.status is Status.INCONCLUSIVE and opts.perf_rounds is None:
             # The declared rounds could not decide (a noisy host): as many again, once, still
             # interleaved, of what is undecided (a series, a body against its own runner),
@@ -757,18 +765,10 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 more = (
                     measure_series(cell, extended, rounds, evidence.detail, first=rounds) if extended else []
                 )
+                samples_of = dict(measured)
                 for c, extra in zip(extended, more, strict=True):
-                    dict(measured)[c.label].extend(extra)
-                own_rounds_again(
-                    cell,
-                    owned,
-                    own,
-                    own_rounds,
-                    evidence.detail,
-                    threads=threads,
-                    cores=cores,
-                    bodies=own_twice,
-                )
+                    samples_of[c.label].extend(extra)
+                own_again(bodies=own_twice)
             if extended:
                 judged_on = 2 * rounds
                 about["rounds_run"] = judged_on
@@ -812,7 +812,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 f"{cell.id}: {check.id}: a first window failed against llama.cpp ({first_words[:300]}); "
                 f"the second window: {done.status.value}"
             )
-        failing_bodies = {m.rpartition(".")[0] for m in _unwaived_failures(done)} - own_twice
+        failing_bodies = {_backend_of(m) for m in _unwaived_failures(done)} - own_twice
         if opts.perf_rounds is None and own and failing_bodies and fails_only_against_own_runner(done):
             # A body slower than its own runner in every round of a short series may be the
             # host's moment, not the body's cost (measured once: LiteRT-LM's prefill on Gemma
@@ -820,16 +820,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             # rounds run as many again, once, and the verdict is that of all of them. A cost the
             # body pays at every token fails them all (the planted sleeps: p = 0.003 after four).
             with job.alone():
-                own_rounds_again(
-                    cell,
-                    owned,
-                    own,
-                    own_rounds,
-                    evidence.detail,
-                    threads=threads,
-                    cores=cores,
-                    bodies=failing_bodies,
-                )
+                own_again(bodies=failing_bodies)
             for label in failing_bodies:
                 own_about[label]["rounds"] = 2 * own_rounds
                 own_about[label]["confirmed"] = (
