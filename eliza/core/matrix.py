@@ -403,7 +403,7 @@ class BundleBench:
     long_max_tokens: int = 0
     # backend-perf's rounds of each body against its runtime's own runner: the first N of the
     # bundle's prompts (0: all of them), and
-    # their decode tokens per prompt (0: the check's 16)
+    # their decode tokens per prompt (0: the check's 64)
     own_runner_prompts: int = 0
     own_runner_max_tokens: int = 0
     # backend-perf's rounds of a runtime against llama.cpp on the first N of the bundle's

@@ -227,10 +227,11 @@ def measure_series(
 # API, on the same artifact, threads, prompt and greedy tokens (eliza.adapters.own_runners).
 # A body slower than its own runtime beyond 5 % is the body's cost and fails the check on any
 # host, whatever a waiver accepts of the runtime against llama.cpp (no waiver names these).
-# Decode tokens per own-runner run where the bundle declares none: decode is judged on the
-# median step, which a cost paid at every token moves as much in 15 steps as in 63 (the
-# tiny bundle took 64 before: an MLX round at once 2.7 s, of which mlx_lm's own steps most).
-OWN_RUNNER_MAX_TOKENS = 16
+# Decode tokens per own-runner run where the bundle declares none. 16 were tried on the
+# tiny bundle (2026-12-07): an MLX round at once took half its 2.7 s, but in one of three
+# fresh clones LiteRT-LM's own_runner_prefill was undecided after six paired rounds on both
+# LiteRT-LM cells (1.15, 95% CI 0.85..1.29), so the tiny bundle keeps 64.
+OWN_RUNNER_MAX_TOKENS = 64
 # Paired rounds (compare_paired) of a body and its own runner: each round's ratio moved by
 # about 1-2 % here (LiteRT-LM and MLX on Gemma and the tiny bundle, 2026-12-07), so three
 # rounds decide a body within a few percent of its runtime or a tenth of a step beyond it
