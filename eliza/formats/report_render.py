@@ -115,17 +115,20 @@ def render_json(report: Report) -> str:
     return json.dumps(report_to_dict(report), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def render_report(report: Report, out_dir: Path, templates_dir: Path | None = None) -> ReportPaths:
+def render_report(
+    report: Report, out_dir: Path, templates_dir: Path | None = None, *, charts: Path | None = None
+) -> ReportPaths:
     """Write report.html, report.md and report.json into `out_dir`.
 
     All three are rendered before any is written, so a template error leaves the previous
-    report intact instead of a mix of old and new files.
+    report intact instead of a mix of old and new files. `charts`: a folder of perf charts
+    drawn before, by their rows' key, which a report written elsewhere (a release's, a
+    `--out` folder) takes its chart from instead of drawing it again.
     """
     env = make_environment(templates_dir)
     out = Path(out_dir)
     key = chart_key(report.perf) if report.perf else ""
-    drawn = drawn_before(out / PERF_CHART_MEMO, out / PERF_CHART, key) if key else None
-    svg, png = (drawn, b"") if drawn is not None else render_chart(report.perf)
+    svg, png = _perf_chart(report, out, key, charts)
     html = render_html(report, env, perf_svg=svg)
     markdown = render_markdown(report, env, perf_png=PERF_CHART if svg else "")
     body = render_json(report)
@@ -137,3 +140,42 @@ def render_report(report: Report, out_dir: Path, templates_dir: Path | None = No
         markdown=atomic_write_text(out / "report.md", markdown),
         json=atomic_write_text(out / "report.json", body),
     )
+
+
+# The charts a `charts` folder keeps: the newest ones (each verify's perf rows draw a new one).
+CHARTS_KEPT = 8
+
+
+def _perf_chart(report: Report, out: Path, key: str, charts: Path | None) -> tuple[str, bytes]:
+    """(SVG, PNG to write into `out`) of the report's perf chart: b"" when `out` holds it
+    already, ("", b"") when the report has no perf rows."""
+    if not key:
+        return render_chart(report.perf)
+    drawn = drawn_before(out / PERF_CHART_MEMO, out / PERF_CHART, key)
+    if drawn is not None:
+        return drawn, b""
+    if charts is not None:
+        memo, png_file = charts / f"{key}.json", charts / f"{key}.png"
+        shared = drawn_before(memo, png_file, key)
+        if shared is not None:
+            try:
+                return shared, png_file.read_bytes()
+            except OSError:
+                pass  # gone since: drawn again below
+    svg, png = render_chart(report.perf)
+    if charts is not None and png:
+        atomic_write_bytes(charts / f"{key}.png", png)
+        atomic_write_text(charts / f"{key}.json", memo_text(key, svg, png))
+        _prune(charts)
+    return svg, png
+
+
+def _prune(charts: Path) -> None:
+    """Keeps the CHARTS_KEPT newest charts of the folder."""
+    try:
+        memos = sorted(charts.glob("*.json"), key=lambda m: m.stat().st_mtime, reverse=True)
+    except OSError:
+        return
+    for memo in memos[CHARTS_KEPT:]:
+        for stale in (memo, memo.with_suffix(".png")):
+            stale.unlink(missing_ok=True)

@@ -25,6 +25,7 @@ from eliza.core.report import (
 )
 from eliza.core.report.compare import ReportFormatError, compare_reports
 from eliza.formats.matrix_yaml import load_matrix
+from eliza.formats.perf_chart import chart_key
 from eliza.formats.report_json import read_report, report_to_dict
 from eliza.formats.report_render import PERF_CHART, render_report
 from tests.signing import TEST_POLICY, library_subject, signed
@@ -178,6 +179,42 @@ def test_an_unchanged_chart_is_not_drawn_again_and_a_changed_or_damaged_one_is(
     (tmp_path / PERF_CHART).write_bytes(png[:100])  # a PNG that is not the one drawn: drawn again
     render_report(slow, tmp_path)
     assert len(drawn) == 4 and (tmp_path / PERF_CHART).read_bytes() == png
+
+
+def test_a_report_written_elsewhere_takes_the_chart_drawn_from_the_same_rows(
+    repo_matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eliza.formats import report_render
+
+    drawn: list[int] = []
+    draw = report_render.render_chart
+
+    def counted(rows: object) -> tuple[str, bytes]:
+        drawn.append(1)
+        return draw(rows)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(report_render, "render_chart", counted)
+    charts = tmp_path / "charts"
+    slow = report(repo_matrix, perf_record(repo_matrix, 0.85, status=Status.FAILED))
+    first = render_report(slow, tmp_path / "one", charts=charts)
+    png = (tmp_path / "one" / PERF_CHART).read_bytes()
+    elsewhere = render_report(slow, tmp_path / "two", charts=charts)
+    assert len(drawn) == 1  # the same rows in another folder: the chart drawn for the first
+    assert elsewhere.html.read_text() == first.html.read_text()
+    assert (tmp_path / "two" / PERF_CHART).read_bytes() == png
+    other = report(repo_matrix, perf_record(repo_matrix, 1.0, status=Status.PASSED))
+    render_report(other, tmp_path / "three", charts=charts)
+    assert len(drawn) == 2  # other rows: drawn
+    (charts / f"{chart_key(slow.perf)}.png").write_bytes(png[:100])  # damaged: drawn again
+    render_report(slow, tmp_path / "four", charts=charts)
+    assert len(drawn) == 3 and (tmp_path / "four" / PERF_CHART).read_bytes() == png
+    monkeypatch.setattr(report_render, "CHARTS_KEPT", 1)
+    newest = report(repo_matrix, perf_record(repo_matrix, 0.97, status=Status.PASSED))
+    render_report(newest, tmp_path / "five", charts=charts)
+    assert len(drawn) == 4
+    assert sorted(p.name for p in charts.iterdir()) == sorted(
+        f"{chart_key(newest.perf)}{suffix}" for suffix in (".json", ".png")
+    )  # the newest chart kept, the older ones gone
 
 
 def test_compare_lists_a_planted_regression_first(repo_matrix: Matrix, tmp_path: Path) -> None:

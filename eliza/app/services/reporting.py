@@ -133,7 +133,9 @@ def render(
     if compare_with is not None:
         source, old = compare_with
         report = replace(report, since=compare_reports(old, report_to_dict(report), old_source=source))
-    return render_report(report, out_dir), report
+    # A report rendered elsewhere (a release's, `--out DIR`) takes the chart this checkout
+    # drew last from the same rows.
+    return render_report(report, out_dir, charts=project.build_root / "report-charts"), report
 
 
 def with_fuzz_figures(report: Report, summary_path: Path, repo: Path) -> Report:
