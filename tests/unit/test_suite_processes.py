@@ -65,6 +65,15 @@ def test_processes_side_by_side_decode_with_one_thread_unless_the_caller_chose()
     assert pytest_env([], {}, cpus=1, xdist_installed=True) == {}
 
 
+def test_the_suite_writes_bytecode_where_the_environment_says_not_to() -> None:
+    quiet = {"ELIZA_N_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    assert pytest_env([], quiet, cpus=2, xdist_installed=True) == {"PYTHONDONTWRITEBYTECODE": ""}
+    assert pytest_env([], {**quiet, "PYTHONDONTWRITEBYTECODE": ""}, cpus=2, xdist_installed=True) == {}
+    assert pytest_env(["--tier", "slow"], {"PYTHONDONTWRITEBYTECODE": "x"}, cpus=1, xdist_installed=True) == {
+        "PYTHONDONTWRITEBYTECODE": ""
+    }
+
+
 def test_checks_side_by_side_decode_with_their_share_of_the_cores() -> None:
     # verify's checks: `--jobs N` processes on the host's cores, each its share
     assert side_by_side_env(2, {}, cpus=2) == {"ELIZA_N_THREADS": "1"}
