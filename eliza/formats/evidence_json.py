@@ -35,6 +35,7 @@ from eliza.core.evidence import (
 from eliza.formats import attestation
 from eliza.formats.attestation import AttestationError, SigningKey
 from eliza.formats.files import atomic_write_text, file_identity
+from eliza.formats.json_schema import load_jsonschema
 
 if TYPE_CHECKING:
     import jsonschema
@@ -106,13 +107,13 @@ def signed_json(record: EvidenceRecord, key: SigningKey) -> str:
 
 @cache
 def _schema_validator() -> jsonschema.protocols.Validator:
-    # Imported here: jsonschema loads its format checkers on import (most of a second with
-    # the optional RFC 3987 grammars installed), which records already found schema-valid
-    # never need (read_records' `memo`).
-    import jsonschema
+    # Imported here, which records already found schema-valid never need (read_records'
+    # `memo`), and without the IRI grammars no evidence schema asks for (eliza.formats.json_schema).
+    load_jsonschema()
+    from jsonschema.validators import validator_for
 
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    validator_cls = jsonschema.validators.validator_for(schema)
+    validator_cls = validator_for(schema)
     validator_cls.check_schema(schema)
     validator: jsonschema.protocols.Validator = validator_cls(schema)
     return validator

@@ -15,6 +15,7 @@ from eliza.core.lab import Device, Lab, Transport
 from eliza.core.matrix import Matrix, MatrixError, Problem, Requirement
 from eliza.core.matrix_rules import KeyPath, did_you_mean, render_key_path, valid_words
 from eliza.formats import matrix_yaml
+from eliza.formats.json_schema import load_jsonschema
 
 __all__ = ["LabError", "lab_schema", "load_lab", "parse_lab"]
 
@@ -52,7 +53,8 @@ def parse_lab(text: str, source: str, matrix: Matrix) -> Lab:
     def line_of(path: KeyPath) -> int:
         return matrix_yaml.locate(root, path)[0]
 
-    # Imported only where a lab file is read: jsonschema's import costs most of a second.
+    # Imported only where a lab file is read (eliza.formats.json_schema: without the IRI grammars).
+    load_jsonschema()
     from jsonschema import Draft202012Validator
 
     reported: set[tuple[KeyPath, str]] = set()

@@ -25,6 +25,7 @@ import yaml
 from eliza.core.matrix import Matrix, MatrixError, Problem
 from eliza.core.matrix_rules import KeyPath, MatrixRules, did_you_mean, render_key_path, valid_words
 from eliza.formats.files import atomic_write_text
+from eliza.formats.json_schema import load_jsonschema
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
@@ -46,9 +47,9 @@ def matrix_schema() -> Mapping[str, Any]:
 
 @cache
 def _validator() -> Draft202012Validator:
-    # Imported here: jsonschema loads its format checkers on import, and with the optional
-    # ones installed (RFC 3987's grammars) that costs most of a second, which a matrix
-    # already found schema-valid never needs (load_matrix's `memo`).
+    # Imported here, which a matrix already found schema-valid never needs (load_matrix's
+    # `memo`), and without the IRI grammars its schema never asks for (eliza.formats.json_schema).
+    load_jsonschema()
     from jsonschema import Draft202012Validator
 
     return Draft202012Validator(matrix_schema())

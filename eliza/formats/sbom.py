@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+from eliza.formats.json_schema import load_jsonschema
+
 _VERSIONS = ("1.4", "1.5", "1.6")
 
 
@@ -22,6 +24,7 @@ def sbom_problem(text: str) -> str:
         return f"specVersion {data.get('specVersion')!r} is not one of {', '.join(_VERSIONS)}"
     # Here, not at the top: importing the validator compiles its format grammars (about two
     # seconds), which a release that ships nothing (a dry run, a refusal) never needs.
+    load_jsonschema()  # the IRI grammars built at the first IRI the schema checks
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
 

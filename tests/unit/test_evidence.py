@@ -8,7 +8,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 
 from eliza.core.evidence import (
@@ -32,6 +31,7 @@ from eliza.formats.evidence_json import (
     to_json,
     write_record,
 )
+from eliza.formats.json_schema import load_jsonschema
 from tests.signing import TEST_KEY, TEST_POLICY
 
 PARTS = {"native": "a" * 64, "recipes": "b" * 64, "lockfile": "c" * 64, "matrix": "d" * 64}
@@ -87,7 +87,7 @@ def test_json_round_trip_and_schema_agrees() -> None:
     text = to_json(record)
     assert from_json(text) == record
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    jsonschema.validate(json.loads(text), schema)
+    load_jsonschema().validate(json.loads(text), schema)
     data = json.loads(text)
     assert data["schema_version"] == SCHEMA_VERSION == 2
     assert data["status"] == "passed"
