@@ -40,10 +40,13 @@ def _real() -> ModuleType:
 
 def load_jsonschema() -> ModuleType:
     """The jsonschema module, imported (the first time) with rfc3987_syntax deferred."""
-    if (
-        "jsonschema" not in sys.modules
-        and _GRAMMARS not in sys.modules
-        and importlib.util.find_spec(_GRAMMARS) is not None
-    ):
-        sys.modules[_GRAMMARS] = _OnFirstUse(_GRAMMARS)
+    if "jsonschema" not in sys.modules and _GRAMMARS not in sys.modules:
+        spec = importlib.util.find_spec(_GRAMMARS)
+        if spec is not None:
+            stand_in = _OnFirstUse(_GRAMMARS)
+            # The real module's: what the import system asks of a module in sys.modules
+            # (importlib.util.find_spec, a submodule's import) gets the same answers.
+            stand_in.__spec__ = spec
+            stand_in.__path__ = list(spec.submodule_search_locations or [])
+            sys.modules[_GRAMMARS] = stand_in
     return importlib.import_module("jsonschema")

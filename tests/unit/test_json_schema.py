@@ -36,6 +36,17 @@ print(json.dumps({
 }))
 """
 
+# A process that asks where rfc3987_syntax is, or imports a module of it, while the
+# stand-in holds its place gets the real module's answers.
+ASKED = """
+import importlib.util, sys
+from eliza.formats.json_schema import load_jsonschema
+load_jsonschema()
+assert importlib.util.find_spec("rfc3987_syntax").origin.endswith("__init__.py")
+from rfc3987_syntax.utils import load_grammar
+print("ok")
+"""
+
 
 def test_the_iri_grammars_are_built_at_the_first_iri_and_still_judge_it() -> None:
     done = subprocess.run(
@@ -50,3 +61,10 @@ def test_the_iri_grammars_are_built_at_the_first_iri_and_still_judge_it() -> Non
         "good": True,
         "built_by_an_iri": True,
     }
+
+
+def test_the_stand_in_answers_the_import_systems_questions_as_the_real_module() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", ASKED], capture_output=True, text=True, cwd=REPO_ROOT, check=False, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
