@@ -35,7 +35,7 @@ from eliza.core.lab import Lab
 from eliza.core.matrix import Matrix
 from eliza.core.report.model import Entry, Report
 from eliza.core.report.states import GridState
-from eliza.core.suite import device_environment, side_by_side_env
+from eliza.core.suite import bytecode_env, device_environment, side_by_side_env
 from eliza.core.target import library_file
 from eliza.core.verify_plan import PlanFacts, Selection, VerifyPlan, plan
 from eliza.formats.files import HASH_MEMO, atomic_write_text, file_identity, sha256_file
@@ -319,7 +319,9 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         # Checks side by side share the cores: each process decodes with its share (the
         # wall-time rounds, alone, name their own threads).
         shares = side_by_side_env(jobs, ctx.project.env, cpus=usable_cores())
-        with proc.children_environment(shares | device_environment(ctx.host, shares)):
+        with proc.children_environment(
+            shares | device_environment(ctx.host, shares) | bytecode_env(ctx.project.env)
+        ):
             done = execute(
                 planned.plan,
                 evidence_run,

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from eliza.adapters import proc
-from eliza.core.suite import MAX_PROCESSES, chosen_tiers, processes, pytest_argv, pytest_env, side_by_side_env
+from eliza.core.suite import (
+    MAX_PROCESSES,
+    bytecode_env,
+    chosen_tiers,
+    processes,
+    pytest_argv,
+    pytest_env,
+    side_by_side_env,
+)
 
 
 @pytest.mark.parametrize(
@@ -66,6 +74,8 @@ def test_processes_side_by_side_decode_with_one_thread_unless_the_caller_chose()
 
 
 def test_the_suite_writes_bytecode_where_the_environment_says_not_to() -> None:
+    assert bytecode_env({"PYTHONDONTWRITEBYTECODE": "1"}) == {"PYTHONDONTWRITEBYTECODE": ""}
+    assert bytecode_env({}) == {}
     quiet = {"ELIZA_N_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     assert pytest_env([], quiet, cpus=2, xdist_installed=True) == {"PYTHONDONTWRITEBYTECODE": ""}
     assert pytest_env([], {**quiet, "PYTHONDONTWRITEBYTECODE": ""}, cpus=2, xdist_installed=True) == {}
