@@ -32,6 +32,7 @@ from eliza.app.services.bench_options import BenchOptions, on_bundle, on_softwar
 from eliza.app.services.built import BuiltCell
 from eliza.app.services.clock import Stopwatch, now
 from eliza.app.services.run import RUN_ERRORS, Run
+from eliza.core.call_order import start_order
 from eliza.core.cell_id import CellId
 from eliza.core.evidence import Status
 from eliza.core.host import Capability
@@ -66,6 +67,8 @@ class Execution:
     libraries: dict[CellId, Path] = field(default_factory=dict)
     build_failures: dict[CellId, str] = field(default_factory=dict)
     timings: Timings = field(default_factory=Timings)  # builds and checks, for the table
+    # each runner call's shareable seconds (its work less its windows alone), by call_key
+    call_seconds: dict[str, float] = field(default_factory=dict)
     # held while a runner call's libraries and target are prepared (they fill shared maps)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -127,6 +130,10 @@ class Quiet:
         """Seconds the current thread's call has waited on others (not its own work)."""
         return float(getattr(self._waited, "seconds", 0.0))
 
+    def alone_here(self) -> float:
+        """Seconds the current thread's call has measured alone."""
+        return float(getattr(self._waited, "alone", 0.0))
+
     def _wait(self, ready: Callable[[], bool]) -> None:
         watch = Stopwatch()
         self._changed.wait_for(ready)
@@ -145,6 +152,7 @@ class Quiet:
             self._running += 1
             self._changed.notify_all()
         self._waited.seconds = 0.0  # from its start: what it waits on inside it
+        self._waited.alone = 0.0
         try:
             yield
         finally:
@@ -168,10 +176,16 @@ class Quiet:
         finally:
             with self._changed:
                 self.windows.append((str(getattr(self._waited, "label", "")), watch.seconds()))
+                self._waited.alone = self.alone_here() + watch.seconds()
                 self._alone = False
                 self._changed.notify_all()
                 self._wait(self._free)
                 self._running += 1
+
+
+def call_key(key: tuple[str, str, str]) -> str:
+    """A runner call's name from one verify to the next (its group key in words)."""
+    return "/".join(key)
 
 
 def _group_key(step: RunStep, matrix: Matrix) -> tuple[str, str, str]:
@@ -192,9 +206,12 @@ def execute(
     describe_build: Callable[[BuiltCell], str] | None = None,
     devices: Mapping[str, Callable[[], Target]] | None = None,
     jobs: int = 1,
+    last_seconds: Mapping[str, float] | None = None,
 ) -> Execution:
     """`devices`: platform id -> how to open the lab device its checks run on; `jobs`: runner
-    calls at once (1: one after another)."""
+    calls at once (1: one after another); `last_seconds`: each call's shareable seconds the
+    last time (Execution.call_seconds, by call_key), which start the longest first
+    (eliza.core.call_order)."""
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, not {jobs}")
     matrix: Matrix = run.matrix
@@ -239,9 +256,11 @@ def execute(
     on_device = {p for p, can in capabilities.items() if can.device and p in (devices or {})}
     device_turns = {p: threading.Lock() for p in on_device}
 
-    def call(steps: list[RunStep], ticket: int) -> tuple[list[CheckOutcome], Mapping[CellId, Path], float]:
-        """A runner call's outcomes, libraries and working seconds (its waits on others' wall
-        time measurements left out)."""
+    def call(
+        steps: list[RunStep], ticket: int
+    ) -> tuple[list[CheckOutcome], Mapping[CellId, Path], float, float]:
+        """A runner call's outcomes, libraries, working seconds (its waits on others' wall
+        time measurements left out) and the seconds of them it measured alone."""
         platform = steps[0].cell.platform
         turn = device_turns.get(platform, nullcontext())
         label = f"{_timing_label(steps[0], _group_key(steps[0], matrix)[2], matrix)} {steps[0].cell}"
@@ -250,14 +269,21 @@ def execute(
             outcomes, libraries = _run_group(
                 steps, run, builder, capabilities, done, baselines, bench, runners, devices or {}, quiet
             )
-            return outcomes, libraries, watch.seconds() - quiet.waited()
+            return outcomes, libraries, watch.seconds() - quiet.waited(), quiet.alone_here()
 
     checks = Stopwatch()
-    # A thread per call (most of them wait): Quiet, not the pool, decides what runs.
+    keys = {call_key(key): key for key in groups}
+    # A thread per call (most of them wait): Quiet, not the pool, decides what runs, in
+    # the order they are submitted: the longest first. Recorded in the plan's order.
     with ThreadPoolExecutor(max_workers=max(1, len(groups)), thread_name_prefix="check") as pool:
-        calls = [(key, steps, pool.submit(call, steps, quiet.ticket())) for key, steps in groups.items()]
+        started = {
+            keys[name]: pool.submit(call, groups[keys[name]], quiet.ticket())
+            for name in start_order(list(keys), last_seconds or {})
+        }
+        calls = [(key, steps, started[key]) for key, steps in groups.items()]
         for key, steps, pending in calls:
-            outcomes, libraries, seconds = pending.result()
+            outcomes, libraries, seconds, alone = pending.result()
+            done.call_seconds[call_key(key)] = max(0.0, seconds - alone)
             done.timings.add("checks", _timing_label(steps[0], key[2], matrix), seconds)
             # Each record names the libraries its step read (its cell's and its references'):
             # the report counts it only while they are the ones its cell's build evidence names.

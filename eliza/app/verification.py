@@ -5,6 +5,7 @@ touches nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,7 @@ from eliza.app.services.recording import ArtifactHashes
 from eliza.app.services.reporting import describe_paths, render, report_screenshot, summary_line
 from eliza.app.services.run import Run, evidence_index, start_run
 from eliza.app.services.shipping import candidate_libraries
+from eliza.core.call_order import remembered
 from eliza.core.cell_id import CellId
 from eliza.core.host import check_blockers
 from eliza.core.lab import Lab
@@ -337,7 +339,9 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
                 describe_build=describe_build,
                 devices=lab.device_targets(ctx),
                 jobs=jobs,
+                last_seconds=_call_seconds(ctx),
             )
+        _remember_call_seconds(ctx, done.call_seconds)
         ctx.log(f"verify: {done.summary()}")
         done.timings.add("bundles", "ensured", bundle_seconds)
         sample = sample_bundle(ctx.matrix)
@@ -529,3 +533,30 @@ def _kept_reference_library(ctx: Context, builder: Builder) -> Path | None:
         if library.is_file():
             return library
     return None
+
+
+# What each runner call took the last time, by call: which calls a verify starts first
+# (eliza.core.call_order). In the cache, so a fresh clone on warm caches has it too.
+CALL_SECONDS = "verify-call-seconds.json"
+
+
+def _call_seconds(ctx: Context) -> dict[str, float]:
+    """The calls' seconds of the last verify ({} when there is none or it cannot be read:
+    the plan's order then)."""
+    try:
+        data = json.loads((ctx.project.cache / CALL_SECONDS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    numbers = {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {str(k): float(v) for k, v in numbers.items()}
+
+
+def _remember_call_seconds(ctx: Context, seconds: Mapping[str, float]) -> None:
+    if not seconds:
+        return
+    text = json.dumps(remembered(_call_seconds(ctx), seconds), indent=1, sort_keys=True) + "\n"
+    # an unwritable cache costs the order next time, nothing else
+    with contextlib.suppress(OSError):
+        atomic_write_text(ctx.project.cache / CALL_SECONDS, text)

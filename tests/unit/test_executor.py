@@ -279,6 +279,55 @@ def test_jobs_run_side_by_side_with_the_same_evidence_and_lines_and_alone_steps_
     assert results[1] == results[4]
 
 
+class OrderRunners(OverlapRunners):
+    """OverlapRunners that also remember the order the calls started in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: list[str] = []
+
+    def __call__(self, job: Job, evidence: Run) -> list[CheckOutcome]:
+        with self.lock:
+            self.started.append(f"{job.steps[0].cell} {job.steps[0].check}")
+        return super().__call__(job, evidence)
+
+
+def test_the_call_that_took_longest_last_time_starts_first_and_the_output_keeps_the_plans_order(
+    matrix: Matrix, tmp_path: Path
+) -> None:
+    p = cpu_plan(matrix, baseline_commit=BASELINE)
+    caps = {pl.id: decide(HOST, pl) for pl in matrix.platforms}
+    seen = {}
+    for attempt, last in (("first", None), ("again", "longest")):
+        runners = OrderRunners()
+        lines: list[str] = []
+        run = evidence_run(matrix, tmp_path / attempt)
+        run.log = lines.append
+        last_seconds = None
+        if last is not None:
+            # the plan's last call took longest last time; every other call a second
+            last_seconds = {name: 1.0 for name in seen["first"][2]} | {seen["first"][2][-1]: 100.0}
+        done = execute(
+            p,
+            run,
+            FakeBuilder(tmp_path / f"lib-{attempt}"),
+            caps,
+            runners=runners.table(),
+            jobs=1,
+            last_seconds=last_seconds,
+        )
+        said = [line for line in lines if line.startswith("  ")]
+        seen[attempt] = (runners.started, said, list(done.call_seconds))
+        # what a call measured alone is not what it holds a core for
+        windows = done.timings.alone_windows
+        held = sum(sum(v) for (phase, _), v in done.timings.spans.items() if phase == "checks")
+        assert windows and all(s >= 0 for s in done.call_seconds.values())
+        assert sum(done.call_seconds.values()) <= held - sum(s for _, s in windows) + 1e-6
+    first, again = seen["first"], seen["again"]
+    assert again[0][0] == first[0][-1] and again[0][1:] == first[0][:-1]  # the longest first, then as planned
+    assert again[1] == first[1]  # the lines (and the records) in the plan's order either way
+
+
 def test_a_measurement_waits_until_nothing_runs_and_nothing_starts_beside_it() -> None:
     import threading
     import time
