@@ -3,8 +3,9 @@ libraries its steps need, and records each outcome. It decides nothing the plan 
 decided; the loop that turns a runner's failure into error evidence is written once here,
 for every check kind.
 
-Runner calls go side by side, up to `jobs` at once, started in plan order (most checks
-are one process on one core). A step the plan marks `alone` measures wall time: its runner
+Runner calls go side by side, up to `jobs` at once (most checks are one process on one
+core), started longest first by what each took the last time (eliza.core.call_order; plan
+order for calls never timed). A step the plan marks `alone` measures wall time: its runner
 measures inside `Job.alone()`, which gives up its place to the next call, waits until no
 call is running, and lets none start or resume until the measurement is over; the rest of
 its work (identity runs, the simulated CPU) shares the machine. Outcomes are recorded, and
