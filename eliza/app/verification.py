@@ -321,6 +321,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         # Checks side by side share the cores: each process decodes with its share (the
         # wall-time rounds, alone, name their own threads).
         shares = side_by_side_env(jobs, ctx.project.env, cpus=usable_cores())
+        last_seconds = _call_seconds(ctx)
         with proc.children_environment(
             shares | device_environment(ctx.host, shares) | bytecode_env(ctx.project.env)
         ):
@@ -339,9 +340,10 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
                 describe_build=describe_build,
                 devices=lab.device_targets(ctx),
                 jobs=jobs,
-                last_seconds=_call_seconds(ctx),
+                last_seconds=last_seconds,
             )
-        _remember_call_seconds(ctx, done.call_seconds)
+        if done.call_seconds:
+            _remember_call_seconds(ctx, remembered(last_seconds, done.call_seconds))
         ctx.log(f"verify: {done.summary()}")
         done.timings.add("bundles", "ensured", bundle_seconds)
         sample = sample_bundle(ctx.matrix)
@@ -554,9 +556,7 @@ def _call_seconds(ctx: Context) -> dict[str, float]:
 
 
 def _remember_call_seconds(ctx: Context, seconds: Mapping[str, float]) -> None:
-    if not seconds:
-        return
-    text = json.dumps(remembered(_call_seconds(ctx), seconds), indent=1, sort_keys=True) + "\n"
+    text = json.dumps(seconds, indent=1, sort_keys=True) + "\n"
     # an unwritable cache costs the order next time, nothing else
     with contextlib.suppress(OSError):
         atomic_write_text(ctx.project.cache / CALL_SECONDS, text)

@@ -22,9 +22,10 @@ def sbom_problem(text: str) -> str:
     version = str(data.get("specVersion"))
     if version not in _VERSIONS:
         return f"specVersion {data.get('specVersion')!r} is not one of {', '.join(_VERSIONS)}"
-    # Here, not at the top: importing the validator compiles its format grammars (about two
-    # seconds), which a release that ships nothing (a dry run, a refusal) never needs.
-    load_jsonschema()  # the IRI grammars built at the first IRI the schema checks
+    # Here, not at the top: a release that ships nothing (a dry run, a refusal) checks no
+    # SBOM. jsonschema through load_jsonschema, so RFC 3987's grammars are built at the
+    # first IRI the schema checks, not at the import (eliza.formats.json_schema).
+    load_jsonschema()
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
 

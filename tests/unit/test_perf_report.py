@@ -152,19 +152,25 @@ def test_all_three_formats_show_the_perf_section_and_the_chart(repo_matrix: Matr
     assert {r["metric"] for r in rows} == {r.metric for r in repo_matrix.check("perf").metrics}
 
 
-def test_an_unchanged_chart_is_not_drawn_again_and_a_changed_or_damaged_one_is(
-    repo_matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def drawn(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry for each chart report_render draws (render_chart counted)."""
     from eliza.formats import report_render
 
-    drawn: list[int] = []
+    counts: list[int] = []
     draw = report_render.render_chart
 
     def counted(rows: object) -> tuple[str, bytes]:
-        drawn.append(1)
+        counts.append(1)
         return draw(rows)  # type: ignore[arg-type]
 
     monkeypatch.setattr(report_render, "render_chart", counted)
+    return counts
+
+
+def test_an_unchanged_chart_is_not_drawn_again_and_a_changed_or_damaged_one_is(
+    repo_matrix: Matrix, tmp_path: Path, drawn: list[int]
+) -> None:
     slow = report(repo_matrix, perf_record(repo_matrix, 0.85, status=Status.FAILED))
     first = render_report(slow, tmp_path).html.read_text()
     png = (tmp_path / PERF_CHART).read_bytes()
@@ -182,18 +188,10 @@ def test_an_unchanged_chart_is_not_drawn_again_and_a_changed_or_damaged_one_is(
 
 
 def test_a_report_written_elsewhere_takes_the_chart_drawn_from_the_same_rows(
-    repo_matrix: Matrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    repo_matrix: Matrix, tmp_path: Path, drawn: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from eliza.formats import report_render
 
-    drawn: list[int] = []
-    draw = report_render.render_chart
-
-    def counted(rows: object) -> tuple[str, bytes]:
-        drawn.append(1)
-        return draw(rows)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(report_render, "render_chart", counted)
     charts = tmp_path / "charts"
     slow = report(repo_matrix, perf_record(repo_matrix, 0.85, status=Status.FAILED))
     first = render_report(slow, tmp_path / "one", charts=charts)
