@@ -15,7 +15,7 @@ from typing import Any
 
 from eliza.core.matrix import Direction, Instrument, PerfWaiver
 
-__all__ = ["PerfPolicy", "PerfState", "holds", "instrument_of", "judge_with_waivers"]
+__all__ = ["PerfPolicy", "PerfState", "holds", "instrument_of", "judge_with_waivers", "settled"]
 
 FAILED = "failed"
 INCONCLUSIVE = "inconclusive"
@@ -176,3 +176,38 @@ def judge_with_waivers(
     if undecided_wall:
         words += f"; wall time could not decide {len(undecided_wall)} metric(s), the simulated CPU decided"
     return state(VERIFIED, words, deciding)
+
+
+def settled(
+    cell: str,
+    metrics: Sequence[Mapping[str, Any]],
+    policy: PerfPolicy,
+    check: str | None = None,
+    *,
+    fewest: int,
+) -> bool:
+    """Whether a series' first look leaves nothing for its remaining rounds to change: every
+    metric (as the runner recorded it: bound, direction, ci_low, ci_high, candidate) has at
+    least `fewest` samples (what its rule needs) and an interval wholly inside its bound, or inside the
+    bound of a waiver that holds today for its cell, metric and runtime. Three rounds a side
+    is where the perf rule first decides; there the bootstrap interval of the ratio of
+    medians reaches the extremes (every candidate sample against every reference sample), so
+    it lies wholly inside the bound only when all three candidate samples beat all three
+    reference samples scaled by the bound: a chance of 1 in 20 for a runtime exactly at the
+    bound, the rule's alpha. A decisive regression never settles: it runs the declared
+    rounds, where the rule can fail it."""
+    for m in metrics:
+        if len(m.get("candidate", ())) < fewest:
+            return False
+        if _wholly_within(m, float(m["bound"])):
+            continue
+        backend = str(m["backend"]) if m.get("backend") else None
+        name = str(m.get("metric", "?"))
+        live = [
+            w
+            for w in policy.waivers
+            if w.covers(cell, name, check, backend) and holds(w, policy.today, policy.milestone)
+        ]
+        if not any(_wholly_within(m, w.bound) for w in live):
+            return False
+    return bool(metrics)

@@ -120,19 +120,107 @@ def test_rounds_that_cannot_decide_are_followed_by_as_many_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     declared = MATRIX.check("perf").rounds
+    look = perf.FIRST_LOOK_ROUNDS
     done, calls = run_perf(tmp_path, monkeypatch, rounds=None, noisy_first=True)
-    assert calls == [declared, declared]
+    # a noisy first look does not settle: the declared rest, then as many again
+    assert calls == [look, declared - look, declared]
     assert done.details["perf"]["rounds_run"] == 2 * declared
     # the first rounds alone were inconclusive; all of them together decide
     assert done.status is not Status.INCONCLUSIVE
 
 
-def test_decided_rounds_and_explicit_rounds_run_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_settled_rounds_and_explicit_rounds_run_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steady rounds whose every interval lies inside its bound after the first look stop
+    there; `--rounds N` runs exactly N."""
     done, calls = run_perf(tmp_path, monkeypatch, rounds=None, noisy_first=False)
-    assert calls == [MATRIX.check("perf").rounds] and done.status is Status.PASSED
+    look = perf.FIRST_LOOK_ROUNDS
+    assert look < MATRIX.check("perf").rounds
+    assert calls == [look] and done.status is Status.PASSED
+    assert done.details["perf"]["rounds_run"] == look
+    assert done.details["perf"]["settled_after"] == {"candidate": look}
     done, calls = run_perf(tmp_path, monkeypatch, rounds=5, noisy_first=True)
     assert calls == [5] and done.status is Status.INCONCLUSIVE
     assert done.details["perf"]["rounds_run"] == 5
+
+
+def test_a_decisive_regression_never_settles_and_fails_on_the_declared_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 2 ms sleep per token where a token takes 0.5 ms: decode at a fifth of the
+    reference's in every round. The first look cannot fail it (three a side cannot reach
+    p < 0.05) and must not settle it: the declared rest runs and the rule fails it."""
+    calls: list[int] = []
+    slowed = 0.5 / (0.5 + 2.0)
+
+    def measure(*args: object, first: int = 0, out: object = None) -> perf.Samples:
+        rounds = int(args[4])  # type: ignore[call-overload]
+        calls.append(rounds)
+        wobble = [1 + 0.003 * ((first + i) % 3) for i in range(rounds)]
+        ref = {name: [value * w for w in wobble] for name, value in STEADY.items()}
+        cand = {name: list(values) for name, values in ref.items()}
+        cand["decode_tok_s"] = [v * slowed for v in ref["decode_tok_s"]]
+        return perf.Samples(cand, ref, {"proc-status-vmhwm"})
+
+    monkeypatch.setattr(perf, "measure", measure)
+    (done,) = perf.run(job(tmp_path, None), SimpleNamespace(log=lambda line: None, detail=lambda line: None))  # type: ignore[arg-type]
+    declared = MATRIX.check("perf").rounds
+    assert calls == [perf.FIRST_LOOK_ROUNDS, declared - perf.FIRST_LOOK_ROUNDS]
+    assert done.status is Status.FAILED and "decode_tok_s" in done.reason
+    assert done.details["perf"]["rounds_run"] == declared and "settled_after" not in done.details["perf"]
+
+
+def test_a_series_that_settles_stops_while_the_other_runs_the_declared_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two backends of one cell: LiteRT-LM inside its bounds after the first look stops
+    there; MLX, whose first token straddles its waiver's bound, runs the declared rest
+    (against a reference of its own now: the shared one's samples stay in both series)."""
+    cell = MATRIX.cell(CellId.parse("linux-cpu.litert+mlx"))
+    check = MATRIX.check("backend-perf")
+    library = tmp_path / "lib.so"
+    opts = BenchOptions(settings=BenchSettings(bundle=tmp_path / "bundle"), out_dir=tmp_path / "bench")
+    reference = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
+    series = [
+        perf.Comparison(
+            name, perf.Side(library, {"ELIZA_LLM_BACKEND": name}), reference, opts, tmp_path / name
+        )
+        for name in ("mlx-coreml", "litert-lm")
+    ]
+    waiver = next(
+        w for w in MATRIX.perf_waivers
+        if (w.check, w.backend, w.metric) == ("backend-perf", "mlx-coreml", "first_token_ms")
+    )  # fmt: skip
+    calls: list[tuple[list[str], int, int]] = []
+
+    def measure_series(
+        cell: object, measured: list[perf.Comparison], rounds: int, log: object, *, first: int = 0
+    ) -> list[perf.Samples]:
+        calls.append(([c.label for c in measured], first, rounds))
+        out = []
+        for c in measured:
+            ref = {
+                name: [value * (1 + 0.002 * (first + i)) for i in range(rounds)]
+                for name, value in STEADY.items()
+            }
+            cand = {name: list(values) for name, values in ref.items()}
+            if c.label == "mlx-coreml":  # one round's first token beyond the waiver's bound
+                cand["first_token_ms"] = [
+                    v * (1 + waiver.bound) * (1.2 if (first + i) == 1 else 0.9)
+                    for i, v in enumerate(ref["first_token_ms"])
+                ]
+            out.append(perf.Samples(cand, ref))
+        return out
+
+    policy = perf.PerfPolicy(waivers=MATRIX.perf_waivers, today=date(2026, 12, 7))
+    monkeypatch.setattr(perf, "measure_series", measure_series)
+    (mlx, litert), settled = perf.measure_until_settled(cell, check, series, check.rounds, policy, print)
+    look = perf.FIRST_LOOK_ROUNDS
+    assert calls == [(["mlx-coreml", "litert-lm"], 0, look), (["mlx-coreml"], look, check.rounds - look)]
+    assert settled == {"litert-lm"}
+    assert (
+        len(litert.candidate["decode_tok_s"]) == look and len(mlx.candidate["decode_tok_s"]) == check.rounds
+    )
+    assert len(mlx.reference["decode_tok_s"]) == check.rounds
 
 
 def test_backends_of_one_cell_share_the_reference_rounds(
@@ -519,10 +607,11 @@ def test_a_runtime_failing_against_llama_cpp_is_judged_by_a_second_window(
     )
     monkeypatch.setattr(perf, "ensure_runtime_bundle", lambda bundle, gates: bundle)
     calls: list[tuple[int, int]] = []
+    declared = MATRIX.check(check_id).rounds
 
     def measure_series(cell: object, measured: object, rounds: int, log: object, *, first: int = 0) -> Any:
         calls.append((first, rounds))
-        slow = not calls[1:] or second_window.endswith("slow again")
+        slow = first < declared or second_window.endswith("slow again")  # the first window's
         decode = MLX_ACCEPTS / 2 if slow else MLX_ACCEPTS * 1.3  # of llama.cpp's
         decode = 0.01 if gemma else decode  # Gemma's MLX waiver accepts a lower ratio
         steady = {
@@ -540,7 +629,7 @@ def test_a_runtime_failing_against_llama_cpp_is_judged_by_a_second_window(
     monkeypatch.setattr(perf, "measure_series", measure_series)
     lines: list[str] = []
     (done,) = perf.run(backend_job, SimpleNamespace(log=lines.append, detail=lines.append, bundle=None))  # type: ignore[arg-type]
-    rounds = MATRIX.check(check_id).rounds
+    rounds = declared
     if explicit:  # --rounds N runs exactly N
         assert calls == [(0, 5)] and windows == ["alone"] and done.status is Status.FAILED
         assert "first_window" not in done.details["perf"]
@@ -553,7 +642,10 @@ def test_a_runtime_failing_against_llama_cpp_is_judged_by_a_second_window(
             == 6
         )
         return
-    assert calls == [(0, rounds), (rounds, rounds)] and windows == ["alone", "alone"]
+    # a first look that cannot settle a runtime beyond its waiver, the declared rest in the
+    # same window, then a second window as long as the first
+    look = perf.FIRST_LOOK_ROUNDS
+    assert calls == [(0, look), (look, rounds - look), (rounds, rounds)] and windows == ["alone", "alone"]
     about = done.details["perf"]
     assert about["rounds_run"] == 2 * rounds
     first = about["first_window"]

@@ -3,11 +3,19 @@ metric holds, FAILED again once it expires (by date or milestone), with a warnin
 
 from __future__ import annotations
 
+import itertools
 from datetime import date
 
 from eliza.core.matrix import Direction, MetricRule, PerfWaiver
 from eliza.core.perf_stats import compare, judge
-from eliza.core.perf_waivers import FAILED, INCONCLUSIVE, VERIFIED, PerfPolicy, judge_with_waivers
+from eliza.core.perf_waivers import (
+    FAILED,
+    INCONCLUSIVE,
+    VERIFIED,
+    PerfPolicy,
+    judge_with_waivers,
+    settled,
+)
 
 RULE = MetricRule(metric="decode_tok_s", direction=Direction.HIGHER, bound=0.05)
 REFERENCE = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8]
@@ -134,3 +142,38 @@ def test_on_a_cell_with_two_runtimes_each_is_judged_by_its_own_waivers() -> None
         cell, [{**slower(0.92), "backend": "litert-lm"}], policy, "backend-perf"
     ).verdict == (VERIFIED)
     assert judge_with_waivers(cell, [slower(0.5)], policy, "perf").verdict == FAILED
+
+
+def three_a_side(candidate: list[float], reference: list[float]) -> dict[str, object]:
+    return judge(compare("decode_tok_s", candidate, reference), RULE).as_dict()
+
+
+def test_a_first_look_settles_a_runtime_exactly_at_the_bound_once_in_twenty() -> None:
+    """At the bound, the six samples are exchangeable once the candidate's are divided by
+    1 - bound: of the 20 ways three of them can be the candidate's, only the one where the
+    candidate drew the three fastest lies wholly inside the bound (the rule's alpha)."""
+    values = [97.0, 98.5, 99.0, 100.0, 101.5, 102.0]
+    policy = PerfPolicy(waivers=(), today=date(2026, 12, 1))
+    settling = []
+    for chosen in itertools.combinations(range(6), 3):
+        candidate = [values[i] * (1 - RULE.bound) for i in chosen]
+        reference = [values[i] for i in range(6) if i not in chosen]
+        if settled("linux-cpu.none", [three_a_side(candidate, reference)], policy, fewest=3):
+            settling.append(chosen)
+    assert settling == [(3, 4, 5)]
+
+
+def test_a_first_look_settles_only_what_it_has_enough_rounds_and_a_bound_for() -> None:
+    policy = PerfPolicy(waivers=(), today=date(2026, 12, 1))
+    steady = three_a_side([100.0, 100.5, 99.5], [100.2, 99.8, 100.1])
+    assert settled("linux-cpu.none", [steady], policy, fewest=3)
+    assert not settled("linux-cpu.none", [steady], policy, fewest=4)  # fewer rounds than the rule's
+    assert not settled("linux-cpu.none", [], policy, fewest=3)  # nothing judged settles nothing
+    slow = three_a_side([85.0, 85.5, 84.5], [100.2, 99.8, 100.1])
+    assert not settled("linux-cpu.none", [steady, slow], policy, fewest=3)
+    # a waiver whose bound wholly holds the interval settles it, until it expires
+    waived = PerfPolicy(waivers=(waiver(),), today=date(2026, 12, 1))
+    assert settled("linux-cpu.none", [steady, slow], waived, fewest=3)
+    expired = PerfPolicy(waivers=(waiver(),), today=date(2027, 1, 1))
+    assert not settled("linux-cpu.none", [steady, slow], expired, fewest=3)
+    assert not settled("linux-arm64.none", [slow], waived, fewest=3)  # another cell

@@ -86,9 +86,7 @@ def perf_rows(entry: Entry, record: EvidenceRecord, platform: str, decided_by: s
                 verdict=str(m["verdict"]),
                 candidate=_median(candidate),
                 reference=_median(reference),
-                rounds=1
-                if m.get("exact")
-                else int(perf.get("rounds_run", perf.get("rounds", len(candidate)))),
+                rounds=_rounds(m, perf, len(candidate)),
                 # a body against its own runner names that runner (its row says so)
                 against=str(m.get("against") or perf.get("reference", "")),
                 ran_on=f"{perf.get('ran_on', 'native')} on {record.host.cpu} ({record.host.os})",
@@ -104,10 +102,12 @@ def perf_rows(entry: Entry, record: EvidenceRecord, platform: str, decided_by: s
 
 
 def _rounds(metric: Mapping[str, Any], perf: Mapping[str, Any], samples: int) -> int:
-    """The rounds behind a metric: one run per side for an exact count, else the rounds run."""
+    """The rounds behind a metric: one run per side for an exact count, else its samples
+    (one a round: a series that settled at the first look ran fewer than another, and a
+    body's own-runner rounds are their own), else the record's rounds run."""
     if metric.get("exact"):
         return 1
-    return int(perf.get("rounds_run", perf.get("rounds", samples)))
+    return samples or int(perf.get("rounds_run", perf.get("rounds", 0)))
 
 
 def _median(values: Sequence[float]) -> float:
