@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from eliza.formats.matrix_yaml import load_matrix
 from tests.ci.helpers import copy_tree, env_for
 from tests.integration.test_synthetic_gate import run
 from tests.plants import (
@@ -164,6 +165,16 @@ def test_planted_slowdown_and_memory_growth_fail_and_the_unchanged_tree_never_do
     assert verdicts(record)["decode_instructions_per_token"] == "verified"
     assert record["details"]["perf"]["decided_by"] == ["wall time"]
     assert "decode_tok_s ratio" in record["reason"] and "REGRESSION" in record["reason"]
+    # The declared rounds as a plain verify runs them: the first look cannot settle it, the
+    # rest runs, and the rule fails it.
+    code, out = verify(repo, env, reference)
+    record = perf_record(repo)
+    say("per-token sleep, the declared rounds", record)
+    assert record["status"] == "failed" and code == 1, out[-3000:]
+    assert verdicts(record)["decode_tok_s"] == "failed"
+    about = record["details"]["perf"]
+    assert "settled_after" not in about
+    assert about["rounds_run"] == about["rounds"] == load_matrix(repo / "matrix.yaml").check("perf").rounds
 
     compared = run(
         repo, "-m", "nox", "-s", "report", "--", "--compare", str(old), "--fail-on-regression", env=env
