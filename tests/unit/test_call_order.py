@@ -29,3 +29,30 @@ def test_the_longest_call_starts_first_and_one_never_timed_before_it() -> None:
 def test_a_verify_of_some_calls_forgets_nothing_of_the_others() -> None:
     before = {"a": 10.0, "b": 20.0}
     assert remembered(before, {"b": 7.04, "c": 1.26}) == {"a": 10.0, "b": 7.0, "c": 1.3}
+
+
+def test_an_empty_cache_starts_by_the_shipped_seconds_of_calls_this_matrix_has() -> None:
+    """The seconds shipped for a verify whose cache holds none name only calls of this
+    matrix (a platform's group or a cell's check, on a bundle it declares), each a number
+    of seconds, so a renamed cell, check or bundle cannot leave them silently stale."""
+    from eliza.app import verification
+    from eliza.core.layout import REPO_ROOT
+    from eliza.core.verify_plan import PLATFORM_GROUPS
+    from eliza.formats.matrix_yaml import load_matrix
+
+    matrix = load_matrix(REPO_ROOT / "matrix.yaml")
+    shipped = verification._empty_cache_seconds()
+    assert len(shipped) >= 10 and all(seconds >= 0 for seconds in shipped.values())
+    platforms = {p.id for p in matrix.platforms}
+    cells = {str(c.id) for c in matrix.cells}
+    bundles = {b.id for b in matrix.bundles}
+    for call in shipped:
+        caller, check, bundle = call.split("/")
+        assert bundle in bundles, call
+        if caller in platforms:  # a platform's group of checks
+            assert check in set(PLATFORM_GROUPS.values()), call
+        else:  # one cell's check
+            assert caller in cells and matrix.check(check).bundle == bundle, call
+    # the longest of them starts first where the cache has nothing of its own
+    longest = max(shipped, key=lambda call: shipped[call])
+    assert start_order(sorted(shipped), shipped)[0] == longest
