@@ -546,9 +546,10 @@ CALL_SECONDS = "verify-call-seconds.json"
 # What each call took in a verify from empty caches on the machine the README names (its
 # shareable seconds: the first simulated-CPU counts of every perf call among them): the
 # order a verify starts its calls in while its cache holds no seconds of its own. Started in
-# the plan's order instead, an empty-cache verify's checks took 25 s more than their
-# windows alone and the rest on two cores allow (README). A hint, never evidence: a call
-# it does not know starts first, and the verify's own seconds replace it in the cache.
+# the plan's order instead, an empty-cache verify's checks took 23 s more than their
+# windows alone and the rest on two cores allow (docs/verify-plan.md). A hint, never
+# evidence: a call it does not know starts first, and the verify's own seconds replace it
+# in the cache.
 EMPTY_CACHE_SECONDS = "data/empty-cache-call-seconds.json"
 
 
