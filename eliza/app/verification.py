@@ -322,7 +322,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
         # Checks side by side share the cores: each process decodes with its share (the
         # wall-time rounds, alone, name their own threads).
         shares = side_by_side_env(jobs, ctx.project.env, cpus=usable_cores())
-        last_seconds = _call_seconds(ctx)
+        last_seconds, start_by = start_seconds(ctx.project.cache)
         with proc.children_environment(
             shares | device_environment(ctx.host, shares) | bytecode_env(ctx.project.env)
         ):
@@ -341,7 +341,7 @@ def verify(options: VerifyOptions, ctx: Context, builder: Builder | None = None)
                 describe_build=describe_build,
                 devices=lab.device_targets(ctx),
                 jobs=jobs,
-                last_seconds=last_seconds or _empty_cache_seconds(),
+                last_seconds=start_by,
             )
         if done.call_seconds:
             _remember_call_seconds(ctx, remembered(last_seconds, done.call_seconds))
@@ -565,11 +565,11 @@ def _seconds_in(text: str) -> dict[str, float]:
     return {str(k): float(v) for k, v in numbers.items()}
 
 
-def _call_seconds(ctx: Context) -> dict[str, float]:
+def _call_seconds(cache: Path) -> dict[str, float]:
     """The calls' seconds of the last verify ({} when there is none or it cannot be read)."""
     try:
-        return _seconds_in((ctx.project.cache / CALL_SECONDS).read_text(encoding="utf-8"))
-    except OSError:
+        return _seconds_in((cache / CALL_SECONDS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
         return {}
 
 
@@ -577,8 +577,15 @@ def _empty_cache_seconds() -> dict[str, float]:
     """The calls' seconds of a verify from empty caches, as the package ships them."""
     try:
         return _seconds_in(resources.files("eliza").joinpath(EMPTY_CACHE_SECONDS).read_text(encoding="utf-8"))
-    except OSError:
+    except (OSError, ValueError):
         return {}
+
+
+def start_seconds(cache: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """(the seconds the cache keeps, which the verify's own are merged into; the seconds its
+    calls start by: those, or the shipped ones where the cache keeps none)."""
+    kept = _call_seconds(cache)
+    return kept, kept or _empty_cache_seconds()
 
 
 def _remember_call_seconds(ctx: Context, seconds: Mapping[str, float]) -> None:

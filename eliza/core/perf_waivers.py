@@ -193,9 +193,11 @@ def settled(
     is where the perf rule first decides; there the bootstrap interval of the ratio of
     medians reaches the extremes (every candidate sample against every reference sample), so
     it lies wholly inside the bound only when all three candidate samples beat all three
-    reference samples scaled by the bound: a chance of 1 in 20 for a runtime exactly at the
-    bound, the rule's alpha. A decisive regression never settles: it runs the declared
-    rounds, where the rule can fail it."""
+    reference samples scaled by the bound: for a build exactly at the bound (its samples
+    exchangeable) a chance of 1 in 20 of stopping there, stricter than the declared rounds'
+    own rule, which also verifies an interval that straddles the bound when it is narrow
+    enough. A decisive regression never settles (its interval lies beyond the bound): it
+    runs the declared rounds, where the rule can fail it."""
     for m in metrics:
         if len(m.get("candidate", ())) < fewest:
             return False

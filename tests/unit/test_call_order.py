@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from eliza.core.call_order import remembered, start_order
 
 PLAN = [
@@ -53,6 +55,21 @@ def test_an_empty_cache_starts_by_the_shipped_seconds_of_calls_this_matrix_has()
             assert check in set(PLATFORM_GROUPS.values()), call
         else:  # one cell's check
             assert caller in cells and matrix.check(check).bundle == bundle, call
-    # the longest of them starts first where the cache has nothing of its own
-    longest = max(shipped, key=lambda call: shipped[call])
-    assert start_order(sorted(shipped), shipped)[0] == longest
+
+
+def test_a_verify_starts_by_its_cache_or_the_shipped_seconds_and_keeps_only_its_own(
+    tmp_path: Path,
+) -> None:
+    """An empty cache starts by the shipped seconds and keeps none of them (only what its
+    own calls take is merged and written); a cache that keeps seconds starts by those; a
+    damaged file counts as none."""
+    from eliza.app import verification
+
+    shipped = verification._empty_cache_seconds()
+    assert verification.start_seconds(tmp_path) == ({}, shipped)
+    kept = tmp_path / verification.CALL_SECONDS
+    kept.write_text('{"linux-cpu/bench/tiny": 7.0}', encoding="utf-8")
+    assert verification.start_seconds(tmp_path) == ({"linux-cpu/bench/tiny": 7.0},) * 2
+    for damaged in (b"\xff\xfe not text", b"[1, 2]", b"{not json"):
+        kept.write_bytes(damaged)
+        assert verification.start_seconds(tmp_path) == ({}, shipped)

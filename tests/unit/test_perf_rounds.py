@@ -143,12 +143,26 @@ def test_settled_rounds_and_explicit_rounds_run_once(tmp_path: Path, monkeypatch
     assert done.details["perf"]["rounds_run"] == 5
 
 
+def mlx_and_litert(tmp_path: Path) -> list[perf.Comparison]:
+    """linux-cpu.litert+mlx's two backends, each against the llama.cpp path of one library."""
+    library = tmp_path / "lib.so"
+    opts = BenchOptions(settings=BenchSettings(bundle=tmp_path / "bundle"), out_dir=tmp_path / "bench")
+    reference = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
+    return [
+        perf.Comparison(
+            name, perf.Side(library, {"ELIZA_LLM_BACKEND": name}), reference, opts, tmp_path / name
+        )
+        for name in ("mlx-coreml", "litert-lm")
+    ]
+
+
 def test_a_decisive_regression_never_settles_and_fails_on_the_declared_rounds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A 2 ms sleep per token where a token takes 0.5 ms: decode at a fifth of the
-    reference's in every round. The first look cannot fail it (three a side cannot reach
-    p < 0.05) and must not settle it: the declared rest runs and the rule fails it."""
+    reference's in every round. The first look cannot fail it (three a side without ties
+    cannot reach p < 0.05) and must not settle it (its interval lies beyond the bound): the
+    declared rest runs and the rule fails it."""
     calls: list[int] = []
     slowed = 0.5 / (0.5 + 2.0)
 
@@ -177,15 +191,7 @@ def test_a_series_that_settles_stops_while_the_other_runs_the_declared_rounds(
     (against a reference of its own now: the shared one's samples stay in both series)."""
     cell = MATRIX.cell(CellId.parse("linux-cpu.litert+mlx"))
     check = MATRIX.check("backend-perf")
-    library = tmp_path / "lib.so"
-    opts = BenchOptions(settings=BenchSettings(bundle=tmp_path / "bundle"), out_dir=tmp_path / "bench")
-    reference = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
-    series = [
-        perf.Comparison(
-            name, perf.Side(library, {"ELIZA_LLM_BACKEND": name}), reference, opts, tmp_path / name
-        )
-        for name in ("mlx-coreml", "litert-lm")
-    ]
+    series = mlx_and_litert(tmp_path)
     waiver = next(
         w for w in MATRIX.perf_waivers
         if (w.check, w.backend, w.metric) == ("backend-perf", "mlx-coreml", "first_token_ms")
@@ -238,15 +244,7 @@ def test_backends_of_one_cell_share_the_reference_rounds(
 
     monkeypatch.setattr(perf, "run_tool", run_tool)
     monkeypatch.setattr(perf, "run_metrics", lambda done: {"decode_tok_s": float(done.n)})
-    library = tmp_path / "lib.so"
-    opts = BenchOptions(settings=BenchSettings(bundle=tmp_path / "bundle"), out_dir=tmp_path / "bench")
-    reference = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
-    series = [
-        perf.Comparison(
-            name, perf.Side(library, {"ELIZA_LLM_BACKEND": name}), reference, opts, tmp_path / name
-        )
-        for name in ("mlx-coreml", "litert-lm")
-    ]
+    series = mlx_and_litert(tmp_path)
     cell = MATRIX.cell(CellId.parse("linux-cpu.litert+mlx"))
     mlx, litert = perf.measure_series(cell, series, 3, lambda line: None)
     assert ran == [
@@ -263,6 +261,35 @@ def test_backends_of_one_cell_share_the_reference_rounds(
     ran.clear()
     perf.measure_series(cell, series[:1], 2, lambda line: None)
     assert ran == ["mlx-coreml", "llama.cpp", "llama.cpp", "mlx-coreml"]
+
+
+def test_a_series_that_continues_alone_keeps_its_first_looks_shared_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two backends sharing the llama.cpp rounds of their first look; LiteRT-LM settles and
+    MLX runs the rest against a reference of its own: every run writes a file of its own,
+    the settled series keeps the first look's three reference samples and MLX has five."""
+    paths: list[Path] = []
+
+    def run_tool(argv: list[str], out: Path, env: dict[str, str], runner: object = None) -> Any:
+        paths.append(out)
+        return SimpleNamespace(peak_rss_source="proc-status-vmhwm", n=len(paths))
+
+    monkeypatch.setattr(perf, "run_tool", run_tool)
+    monkeypatch.setattr(perf, "run_metrics", lambda done: {name: float(done.n) for name in STEADY})
+    monkeypatch.setattr(
+        perf, "settled", lambda cell, rows, policy, check, fewest: rows[0].get("backend") == "litert-lm"
+    )
+    series = mlx_and_litert(tmp_path)
+    cell = MATRIX.cell(CellId.parse("linux-cpu.litert+mlx"))
+    check = MATRIX.check("backend-perf")
+    policy = perf.PerfPolicy(waivers=(), today=date(2026, 12, 7))
+    (mlx, litert), settled = perf.measure_until_settled(cell, check, series, 5, policy, lambda line: None)
+    assert settled == {"litert-lm"}
+    assert len(paths) == len(set(paths)) == 3 * 3 + 2 * 2  # three sides for three rounds, then two
+    assert len(litert.candidate["decode_tok_s"]) == len(litert.reference["decode_tok_s"]) == 3
+    assert len(mlx.candidate["decode_tok_s"]) == len(mlx.reference["decode_tok_s"]) == 5
+    assert mlx.reference["decode_tok_s"][:3] == litert.reference["decode_tok_s"]  # the shared look
 
 
 def test_perf_rounds_take_turns_even_with_a_core_for_each_side(

@@ -151,7 +151,7 @@ def three_a_side(candidate: list[float], reference: list[float]) -> dict[str, ob
 def test_a_first_look_settles_a_runtime_exactly_at_the_bound_once_in_twenty() -> None:
     """At the bound, the six samples are exchangeable once the candidate's are divided by
     1 - bound: of the 20 ways three of them can be the candidate's, only the one where the
-    candidate drew the three fastest lies wholly inside the bound (the rule's alpha)."""
+    candidate drew the three fastest lies wholly inside the bound."""
     values = [97.0, 98.5, 99.0, 100.0, 101.5, 102.0]
     policy = PerfPolicy(waivers=(), today=date(2026, 12, 1))
     settling = []

@@ -225,8 +225,8 @@ def measure_series(
 
 # The first look: three rounds a side, the fewest the perf rule decides on (MetricRule's
 # min_samples), after which a series whose every metric already lies wholly inside its
-# bound (or an accepting waiver's) stops (eliza.core.perf_waivers.settled says why that is
-# the rule's own alpha); the rest run the declared rounds. Measured on a fresh clone's warm
+# bound (or an accepting waiver's) stops (eliza.core.perf_waivers.settled says how rarely
+# that stops a build at its bound); the rest run the declared rounds. Measured on a fresh clone's warm
 # verify (2026-12-07, AMD EPYC 2-core): every tiny-bundle series of the four linux-cpu cells
 # lay wholly inside its bounds after three of its five rounds.
 FIRST_LOOK_ROUNDS = 3
@@ -238,16 +238,20 @@ def _rounds_in(samples: Samples) -> int:
 
 
 def wall_rows(check: Check, label: str, samples: Samples) -> list[dict[str, object]]:
-    """A series' metrics judged by the check's rules, as the record writes them."""
-    return [
-        {
-            **judge(
-                compare(rule.metric, samples.candidate[rule.metric], samples.reference[rule.metric]), rule
-            ).as_dict(),
-            **({"backend": label} if label else {}),
-        }
-        for rule in check.metrics
-    ]
+    """A series' metrics judged by the check's rules, as the record writes them, but with
+    the interval unrounded (a bound is not met by rounding to it)."""
+    rows: list[dict[str, object]] = []
+    for rule in check.metrics:
+        c = compare(rule.metric, samples.candidate[rule.metric], samples.reference[rule.metric])
+        rows.append(
+            {
+                **judge(c, rule).as_dict(),
+                "ci_low": c.low,
+                "ci_high": c.high,
+                **({"backend": label} if label else {}),
+            }
+        )
+    return rows
 
 
 def measure_until_settled(
@@ -876,6 +880,8 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 "failed": first_words,
                 "samples": first,
                 "words": "the rounds against llama.cpp failed in one window; a second window decided",
+                # the series that stopped at that window's first look ran all of this one
+                **({"settled_after": about.pop("settled_after")} if "settled_after" in about else {}),
             }
             done = judged()
             evidence.detail(
