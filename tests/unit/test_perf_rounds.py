@@ -5,6 +5,7 @@ tool is replaced by samples derived here (the runner's own arithmetic is what is
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 from types import SimpleNamespace
@@ -183,6 +184,32 @@ def test_a_decisive_regression_never_settles_and_fails_on_the_declared_rounds(
     assert done.details["perf"]["rounds_run"] == declared and "settled_after" not in done.details["perf"]
 
 
+def steady_series_but_mlx(
+    calls: list[tuple[list[str], int, int]],
+    mlx: Callable[[dict[str, list[float]], dict[str, list[float]], int], None],
+) -> Callable[..., list[perf.Samples]]:
+    """A measure_series whose rounds are steady, the candidate's as the reference's, except
+    what `mlx(candidate, reference, first)` does to MLX's; each call is recorded."""
+
+    def measure_series(
+        cell: object, measured: list[perf.Comparison], rounds: int, log: object, *, first: int = 0
+    ) -> list[perf.Samples]:
+        calls.append(([c.label for c in measured], first, rounds))
+        out = []
+        for c in measured:
+            ref = {
+                name: [value * (1 + 0.002 * (first + i)) for i in range(rounds)]
+                for name, value in STEADY.items()
+            }
+            cand = {name: list(values) for name, values in ref.items()}
+            if c.label == "mlx-coreml":
+                mlx(cand, ref, first)
+            out.append(perf.Samples(cand, ref, {"proc-status-vmhwm"}))
+        return out
+
+    return measure_series
+
+
 def test_a_series_that_settles_stops_while_the_other_runs_the_declared_rounds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -198,25 +225,14 @@ def test_a_series_that_settles_stops_while_the_other_runs_the_declared_rounds(
     )  # fmt: skip
     calls: list[tuple[list[str], int, int]] = []
 
-    def measure_series(
-        cell: object, measured: list[perf.Comparison], rounds: int, log: object, *, first: int = 0
-    ) -> list[perf.Samples]:
-        calls.append(([c.label for c in measured], first, rounds))
-        out = []
-        for c in measured:
-            ref = {
-                name: [value * (1 + 0.002 * (first + i)) for i in range(rounds)]
-                for name, value in STEADY.items()
-            }
-            cand = {name: list(values) for name, values in ref.items()}
-            if c.label == "mlx-coreml":  # one round's first token beyond the waiver's bound
-                cand["first_token_ms"] = [
-                    v * (1 + waiver.bound) * (1.2 if (first + i) == 1 else 0.9)
-                    for i, v in enumerate(ref["first_token_ms"])
-                ]
-            out.append(perf.Samples(cand, ref))
-        return out
+    def straddling(candidate: dict[str, list[float]], reference: dict[str, list[float]], first: int) -> None:
+        """One round's first token beyond the waiver's bound, the others inside it."""
+        candidate["first_token_ms"] = [
+            v * (1 + waiver.bound) * (1.2 if (first + i) == 1 else 0.9)
+            for i, v in enumerate(reference["first_token_ms"])
+        ]
 
+    measure_series = steady_series_but_mlx(calls, straddling)
     policy = perf.PerfPolicy(waivers=MATRIX.perf_waivers, today=date(2026, 12, 7))
     monkeypatch.setattr(perf, "measure_series", measure_series)
     (mlx, litert), settled = perf.measure_until_settled(cell, check, series, check.rounds, policy, print)
@@ -686,6 +702,51 @@ def test_a_runtime_failing_against_llama_cpp_is_judged_by_a_second_window(
     else:
         assert done.status is Status.FAILED and "decode_tok_s ratio" in done.reason
     assert any("a first window failed against llama.cpp" in line for line in lines)
+
+
+def test_a_second_window_keeps_the_first_looks_settled_series_in_the_first_windows_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """linux-cpu.litert+mlx on the fixture: LiteRT-LM settles at the first look, MLX fails
+    against llama.cpp beyond its waiver and runs the rest, then a second window runs both;
+    the record says LiteRT-LM settled in the first window, not in the verdict's."""
+    cell = CellId.parse("linux-cpu.litert+mlx")
+    step = Run(cell=cell, check="backend-perf", kind=CheckKind.PERF, reason="test")
+    options = BenchOptions(settings=BenchSettings(bundle=tmp_path / "bundle"), out_dir=tmp_path / "bench")
+    backend_job = Job(
+        matrix=MATRIX,
+        platform=MATRIX.platform("linux-cpu"),
+        steps=(step,),
+        libraries={cell: tmp_path / "lib.so"},
+        bench=options,
+    )
+    series = mlx_and_litert(tmp_path)
+    monkeypatch.setattr(
+        perf, "comparisons", lambda *args: (series, perf.BACKEND_PERF_REFERENCE, "llama.cpp", (tmp_path,))
+    )
+    monkeypatch.setattr(perf, "ensure_runtime_bundle", lambda bundle, gates: bundle)
+    calls: list[tuple[list[str], int, int]] = []
+    declared = MATRIX.check("backend-perf").rounds
+
+    def beyond_the_waiver(
+        candidate: dict[str, list[float]], reference: dict[str, list[float]], first: int
+    ) -> None:
+        if first < declared:  # the first window
+            candidate["decode_tok_s"] = [v * MLX_ACCEPTS / 2 for v in reference["decode_tok_s"]]
+
+    measure_series = steady_series_but_mlx(calls, beyond_the_waiver)
+    monkeypatch.setattr(perf, "measure_series", measure_series)
+    (done,) = perf.run(backend_job, SimpleNamespace(log=print, detail=print, bundle=None))  # type: ignore[arg-type]
+    look = perf.FIRST_LOOK_ROUNDS
+    assert calls == [
+        (["mlx-coreml", "litert-lm"], 0, look),
+        (["mlx-coreml"], look, declared - look),
+        (["mlx-coreml", "litert-lm"], declared, declared),
+    ]
+    about = done.details["perf"]
+    assert done.status is Status.PASSED, done.reason
+    assert "settled_after" not in about
+    assert about["first_window"]["settled_after"] == {"litert-lm": look}
 
 
 @pytest.mark.parametrize("undecided", ["litert-lm first token", "mlx-coreml body"])
