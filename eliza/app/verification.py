@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from eliza.adapters import conan, proc
@@ -553,11 +554,11 @@ CALL_SECONDS = "verify-call-seconds.json"
 EMPTY_CACHE_SECONDS = "data/empty-cache-call-seconds.json"
 
 
-def _seconds_in(text: str) -> dict[str, float]:
-    """A call-seconds file's numbers ({} when it is not a JSON object)."""
+def _seconds_in(source: Path | Traversable) -> dict[str, float]:
+    """A call-seconds file's numbers ({} when there is none, or it is not a JSON object)."""
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = json.loads(source.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
         return {}
     if not isinstance(data, dict):
         return {}
@@ -565,26 +566,15 @@ def _seconds_in(text: str) -> dict[str, float]:
     return {str(k): float(v) for k, v in numbers.items()}
 
 
-def _call_seconds(cache: Path) -> dict[str, float]:
-    """The calls' seconds of the last verify ({} when there is none or it cannot be read)."""
-    try:
-        return _seconds_in((cache / CALL_SECONDS).read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
-        return {}
-
-
 def _empty_cache_seconds() -> dict[str, float]:
     """The calls' seconds of a verify from empty caches, as the package ships them."""
-    try:
-        return _seconds_in(resources.files("eliza").joinpath(EMPTY_CACHE_SECONDS).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    return _seconds_in(resources.files("eliza").joinpath(EMPTY_CACHE_SECONDS))
 
 
 def start_seconds(cache: Path) -> tuple[dict[str, float], dict[str, float]]:
-    """(the seconds the cache keeps, which the verify's own are merged into; the seconds its
-    calls start by: those, or the shipped ones where the cache keeps none)."""
-    kept = _call_seconds(cache)
+    """(the seconds the cache keeps from the last verify, which this one's are merged into;
+    the seconds its calls start by: those, or the shipped ones where the cache keeps none)."""
+    kept = _seconds_in(cache / CALL_SECONDS)
     return kept, kept or _empty_cache_seconds()
 
 

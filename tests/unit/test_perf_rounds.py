@@ -81,6 +81,19 @@ def job(tmp_path: Path, rounds: int | None) -> Job:
     )
 
 
+def backend_job(tmp_path: Path, cell: CellId, check: str, options: BenchOptions, alone: Any = None) -> Job:
+    """A linux-cpu cell's backend perf check as the executor hands it to the perf runner."""
+    step = Run(cell=cell, check=check, kind=CheckKind.PERF, reason="test")
+    return Job(
+        matrix=MATRIX,
+        platform=MATRIX.platform("linux-cpu"),
+        steps=(step,),
+        libraries={cell: tmp_path / "lib.so"},
+        bench=options,
+        **({"alone": alone} if alone is not None else {}),
+    )
+
+
 def fake_measure(calls: list[int], noisy_first: bool) -> Any:
     """Each round's samples: steady, except the first call's when `noisy_first` (every other
     round of the candidate at a third of the rate: no interval narrow enough to decide)."""
@@ -613,7 +626,6 @@ def test_a_runtime_failing_against_llama_cpp_is_judged_by_a_second_window(
     mlx = CellId.parse("linux-cpu.mlx")
     gemma = second_window.startswith("gemma")  # three rounds: a first look that cannot fail
     check_id = "backend-perf.gemma3-270m" if gemma else "backend-perf"
-    step = Run(cell=mlx, check=check_id, kind=CheckKind.PERF, reason="test")
     explicit = 5 if second_window == "not with --rounds N" else None
     options = BenchOptions(
         settings=BenchSettings(bundle=tmp_path / "bundle"), out_dir=tmp_path / "bench", perf_rounds=explicit
@@ -627,14 +639,7 @@ def test_a_runtime_failing_against_llama_cpp_is_judged_by_a_second_window(
         def __exit__(self, *exc: object) -> None:
             return None
 
-    backend_job = Job(
-        matrix=MATRIX,
-        platform=MATRIX.platform("linux-cpu"),
-        steps=(step,),
-        libraries={mlx: tmp_path / "lib.so"},
-        bench=options,
-        alone=Alone,
-    )
+    job_of_mlx = backend_job(tmp_path, mlx, check_id, options, alone=Alone)
     library = tmp_path / "lib.so"
     series = [
         perf.Comparison(
@@ -671,7 +676,7 @@ def test_a_runtime_failing_against_llama_cpp_is_judged_by_a_second_window(
 
     monkeypatch.setattr(perf, "measure_series", measure_series)
     lines: list[str] = []
-    (done,) = perf.run(backend_job, SimpleNamespace(log=lines.append, detail=lines.append, bundle=None))  # type: ignore[arg-type]
+    (done,) = perf.run(job_of_mlx, SimpleNamespace(log=lines.append, detail=lines.append, bundle=None))  # type: ignore[arg-type]
     rounds = declared
     if explicit:  # --rounds N runs exactly N
         assert calls == [(0, 5)] and windows == ["alone"] and done.status is Status.FAILED
@@ -710,16 +715,8 @@ def test_a_second_window_keeps_the_first_looks_settled_series_in_the_first_windo
     """linux-cpu.litert+mlx on the fixture: LiteRT-LM settles at the first look, MLX fails
     against llama.cpp beyond its waiver and runs the rest, then a second window runs both;
     the record says LiteRT-LM settled in the first window, not in the verdict's."""
-    cell = CellId.parse("linux-cpu.litert+mlx")
-    step = Run(cell=cell, check="backend-perf", kind=CheckKind.PERF, reason="test")
     options = BenchOptions(settings=BenchSettings(bundle=tmp_path / "bundle"), out_dir=tmp_path / "bench")
-    backend_job = Job(
-        matrix=MATRIX,
-        platform=MATRIX.platform("linux-cpu"),
-        steps=(step,),
-        libraries={cell: tmp_path / "lib.so"},
-        bench=options,
-    )
+    job_of_both = backend_job(tmp_path, CellId.parse("linux-cpu.litert+mlx"), "backend-perf", options)
     series = mlx_and_litert(tmp_path)
     monkeypatch.setattr(
         perf, "comparisons", lambda *args: (series, perf.BACKEND_PERF_REFERENCE, "llama.cpp", (tmp_path,))
@@ -736,7 +733,7 @@ def test_a_second_window_keeps_the_first_looks_settled_series_in_the_first_windo
 
     measure_series = steady_series_but_mlx(calls, beyond_the_waiver)
     monkeypatch.setattr(perf, "measure_series", measure_series)
-    (done,) = perf.run(backend_job, SimpleNamespace(log=print, detail=print, bundle=None))  # type: ignore[arg-type]
+    (done,) = perf.run(job_of_both, SimpleNamespace(log=print, detail=print, bundle=None))  # type: ignore[arg-type]
     look = perf.FIRST_LOOK_ROUNDS
     assert calls == [
         (["mlx-coreml", "litert-lm"], 0, look),
@@ -760,7 +757,6 @@ def test_only_what_is_undecided_runs_as_many_again(
     cell = CellId.parse("linux-cpu.litert+mlx")
     check_id = "backend-perf.gemma3-270m"
     rounds = MATRIX.check(check_id).rounds
-    step = Run(cell=cell, check=check_id, kind=CheckKind.PERF, reason="test")
     options = BenchOptions(settings=BenchSettings(bundle=tmp_path / "bundle"), out_dir=tmp_path / "bench")
     library = tmp_path / "lib.so"
     reference = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
@@ -825,14 +821,9 @@ def test_only_what_is_undecided_runs_as_many_again(
 
     monkeypatch.setattr(perf, "measure_series", measure_series)
     monkeypatch.setattr(perf, "own_runner_rounds", own_runner_rounds)
-    backend_job = Job(
-        matrix=MATRIX,
-        platform=MATRIX.platform("linux-cpu"),
-        steps=(step,),
-        libraries={cell: library},
-        bench=options,
-    )
-    (done,) = perf.run(backend_job, SimpleNamespace(log=print, detail=print, bundle=None))  # type: ignore[arg-type]
+    (done,) = perf.run(
+        backend_job(tmp_path, cell, check_id, options), SimpleNamespace(log=print, detail=print, bundle=None)
+    )  # type: ignore[arg-type]
     about = done.details["perf"]
     if undecided.startswith("litert"):
         assert against == [(("mlx-coreml", "litert-lm"), 0), (("litert-lm",), rounds)]
@@ -869,7 +860,7 @@ def test_a_runtime_sized_to_the_first_prompts_has_a_reference_of_its_own(
     )
     monkeypatch.setattr(perf, "ensure_runtime_bundle", lambda bundle, gates: bundle)
     library = tmp_path / "lib.so"
-    backend_job = Job(
+    stepless = Job(
         matrix=MATRIX,
         platform=MATRIX.platform("linux-cpu"),
         steps=(),
@@ -877,7 +868,7 @@ def test_a_runtime_sized_to_the_first_prompts_has_a_reference_of_its_own(
         bench=options,
     )
     evidence = SimpleNamespace(bundle=tmp_path / "bundle")
-    series, *_ = perf.comparisons(backend_job, MATRIX.cell(cell_id), check, "", options, evidence)  # type: ignore[arg-type]
+    series, *_ = perf.comparisons(stepless, MATRIX.cell(cell_id), check, "", options, evidence)  # type: ignore[arg-type]
     ran: list[tuple[str, int]] = []
 
     def run_tool(argv: list[str], out: Path, env: dict[str, str], runner: object = None) -> Any:

@@ -237,21 +237,26 @@ def _rounds_in(samples: Samples) -> int:
     return max((len(values) for values in samples.candidate.values()), default=0)
 
 
+def series_judgements(check: Check, samples: Samples) -> list[Judgement]:
+    """A series' samples against the reference's, each metric judged by the check's rule."""
+    return [
+        judge(compare(rule.metric, samples.candidate[rule.metric], samples.reference[rule.metric]), rule)
+        for rule in check.metrics
+    ]
+
+
 def wall_rows(check: Check, label: str, samples: Samples) -> list[dict[str, object]]:
     """A series' metrics judged by the check's rules, as the record writes them, but with
     the interval unrounded (a bound is not met by rounding to it)."""
-    rows: list[dict[str, object]] = []
-    for rule in check.metrics:
-        c = compare(rule.metric, samples.candidate[rule.metric], samples.reference[rule.metric])
-        rows.append(
-            {
-                **judge(c, rule).as_dict(),
-                "ci_low": c.low,
-                "ci_high": c.high,
-                **({"backend": label} if label else {}),
-            }
-        )
-    return rows
+    return [
+        {
+            **j.as_dict(),
+            "ci_low": j.comparison.low,
+            "ci_high": j.comparison.high,
+            **({"backend": label} if label else {}),
+        }
+        for j in series_judgements(check, samples)
+    ]
 
 
 def measure_until_settled(
@@ -600,9 +605,7 @@ def perf_outcome(
                 ("", judge(exact(rule.metric, candidate[rule.metric], reference[rule.metric]), rule))
             )
     for label, samples in series:
-        for rule in check.metrics:
-            comparison = compare(rule.metric, samples.candidate[rule.metric], samples.reference[rule.metric])
-            judgements.append((label, judge(comparison, rule)))
+        judgements += [(label, j) for j in series_judgements(check, samples)]
     for label, samples in own:  # body / own runner: own_runner_decode, own_runner_prefill
         for rule, metric in OWN_RUNNER_RULES:
             comparison = compare_paired(rule.metric, samples.candidate[metric], samples.reference[metric])
