@@ -22,7 +22,15 @@ SSHD = "/usr/sbin/sshd"
 # The loopback "device" is this machine, whose other CPUs run other tests: its programs
 # decode with one thread (ggml's threads spin at barriers, and under qemu a descheduled
 # one costs seconds per step).
-QEMU_PREFIX = ("env", "ELIZA_N_THREADS=1", "qemu-aarch64", "-L", "/usr/aarch64-linux-gnu")
+QEMU_PREFIX = (
+    "env",
+    "ELIZA_N_THREADS=1",
+    "qemu-aarch64",
+    "-cpu",
+    "neoverse-n1",
+    "-L",
+    "/usr/aarch64-linux-gnu",
+)
 
 
 @dataclass

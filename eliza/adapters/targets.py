@@ -49,7 +49,8 @@ class Target(Protocol):
 # (the cpuinfo library inside LiteRT-LM's XNNPACK) finds x86 lines and crashes. qemu looks
 # a path up under its -L prefix first, so the sysroot is given as an overlay (links to its
 # entries) that also holds an arm64 /proc/cpuinfo describing the CPU qemu emulates
-# (ARMv8.2-A with the dot product, the platform's ISA floor).
+# (ARMv8.2-A with the dot product, the platform's ISA floor: a Neoverse N1, part 0xd0c,
+# the matrix's `emulator: cpu`, whose hardware capabilities qemu reports alike).
 _ARM64_CPU = (
     "BogoMIPS\t: 50.00\n"
     "Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc"

@@ -333,7 +333,7 @@ def emulator_found(host: HostFacts, platform: Platform) -> tuple[bool, str]:
             False,
             f"the {platform.arch} sysroot {emulator.sysroot} (install the platform's cross compiler package)",
         )
-    return True, f"{found.describe()} emulating {platform.arch}"
+    return True, f"{found.describe()} emulating {platform.arch}{f' ({emulator.cpu})' if emulator.cpu else ''}"
 
 
 def _arm64_cpu(host: HostFacts, platform: Platform) -> tuple[bool, str]:

@@ -229,10 +229,15 @@ class Emulator:
     program: str  # "qemu-aarch64"
     sysroot: str | None = None  # the target's libraries, passed as -L
     package: str | None = None  # the Debian package that installs the program
+    cpu: str | None = None  # the CPU model it emulates, passed as -cpu (None: the program's default)
 
     def argv(self) -> tuple[str, ...]:
         """The command prefix a target binary runs under."""
-        return (self.program, *(("-L", self.sysroot) if self.sysroot else ()))
+        return (
+            self.program,
+            *(("-cpu", self.cpu) if self.cpu else ()),
+            *(("-L", self.sysroot) if self.sysroot else ()),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

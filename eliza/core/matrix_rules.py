@@ -791,6 +791,7 @@ def _platform(p: Mapping[str, Any]) -> Platform:
                 program=p["emulator"]["program"],
                 sysroot=p["emulator"].get("sysroot"),
                 package=p["emulator"].get("package"),
+                cpu=p["emulator"].get("cpu"),
             )
             if "emulator" in p
             else None

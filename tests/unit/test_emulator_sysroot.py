@@ -28,6 +28,15 @@ def test_only_qemu_aarch64_with_a_sysroot_gets_the_overlay(tmp_path: Path) -> No
     swapped = with_sysroot_overlay(qemu, tmp_path / "o")
     assert swapped.prefix[:2] == ("qemu-aarch64", "-L") and swapped.prefix[2] != str(sysroot)
     assert (Path(swapped.prefix[2]) / "proc" / "cpuinfo").is_file() and swapped.words == qemu.words
+    with_cpu = TargetRunner(prefix=("qemu-aarch64", "-cpu", "neoverse-n1", "-L", str(sysroot)))
+    # the CPU model before -L: the sysroot still becomes the same overlay
+    assert with_sysroot_overlay(with_cpu, tmp_path / "o").prefix == (
+        "qemu-aarch64",
+        "-cpu",
+        "neoverse-n1",
+        "-L",
+        swapped.prefix[2],
+    )
     native = TargetRunner()
     assert with_sysroot_overlay(native, tmp_path / "o") is native
     other = TargetRunner(prefix=("qemu-riscv64", "-L", str(sysroot)))

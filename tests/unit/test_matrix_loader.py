@@ -679,7 +679,7 @@ ARM_LINUX = """  - id: linux-arm64
     llama_backend: cpu
     llama_options: {arm_isa: armv8.2-a+dotprod}
     toolchain: {cross_prefix: aarch64-linux-gnu-, package: g++-aarch64-linux-gnu}
-    emulator: {program: qemu-aarch64, sysroot: /usr/aarch64-linux-gnu, package: qemu-user}
+    emulator: {program: qemu-aarch64, sysroot: /usr/aarch64-linux-gnu, package: qemu-user, cpu: neoverse-n1}
     agreement: {reference: linux-cpu, min_token_agreement: 0.95}
     build_requires: [cross-compiler]
     run_requires: [arm64-cpu]
@@ -697,11 +697,19 @@ def test_a_cross_built_emulated_platform_loads() -> None:
     assert platform.toolchain.cross_prefix == "aarch64-linux-gnu-"
     assert platform.emulator is not None and platform.emulator.argv() == (
         "qemu-aarch64",
+        "-cpu",
+        "neoverse-n1",
         "-L",
         "/usr/aarch64-linux-gnu",
     )
     assert platform.agreement is not None and platform.agreement.min_token_agreement == 0.95
     assert platform.llama_options == {"arm_isa": "armv8.2-a+dotprod"}
+
+
+def test_an_emulated_cpu_that_is_not_one_word_is_an_error() -> None:
+    found = only_problem(with_arm().replace("cpu: neoverse-n1}", "cpu: -machine virt}"))
+    assert found.key_path == "platforms[2].emulator.cpu", found
+    assert "-machine virt" in found.message
 
 
 def test_an_arm_isa_on_x86_64_is_an_error() -> None:
