@@ -895,3 +895,80 @@ def test_a_runtime_sized_to_the_first_prompts_has_a_reference_of_its_own(
         + [("litert-lm", 3)] * 2 + [("llama.cpp", 3)] * 2
     )  # fmt: skip
     assert taken["mlx-coreml"].reference["decode_tok_s"] != taken["litert-lm"].reference["decode_tok_s"]
+
+
+# LiteRT-LM's prefill against its own runner on the tiny bundle, round by round, as measured
+# on an Intel Xeon 2-core (2026-12-07): the six rounds of linux-cpu.litert+mlx's verify, then
+# six rounds of the same body and runner run by hand.
+NOISY_PREFILL = [0.93, 1.08, 1.19, 1.21, 1.22, 0.92, 1.137, 0.972, 1.293, 1.107, 1.235, 1.132]
+
+
+@pytest.mark.parametrize("cheap", [True, False])
+def test_a_cheap_body_still_undecided_after_as_many_again_runs_on_to_twelve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cheap: bool
+) -> None:
+    """Six rounds of LiteRT-LM's measured prefill ratios leave it undecided (95 % CI
+    0.925..1.215); a body whose rounds are cheap runs on to OWN_RUNNER_MOST_ROUNDS, whose
+    twelve decide it, and the record says so; a body whose rounds are not stops at six,
+    INCONCLUSIVE with the rounds that would decide."""
+    if not cheap:
+        monkeypatch.setattr(perf, "CHEAP_OWN_ROUND_S", 0.0)
+    cell = CellId.parse("linux-cpu.litert")
+    options = BenchOptions(settings=BenchSettings(bundle=tmp_path / "bundle"), out_dir=tmp_path / "bench")
+    library = tmp_path / "lib.so"
+    reference = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
+    name = "litert-lm"
+    series = [
+        perf.Comparison(
+            name,
+            perf.Side(library, {"ELIZA_LLM_BACKEND": name}),
+            reference,
+            options,
+            tmp_path / "bench" / name,
+            perf.own_runner(name),
+        )
+    ]
+    monkeypatch.setattr(
+        perf, "comparisons", lambda *args: (series, perf.BACKEND_PERF_REFERENCE, "llama.cpp", (library,))
+    )
+    monkeypatch.setattr(perf, "own_runner_settings", lambda c: BenchSettings(bundle=tmp_path, max_tokens=64))
+    monkeypatch.setattr(perf, "own_runner_prompts", lambda c: tmp_path / "prompts.txt")
+    llama = {"decode_tok_s": 2000.0, "prefill_tok_s": 20000.0, "first_token_ms": 0.7, "peak_rss_kb": 72000.0}
+
+    def measure_series(cell: object, measured: Any, n: int, log: object, *, first: int = 0) -> Any:
+        wobble = [1 + 0.002 * ((first + i) % 3) for i in range(n)]
+        steady = {k: [v * w for w in wobble] for k, v in llama.items()}
+        return [perf.Samples(dict(steady), dict(steady)) for _ in measured]
+
+    own_rounds: list[tuple[int, int]] = []
+
+    def own_runner_rounds(cell: object, c: perf.Comparison, n: int, log: object, **kw: Any) -> perf.Samples:
+        first = kw.get("first", 0)
+        own_rounds.append((first, n))
+        ratios = NOISY_PREFILL[first : first + n]
+        return perf.Samples(
+            candidate={"decode_step_tok_s": [2000.0] * n, "prefill_tok_s": [4000.0 * r for r in ratios]},
+            reference={"decode_step_tok_s": [2000.0] * n, "prefill_tok_s": [4000.0] * n},
+        )
+
+    monkeypatch.setattr(perf, "measure_series", measure_series)
+    monkeypatch.setattr(perf, "own_runner_rounds", own_runner_rounds)
+    (done,) = perf.run(
+        backend_job(tmp_path, cell, "backend-perf", options),
+        SimpleNamespace(log=lambda line: None, detail=lambda line: None, bundle=None),
+    )  # type: ignore[arg-type]
+    own = done.details["perf"]["own_runner"][name]
+    rounds = perf.OWN_RUNNER_ROUNDS
+    if cheap:
+        assert own_rounds == [
+            (0, rounds),
+            (rounds, rounds),
+            (2 * rounds, perf.OWN_RUNNER_MOST_ROUNDS - 2 * rounds),
+        ]
+        assert own["rounds"] == perf.OWN_RUNNER_MOST_ROUNDS and "12 in all" in own["ran_on"]
+        assert done.status is Status.PASSED, done.reason
+    else:
+        assert own_rounds == [(0, rounds), (rounds, rounds)]
+        assert own["rounds"] == 2 * rounds and "ran_on" not in own
+        assert done.status is Status.INCONCLUSIVE
+        assert "own_runner_prefill" in done.reason and "more rounds: --rounds" in done.reason

@@ -305,6 +305,16 @@ OWN_RUNNER_MAX_TOKENS = 64
 # (planted: p = 0.003-0.004 after four), and one nearer the 5 % bound runs as many again.
 # Three is also the fewest the rule accepts. An MLX round on Gemma takes about 33 s.
 OWN_RUNNER_ROUNDS = 3
+# A body still undecided against its own runner after as many again, whose rounds are cheap,
+# runs on to OWN_RUNNER_MOST_ROUNDS. LiteRT-LM's prefill on the tiny bundle (about 0.3 ms a
+# prompt) reads 0.85 to 1.54 from round to round on an Intel Xeon 2-core, with the best of 3,
+# 6 or 10 repeats alike (each process has a speed of its own, 2026-12-07), and six rounds
+# left it undecided in 1 of 2 verifies there and 2 of 8 on an AMD EPYC 2-core: of 200 draws
+# of 12 of 24 such rounds, 186 decided, where draws of 6 decided 114. Its rounds take about
+# 2.5 s; MLX's on Gemma about 7 s, whose decode there read 0.76 to 1.50 (about 50 rounds
+# would decide it): not cheap, left INCONCLUSIVE with the rounds that would decide.
+OWN_RUNNER_MOST_ROUNDS = 12
+CHEAP_OWN_ROUND_S = 5.0
 OWN_RUNNER_RULES = (
     (MetricRule(metric="own_runner_decode", direction=Direction.HIGHER, bound=0.05), "decode_step_tok_s"),
     (MetricRule(metric="own_runner_prefill", direction=Direction.HIGHER, bound=0.05), "prefill_tok_s"),
@@ -361,16 +371,29 @@ def own_rounds_again(
     threads: int,
     cores: int,
     bodies: set[str],
-) -> None:
-    """As many own-runner rounds again as the first `rounds` for the backends named in
-    `bodies`, added to each one's samples."""
+    first: int | None = None,
+) -> dict[str, float]:
+    """`rounds` more own-runner rounds (numbered from `first`, by default `rounds`: as many
+    again as the first) for the backends named in `bodies`, added to each one's samples;
+    the seconds a round of each took."""
+    took: dict[str, float] = {}
     for c, (_, samples) in zip(owned, own, strict=True):
         if c.label not in bodies:
             continue
+        watch = Stopwatch()
         more = own_runner_rounds(
-            cell, c, rounds, log, first=rounds, threads=threads, cores=cores, ids_from=samples.last_candidate
+            cell,
+            c,
+            rounds,
+            log,
+            first=rounds if first is None else first,
+            threads=threads,
+            cores=cores,
+            ids_from=samples.last_candidate,
         )
+        took[c.label] = watch.seconds() / max(1, rounds)
         samples.extend(more)
+    return took
 
 
 def first_prompts(prompts: Path, n: int, chosen: Path) -> Path:
@@ -845,7 +868,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 samples_of = dict(measured)
                 for c, extra in zip(extended, more, strict=True):
                     samples_of[c.label].extend(extra)
-                own_again(bodies=own_twice)
+                own_round_s = own_again(bodies=own_twice)
             if extended:
                 judged_on = 2 * rounds
                 about["rounds_run"] = judged_on
@@ -859,6 +882,31 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                 own_about[label]["rounds"] = 2 * own_rounds
             about["peak_rss_source"] = _sources(measured)
             done = judged()  # the same samples and `about`, extended in place
+            _, still = undecided_parts(done) if done.status is Status.INCONCLUSIVE else (set(), set())
+            cheap = {
+                b for b in still & own_twice if own_round_s.get(b, CHEAP_OWN_ROUND_S + 1) <= CHEAP_OWN_ROUND_S
+            }
+            if cheap and 2 * own_rounds < OWN_RUNNER_MOST_ROUNDS:
+                # a body still undecided whose rounds are cheap: on to OWN_RUNNER_MOST_ROUNDS
+                with job.alone():
+                    own_rounds_again(
+                        cell,
+                        owned,
+                        own,
+                        OWN_RUNNER_MOST_ROUNDS - 2 * own_rounds,
+                        evidence.detail,
+                        threads=threads,
+                        cores=cores,
+                        bodies=cheap,
+                        first=2 * own_rounds,
+                    )
+                for label in cheap:
+                    own_about[label]["rounds"] = OWN_RUNNER_MOST_ROUNDS
+                    own_about[label]["ran_on"] = (
+                        f"undecided after {2 * own_rounds} rounds of under {CHEAP_OWN_ROUND_S:g} s each: "
+                        f"{OWN_RUNNER_MOST_ROUNDS} in all"
+                    )
+                done = judged()
         if opts.perf_rounds is None and check.subject == "backend" and fails_against_the_reference(done):
             # A runtime beyond its bound in every round of one window may be the host's
             # moment, not the runtime's speed: MLX's CPU build, which hands each evaluation
