@@ -94,6 +94,24 @@ def backend_job(tmp_path: Path, cell: CellId, check: str, options: BenchOptions,
     )
 
 
+def backend_series(tmp_path: Path, names: tuple[str, ...], options: BenchOptions) -> list[perf.Comparison]:
+    """One series per runtime of a cell (hard-selected through ELIZA_LLM_BACKEND) against
+    the llama.cpp path of the same library, each with its own runner."""
+    library = tmp_path / "lib.so"
+    reference = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
+    return [
+        perf.Comparison(
+            name,
+            perf.Side(library, {"ELIZA_LLM_BACKEND": name}),
+            reference,
+            options,
+            tmp_path / "bench" / name,
+            perf.own_runner(name),
+        )
+        for name in names
+    ]
+
+
 def fake_measure(calls: list[int], noisy_first: bool) -> Any:
     """Each round's samples: steady, except the first call's when `noisy_first` (every other
     round of the candidate at a third of the rate: no interval narrow enough to decide)."""
@@ -759,18 +777,7 @@ def test_only_what_is_undecided_runs_as_many_again(
     rounds = MATRIX.check(check_id).rounds
     options = BenchOptions(settings=BenchSettings(bundle=tmp_path / "bundle"), out_dir=tmp_path / "bench")
     library = tmp_path / "lib.so"
-    reference = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
-    series = [
-        perf.Comparison(
-            name,
-            perf.Side(library, {"ELIZA_LLM_BACKEND": name}),
-            reference,
-            options,
-            tmp_path / "bench" / name,
-            perf.own_runner(name),
-        )
-        for name in ("mlx-coreml", "litert-lm")
-    ]
+    series = backend_series(tmp_path, ("mlx-coreml", "litert-lm"), options)
     monkeypatch.setattr(
         perf, "comparisons", lambda *args: (series, perf.BACKEND_PERF_REFERENCE, "llama.cpp", (library,))
     )
@@ -916,18 +923,8 @@ def test_a_cheap_body_still_undecided_after_as_many_again_runs_on_to_twelve(
     cell = CellId.parse("linux-cpu.litert")
     options = BenchOptions(settings=BenchSettings(bundle=tmp_path / "bundle"), out_dir=tmp_path / "bench")
     library = tmp_path / "lib.so"
-    reference = perf.Side(library, {"ELIZA_LLM_BACKEND": "llama.cpp"})
     name = "litert-lm"
-    series = [
-        perf.Comparison(
-            name,
-            perf.Side(library, {"ELIZA_LLM_BACKEND": name}),
-            reference,
-            options,
-            tmp_path / "bench" / name,
-            perf.own_runner(name),
-        )
-    ]
+    series = backend_series(tmp_path, (name,), options)
     monkeypatch.setattr(
         perf, "comparisons", lambda *args: (series, perf.BACKEND_PERF_REFERENCE, "llama.cpp", (library,))
     )
