@@ -850,7 +850,14 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
         own_twice: set[str] = set()  # the bodies whose own-runner rounds ran as many again
         # the named bodies' own-runner rounds as many again (within the caller's window)
         own_again = partial(
-            own_rounds_again, cell, owned, own, own_rounds, evidence.detail, threads=threads, cores=cores
+            own_rounds_again,
+            cell,
+            owned,
+            own,
+            rounds=own_rounds,
+            log=evidence.detail,
+            threads=threads,
+            cores=cores,
         )
         if done.status is Status.INCONCLUSIVE and opts.perf_rounds is None:
             # The declared rounds could not decide (a noisy host): as many again, once, still
@@ -883,22 +890,12 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             about["peak_rss_source"] = _sources(measured)
             done = judged()  # the same samples and `about`, extended in place
             _, still = undecided_parts(done) if done.status is Status.INCONCLUSIVE else (set(), set())
-            cheap = {
-                b for b in still & own_twice if own_round_s.get(b, CHEAP_OWN_ROUND_S + 1) <= CHEAP_OWN_ROUND_S
-            }
+            cheap = {b for b in still & own_twice if own_round_s[b] <= CHEAP_OWN_ROUND_S}
             if cheap and 2 * own_rounds < OWN_RUNNER_MOST_ROUNDS:
                 # a body still undecided whose rounds are cheap: on to OWN_RUNNER_MOST_ROUNDS
                 with job.alone():
-                    own_rounds_again(
-                        cell,
-                        owned,
-                        own,
-                        OWN_RUNNER_MOST_ROUNDS - 2 * own_rounds,
-                        evidence.detail,
-                        threads=threads,
-                        cores=cores,
-                        bodies=cheap,
-                        first=2 * own_rounds,
+                    own_again(
+                        bodies=cheap, rounds=OWN_RUNNER_MOST_ROUNDS - 2 * own_rounds, first=2 * own_rounds
                     )
                 for label in cheap:
                     own_about[label]["rounds"] = OWN_RUNNER_MOST_ROUNDS
