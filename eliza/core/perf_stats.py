@@ -291,9 +291,10 @@ def rounds_needed(comparison: Comparison, rule: MetricRule) -> int:
     if comparison.rounds < rule.min_samples:
         target = rule.min_samples
     else:
-        if rule.beyond(comparison.ratio):
-            # the interval must shrink until it clears the bound
-            wanted = max(abs(comparison.ratio - rule.threshold), 1e-6)
+        # Beyond the bound the interval must shrink until it clears it; on the good side it
+        # decides once it is narrow enough or wholly within the bound, whichever comes first.
+        gap = abs(comparison.ratio - rule.threshold)
+        wanted = max(gap, 1e-6) if rule.beyond(comparison.ratio) else max(wanted, gap)
         scale = (comparison.width / 2.0) / wanted if wanted > 0 else 2.0
         target = math.ceil(now * scale * scale)
     return max(now + 1, min(MAX_ROUNDS_SUGGESTED, target))

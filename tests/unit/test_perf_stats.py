@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from eliza.core.matrix import Direction, MetricRule
-from eliza.core.perf_stats import Verdict, compare, compare_paired, judge
+from eliza.core.perf_stats import Judgement, Verdict, compare, compare_paired, judge
 
 DECODE = MetricRule(metric="decode_tok_s", direction=Direction.HIGHER, bound=0.05)
 RSS = MetricRule(metric="peak_rss_kb", direction=Direction.LOWER, bound=0.10)
@@ -141,3 +141,28 @@ def test_paired_rounds_of_an_unchanged_body_never_fail_over_many_seeds() -> None
 def test_paired_rounds_need_as_many_samples_on_each_side() -> None:
     with pytest.raises(ValueError, match="as many"):
         compare_paired("decode", [1.0, 2.0], [1.0])
+
+
+# MLX's decode against its own runner on Gemma, six paired rounds' ratios as measured on an
+# Intel Xeon 2-core (2026-12-07, linux-cpu.mlx at 2b45df1): 95 % CI 0.88..1.32.
+MLX_GEMMA_DECODE_RATIOS = [1.101, 1.321, 0.667, 1.321, 1.202, 1.096]
+OWN = MetricRule(metric="own_runner_decode", direction=Direction.HIGHER, bound=0.05)
+
+
+def _paired(ratios: list[float], scale: float = 1.0) -> Judgement:
+    return judge(
+        compare_paired("own_runner_decode", [100.0 * r * scale for r in ratios], [100.0] * len(ratios)), OWN
+    )
+
+
+def test_an_undecided_ratio_well_inside_its_bound_is_suggested_the_rounds_that_clear_it() -> None:
+    """An interval too wide to decide, centred well above the bound, decides as soon as it
+    lies wholly inside it: the suggestion counts those rounds, fewer than narrowing it to the
+    rule's widest interval would take; the same spread centred on the bound is suggested
+    more. Twelve rounds of the same spread (the six twice) do decide the first."""
+    far = _paired(MLX_GEMMA_DECODE_RATIOS)
+    near = _paired(MLX_GEMMA_DECODE_RATIOS, scale=0.83)
+    assert far.verdict is Verdict.INCONCLUSIVE and near.verdict is Verdict.INCONCLUSIVE
+    assert far.comparison.low < OWN.threshold < far.comparison.ratio
+    assert far.rounds_suggested <= 12 < near.rounds_suggested
+    assert _paired(MLX_GEMMA_DECODE_RATIOS * 2).verdict is Verdict.VERIFIED

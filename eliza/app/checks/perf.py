@@ -305,16 +305,20 @@ OWN_RUNNER_MAX_TOKENS = 64
 # (planted: p = 0.003-0.004 after four), and one nearer the 5 % bound runs as many again.
 # Three is also the fewest the rule accepts. An MLX round on Gemma takes about 33 s.
 OWN_RUNNER_ROUNDS = 3
-# A body still undecided against its own runner after as many again, whose rounds are cheap,
-# runs on to OWN_RUNNER_MOST_ROUNDS. LiteRT-LM's prefill on the tiny bundle (about 0.3 ms a
-# prompt) reads 0.85 to 1.54 from round to round on an Intel Xeon 2-core, with the best of 3,
-# 6 or 10 repeats alike (each process has a speed of its own, 2026-12-07), and six rounds
-# left it undecided in 1 of 2 verifies there and 2 of 8 on an AMD EPYC 2-core: of 200 draws
-# of 12 of 24 such rounds, 186 decided, where draws of 6 decided 114. Its rounds take about
-# 2.5 s; MLX's on Gemma about 7 s, whose decode there read 0.76 to 1.50 (about 50 rounds
-# would decide it): not cheap, left INCONCLUSIVE with the rounds that would decide.
+# A body still undecided against its own runner after as many again runs on to
+# OWN_RUNNER_MOST_ROUNDS where that many would likely decide it (each undecided metric's
+# rounds_needed, the interval narrowing with the square root of the rounds) and the rounds
+# left would take under OWN_RUNNER_RUN_ON_S alone (at the seconds its rounds so far took).
+# LiteRT-LM's prefill on the tiny bundle (about 0.3 ms a prompt) reads 0.85 to 1.54 from
+# round to round on an Intel Xeon 2-core, with the best of 3, 6 or 10 repeats alike (each
+# process has a speed of its own, 2026-12-07), and six rounds left it undecided in 1 of 2
+# verifies there and 2 of 8 on an AMD EPYC 2-core: of 200 draws of 12 of 24 such rounds,
+# 186 decided, where draws of 6 decided 114. Its rounds take about 2.5 s there, LiteRT-LM's
+# on Gemma 4-5.3 s and MLX's on Gemma about 7 s: six more of any fit a minute. A body
+# centred on its bound with rounds 20 % apart would need about 50 and stops at six,
+# INCONCLUSIVE with the rounds that would decide.
 OWN_RUNNER_MOST_ROUNDS = 12
-CHEAP_OWN_ROUND_S = 5.0
+OWN_RUNNER_RUN_ON_S = 60.0
 OWN_RUNNER_RULES = (
     (MetricRule(metric="own_runner_decode", direction=Direction.HIGHER, bound=0.05), "decode_step_tok_s"),
     (MetricRule(metric="own_runner_prefill", direction=Direction.HIGHER, bound=0.05), "prefill_tok_s"),
@@ -346,6 +350,22 @@ def undecided_parts(done: CheckOutcome) -> tuple[set[str], set[str]]:
     series = {_backend_of(m) for m in names if not _against_own_runner(m)}
     bodies = {_backend_of(m) for m in names if _against_own_runner(m)}
     return series, bodies
+
+
+def rounds_to_decide(done: CheckOutcome, body: str) -> int:
+    """The most rounds any of a body's undecided metrics against its own runner would
+    likely need to decide (each row's rounds_suggested; 0 where none is undecided)."""
+    rows = (done.details.get("perf") or {}).get("metrics") or []
+    return max(
+        (
+            int(row.get("rounds_suggested") or 0)
+            for row in rows
+            if row.get("backend") == body
+            and _against_own_runner(str(row.get("metric")))
+            and row.get("verdict") == Verdict.INCONCLUSIVE.value
+        ),
+        default=0,
+    )
 
 
 def fails_only_against_own_runner(done: CheckOutcome) -> bool:
@@ -890,18 +910,22 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             about["peak_rss_source"] = _sources(measured)
             done = judged()  # the same samples and `about`, extended in place
             _, still = undecided_parts(done) if done.status is Status.INCONCLUSIVE else (set(), set())
-            cheap = {b for b in still & own_twice if own_round_s[b] <= CHEAP_OWN_ROUND_S}
-            if cheap and 2 * own_rounds < OWN_RUNNER_MOST_ROUNDS:
-                # a body still undecided whose rounds are cheap: on to OWN_RUNNER_MOST_ROUNDS
+            left = OWN_RUNNER_MOST_ROUNDS - 2 * own_rounds
+            run_on = {
+                b
+                for b in still & own_twice
+                if rounds_to_decide(done, b) <= OWN_RUNNER_MOST_ROUNDS
+                and own_round_s[b] * left < OWN_RUNNER_RUN_ON_S
+            }
+            if run_on and left > 0:
+                # a body still undecided that twelve rounds would likely decide, cheaply enough
                 with job.alone():
-                    own_again(
-                        bodies=cheap, rounds=OWN_RUNNER_MOST_ROUNDS - 2 * own_rounds, first=2 * own_rounds
-                    )
-                for label in cheap:
+                    own_again(bodies=run_on, rounds=left, first=2 * own_rounds)
+                for label in run_on:
                     own_about[label]["rounds"] = OWN_RUNNER_MOST_ROUNDS
                     own_about[label]["ran_on"] = (
-                        f"undecided after {2 * own_rounds} rounds of under {CHEAP_OWN_ROUND_S:g} s each: "
-                        f"{OWN_RUNNER_MOST_ROUNDS} in all"
+                        f"undecided after {2 * own_rounds} rounds of {own_round_s[label]:.1f} s each, "
+                        f"likely decided by {rounds_to_decide(done, label)}: {OWN_RUNNER_MOST_ROUNDS} in all"
                     )
                 done = judged()
         if opts.perf_rounds is None and check.subject == "backend" and fails_against_the_reference(done):
