@@ -8,7 +8,9 @@ core), started longest first by what each took the last time (eliza.core.call_or
 order for calls never timed). A step the plan marks `alone` measures wall time: its runner
 measures inside `Job.alone()`, which gives up its place to the next call, waits until no
 call is running, and lets none start or resume until the measurement is over; the rest of
-its work (identity runs, the simulated CPU) shares the machine. Outcomes are recorded, and
+its work (identity runs, the simulated CPU) shares the machine. A measurement repeated apart
+from its first (a perf failure's second window) waits in `Job.after_the_rest(gap)` until
+every other call has ended and the gap has passed. Outcomes are recorded, and
 their lines printed, by this thread in plan order whatever finishes first, so the output
 and the evidence do not depend on the number of jobs."""
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +30,7 @@ from typing import Protocol
 from eliza.adapters.cpu_wake import cpus_kept_awake
 from eliza.adapters.targets import LocalTarget, Target, with_sysroot_overlay
 from eliza.app.checks import RUNNERS
-from eliza.app.checks.job import Job
+from eliza.app.checks.job import Job, at_once
 from eliza.app.errors import NotHere
 from eliza.app.services.bench_options import BenchOptions, on_bundle, on_software_device
 from eliza.app.services.built import BuiltCell
@@ -107,10 +110,16 @@ class Quiet:
     and it runs when the running ones leave it the host (at the latest, when the rest is
     done)."""
 
-    def __init__(self, jobs: int, awake: Callable[[], AbstractContextManager[str]] | None = None) -> None:
+    def __init__(
+        self,
+        jobs: int,
+        awake: Callable[[], AbstractContextManager[str]] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         """`awake`: held through each window (the idle CPUs kept awake: eliza.adapters.cpu_wake),
-        yielding what held in words."""
+        yielding what held in words; `sleep`: how after_the_rest waits out what is left of a gap."""
         self._awake = awake or (lambda: nullcontext("not asked"))
+        self._sleep = sleep
         self.cpus = ""  # what the windows held of the CPUs' idle states, in words
         self._changed = threading.Condition()
         self._jobs = jobs
@@ -182,6 +191,24 @@ class Quiet:
                 self._changed.notify_all()
                 self._wait(self._free)
                 self._running += 1
+
+    @contextmanager
+    def after_the_rest(self, gap: float = 0.0) -> Iterator[None]:
+        """Within a call: give up its place until every other call has ended (or waits here
+        too), and resume no sooner than `gap` seconds from now. A measurement that must be
+        repeated apart from its first window (a spell of the host's can last a minute) waits
+        here, so what runs meanwhile is the rest of the checks, not an idle machine."""
+        watch = Stopwatch()
+        with self._changed:
+            self._running -= 1
+            self._changed.notify_all()
+            self._wait(lambda: self._serving == self._tickets and self._running == 0 and not self._alone)
+            self._running += 1
+        left = gap - watch.seconds()
+        if left > 0:
+            self._sleep(left)
+            self._waited.seconds = self.waited() + left
+        yield
 
 
 def call_key(key: tuple[str, str, str]) -> str:
@@ -377,6 +404,7 @@ def _run_group(
         target=target,
         bench=bench,
         alone=quiet.alone if quiet is not None else nullcontext,
+        after_the_rest=quiet.after_the_rest if quiet is not None else at_once,
     )
     runner = runners[steps[0].kind]
     try:

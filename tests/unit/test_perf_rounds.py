@@ -5,7 +5,8 @@ tool is replaced by samples derived here (the runner's own arithmetic is what is
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,6 +23,7 @@ from eliza.core.cell_id import CellId
 from eliza.core.evidence import Status
 from eliza.core.layout import REPO_ROOT
 from eliza.core.matrix import CheckKind
+from eliza.core.outcome import CheckOutcome
 from eliza.core.verify_plan import Run
 from eliza.formats.matrix_yaml import load_matrix
 
@@ -81,7 +83,14 @@ def job(tmp_path: Path, rounds: int | None) -> Job:
     )
 
 
-def backend_job(tmp_path: Path, cell: CellId, check: str, options: BenchOptions, alone: Any = None) -> Job:
+def backend_job(
+    tmp_path: Path,
+    cell: CellId,
+    check: str,
+    options: BenchOptions,
+    alone: Any = None,
+    after_the_rest: Any = None,
+) -> Job:
     """A linux-cpu cell's backend perf check as the executor hands it to the perf runner."""
     step = Run(cell=cell, check=check, kind=CheckKind.PERF, reason="test")
     return Job(
@@ -91,6 +100,7 @@ def backend_job(tmp_path: Path, cell: CellId, check: str, options: BenchOptions,
         libraries={cell: tmp_path / "lib.so"},
         bench=options,
         **({"alone": alone} if alone is not None else {}),
+        **({"after_the_rest": after_the_rest} if after_the_rest is not None else {}),
     )
 
 
@@ -639,8 +649,9 @@ def test_a_runtime_failing_against_llama_cpp_is_judged_by_a_second_window(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, second_window: str
 ) -> None:
     """MLX at a tenth of llama.cpp's decode in every round of one window (its waiver accepts
-    0.17): the rounds against llama.cpp run again, alone, and that window's verdict is the
-    check's; the first window's samples stay in the record. A runtime slow in both fails."""
+    0.17): the rounds against llama.cpp run again, alone, after the rest of the checks and
+    CONFIRM_APART_S after the first, and that window's verdict is the check's; the first
+    window's samples stay in the record. A runtime slow in both fails."""
     mlx = CellId.parse("linux-cpu.mlx")
     gemma = second_window.startswith("gemma")  # three rounds: a first look that cannot fail
     check_id = "backend-perf.gemma3-270m" if gemma else "backend-perf"
@@ -657,7 +668,13 @@ def test_a_runtime_failing_against_llama_cpp_is_judged_by_a_second_window(
         def __exit__(self, *exc: object) -> None:
             return None
 
-    job_of_mlx = backend_job(tmp_path, mlx, check_id, options, alone=Alone)
+    @contextmanager
+    def after_the_rest(gap: float) -> Iterator[None]:
+        windows.append(f"after the rest, {gap:g} s apart")
+        yield
+
+    apart = f"after the rest, {perf.CONFIRM_APART_S:g} s apart"
+    job_of_mlx = backend_job(tmp_path, mlx, check_id, options, alone=Alone, after_the_rest=after_the_rest)
     library = tmp_path / "lib.so"
     series = [
         perf.Comparison(
@@ -701,7 +718,8 @@ def test_a_runtime_failing_against_llama_cpp_is_judged_by_a_second_window(
         assert "first_window" not in done.details["perf"]
         return
     if gemma:  # undecided after three: as many again, then a second window of all six
-        assert rounds == 3 and calls == [(0, 3), (3, 3), (6, 6)] and windows == ["alone"] * 3
+        assert rounds == 3 and calls == [(0, 3), (3, 3), (6, 6)]
+        assert windows == ["alone", "alone", apart, "alone"]
         assert done.status is Status.FAILED and done.details["perf"]["rounds_run"] == 12
         assert (
             len(done.details["perf"]["first_window"]["samples"]["mlx-coreml"]["candidate"]["decode_tok_s"])
@@ -711,7 +729,11 @@ def test_a_runtime_failing_against_llama_cpp_is_judged_by_a_second_window(
     # a first look that cannot settle a runtime beyond its waiver, the declared rest in the
     # same window, then a second window as long as the first
     look = perf.FIRST_LOOK_ROUNDS
-    assert calls == [(0, look), (look, rounds - look), (rounds, rounds)] and windows == ["alone", "alone"]
+    assert calls == [(0, look), (look, rounds - look), (rounds, rounds)] and windows == [
+        "alone",
+        apart,
+        "alone",
+    ]
     about = done.details["perf"]
     assert about["rounds_run"] == 2 * rounds
     first = about["first_window"]
@@ -913,24 +935,12 @@ NOISY_PREFILL = [0.93, 1.08, 1.19, 1.21, 1.22, 0.92, 1.137, 0.972, 1.293, 1.107,
 CENTRED_PREFILL = [0.899, 0.915, 0.809, 0.97, 1.039, 0.984]
 
 
-@pytest.mark.parametrize(
-    ("ratios", "run_on_s", "runs_on"),
-    [
-        pytest.param(NOISY_PREFILL, perf.OWN_RUNNER_RUN_ON_S, True, id="likely-decided-runs-on"),
-        pytest.param(NOISY_PREFILL, 0.0, False, id="rounds-too-slow-stops"),
-        pytest.param(CENTRED_PREFILL, perf.OWN_RUNNER_RUN_ON_S, False, id="centred-on-the-bound-stops"),
-    ],
-)
-def test_a_body_still_undecided_after_as_many_again_runs_on_to_twelve_where_they_would_decide(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ratios: list[float], run_on_s: float, runs_on: bool
-) -> None:
-    """Six rounds of LiteRT-LM's measured prefill ratios leave it undecided (95 % CI
-    0.925..1.215, 1.10 from a 0.95 bound: twelve would likely decide): it runs on to
-    OWN_RUNNER_MOST_ROUNDS, whose twelve decide it, and the record says so. Where the rounds
-    left would take longer than OWN_RUNNER_RUN_ON_S, or where the six rounds sit on the bound
-    (Gemma's, 0.943, which would take about 50), it stops at six, INCONCLUSIVE with the
-    rounds that would decide."""
-    monkeypatch.setattr(perf, "OWN_RUNNER_RUN_ON_S", run_on_s)
+def litert_prefill_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ratios: list[float], **job: Any
+) -> tuple[CheckOutcome, list[tuple[int, int]]]:
+    """linux-cpu.litert's backend-perf run with its rounds against llama.cpp steady and its
+    body's prefill at `ratios` of its own runner's, round by round: the outcome and the
+    own-runner rounds asked for (first, how many)."""
     cell = CellId.parse("linux-cpu.litert")
     options = BenchOptions(settings=BenchSettings(bundle=tmp_path / "bundle"), out_dir=tmp_path / "bench")
     library = tmp_path / "lib.so"
@@ -962,9 +972,32 @@ def test_a_body_still_undecided_after_as_many_again_runs_on_to_twelve_where_they
     monkeypatch.setattr(perf, "measure_series", measure_series)
     monkeypatch.setattr(perf, "own_runner_rounds", own_runner_rounds)
     (done,) = perf.run(
-        backend_job(tmp_path, cell, "backend-perf", options),
+        backend_job(tmp_path, cell, "backend-perf", options, **job),
         SimpleNamespace(log=lambda line: None, detail=lambda line: None, bundle=None),
     )  # type: ignore[arg-type]
+    return done, own_rounds
+
+
+@pytest.mark.parametrize(
+    ("ratios", "run_on_s", "runs_on"),
+    [
+        pytest.param(NOISY_PREFILL, perf.OWN_RUNNER_RUN_ON_S, True, id="likely-decided-runs-on"),
+        pytest.param(NOISY_PREFILL, 0.0, False, id="rounds-too-slow-stops"),
+        pytest.param(CENTRED_PREFILL, perf.OWN_RUNNER_RUN_ON_S, False, id="centred-on-the-bound-stops"),
+    ],
+)
+def test_a_body_still_undecided_after_as_many_again_runs_on_to_twelve_where_they_would_decide(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ratios: list[float], run_on_s: float, runs_on: bool
+) -> None:
+    """Six rounds of LiteRT-LM's measured prefill ratios leave it undecided (95 % CI
+    0.925..1.215, 1.10 from a 0.95 bound: twelve would likely decide): it runs on to
+    OWN_RUNNER_MOST_ROUNDS, whose twelve decide it, and the record says so. Where the rounds
+    left would take longer than OWN_RUNNER_RUN_ON_S, or where the six rounds sit on the bound
+    (Gemma's, 0.943, which would take about 50), it stops at six, INCONCLUSIVE with the
+    rounds that would decide."""
+    monkeypatch.setattr(perf, "OWN_RUNNER_RUN_ON_S", run_on_s)
+    done, own_rounds = litert_prefill_check(tmp_path, monkeypatch, ratios)
+    name = "litert-lm"
     own = done.details["perf"]["own_runner"][name]
     rounds = perf.OWN_RUNNER_ROUNDS
     (prefill,) = [row for row in done.details["perf"]["metrics"] if row["metric"] == "own_runner_prefill"]
@@ -988,3 +1021,45 @@ def test_a_body_still_undecided_after_as_many_again_runs_on_to_twelve_where_they
         )
         # the six measured rounds suggest what the rule decided on: within twelve or beyond
         assert (prefill["rounds_suggested"] <= perf.OWN_RUNNER_MOST_ROUNDS) is (ratios is NOISY_PREFILL)
+
+
+# LiteRT-LM's Gemma prefill against its own runner on linux-cpu.litert+mlx, as measured on an
+# Intel Xeon 2-core (2026-12-08, an empty-cache verify): three rounds, then the three run
+# right after them; and the cell's check run again two minutes later.
+SPELL_PREFILL = [0.835, 0.835, 0.914, 0.856, 0.885, 0.923]
+LATER_PREFILL = [1.022, 1.157, 0.972]
+
+
+@pytest.mark.parametrize("later", ["steady", "slow again"])
+def test_a_body_failing_its_own_runner_is_run_again_after_the_rest_of_the_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, later: str
+) -> None:
+    """A body beyond its bound in three rounds (the spell's, p < 0.05) runs as many again
+    after the rest of the checks, CONFIRM_APART_S after the first, and the verdict is all six:
+    still slow, FAILED; steady by then (the rounds measured two minutes later), not FAILED."""
+    windows: list[str] = []
+
+    @contextmanager
+    def alone() -> Iterator[None]:
+        windows.append("alone")
+        yield
+
+    @contextmanager
+    def after_the_rest(gap: float) -> Iterator[None]:
+        windows.append(f"after the rest, {gap:g} s apart")
+        yield
+
+    ratios = SPELL_PREFILL if later == "slow again" else SPELL_PREFILL[:3] + LATER_PREFILL
+    done, own_rounds = litert_prefill_check(
+        tmp_path, monkeypatch, ratios, alone=alone, after_the_rest=after_the_rest
+    )
+    rounds = perf.OWN_RUNNER_ROUNDS
+    assert own_rounds == [(0, rounds), (rounds, rounds)]
+    assert windows == ["alone", f"after the rest, {perf.CONFIRM_APART_S:g} s apart", "alone"]
+    own = done.details["perf"]["own_runner"]["litert-lm"]
+    assert own["rounds"] == 2 * rounds and "after the rest of the checks" in own["confirmed"]
+    (prefill,) = [row for row in done.details["perf"]["metrics"] if row["metric"] == "own_runner_prefill"]
+    if later == "slow again":
+        assert prefill["verdict"] == "failed" and done.status is Status.FAILED
+    else:
+        assert prefill["verdict"] != "failed" and done.status is not Status.FAILED, done.reason
