@@ -9,8 +9,8 @@ order for calls never timed). A step the plan marks `alone` measures wall time: 
 measures inside `Job.alone()`, which gives up its place to the next call, waits until no
 call is running, and lets none start or resume until the measurement is over; the rest of
 its work (identity runs, the simulated CPU) shares the machine. A measurement repeated apart
-from its first (a perf failure's second window) waits in `Job.after_the_rest(gap)` until
-every other call has ended and the gap has passed. Outcomes are recorded, and
+from its first (a perf failure's second window) waits in `Job.apart(gap)`, its place given
+to the calls waiting for one meanwhile. Outcomes are recorded, and
 their lines printed, by this thread in plan order whatever finishes first, so the output
 and the evidence do not depend on the number of jobs."""
 
@@ -117,7 +117,7 @@ class Quiet:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """`awake`: held through each window (the idle CPUs kept awake: eliza.adapters.cpu_wake),
-        yielding what held in words; `sleep`: how after_the_rest waits out what is left of a gap."""
+        yielding what held in words; `sleep`: how apart() waits out its gap."""
         self._awake = awake or (lambda: nullcontext("not asked"))
         self._sleep = sleep
         self.cpus = ""  # what the windows held of the CPUs' idle states, in words
@@ -193,21 +193,20 @@ class Quiet:
                 self._running += 1
 
     @contextmanager
-    def after_the_rest(self, gap: float = 0.0) -> Iterator[None]:
-        """Within a call: give up its place until every other call has ended (or waits here
-        too), and resume no sooner than `gap` seconds from now. A measurement that must be
-        repeated apart from its first window (a spell of the host's can last a minute) waits
-        here, so what runs meanwhile is the rest of the checks, not an idle machine."""
-        watch = Stopwatch()
+    def apart(self, gap: float) -> Iterator[None]:
+        """Within a call: give up its place for `gap` seconds, then take one again. A
+        measurement repeated apart from its first window (a spell of the host's can last a
+        minute) waits here, and the calls waiting for a place run meanwhile, so the machine
+        is idle only if nothing else is left to run. It waits on no other call to end: a
+        call that holds a lab device's turn may wait here."""
         with self._changed:
             self._running -= 1
             self._changed.notify_all()
-            self._wait(lambda: self._serving == self._tickets and self._running == 0 and not self._alone)
+        self._sleep(gap)
+        with self._changed:
+            self._wait(self._free)
             self._running += 1
-        left = gap - watch.seconds()
-        if left > 0:
-            self._sleep(left)
-            self._waited.seconds = self.waited() + left
+        self._waited.seconds = self.waited() + gap
         yield
 
 
@@ -404,7 +403,7 @@ def _run_group(
         target=target,
         bench=bench,
         alone=quiet.alone if quiet is not None else nullcontext,
-        after_the_rest=quiet.after_the_rest if quiet is not None else at_once,
+        apart=quiet.apart if quiet is not None else at_once,
     )
     runner = runners[steps[0].kind]
     try:

@@ -407,52 +407,53 @@ def test_each_measurement_holds_the_idle_cpus_awake_only_while_it_measures() -> 
     assert quiet.cpus == "kept awake" and len(quiet.windows) == 1
 
 
-def test_a_repeat_apart_waits_for_every_other_call_and_then_for_the_rest_of_its_gap() -> None:
-    """after_the_rest gives up the call's place: the calls after it run (two at once), it
-    resumes only when every other call has ended, and waits out what is left of its gap;
-    with the gap already past, it waits no more."""
+def test_a_repeat_apart_gives_its_place_to_the_waiting_calls_for_its_gap() -> None:
+    """apart() gives up the call's place for its gap: a call waiting for a place (two at
+    once) starts meanwhile, and after the gap the repeat takes the first place free, without
+    waiting for every other call to end (one may hold a lab device's turn)."""
     import threading
 
     from eliza.app.executor import Quiet
 
     slept: list[float] = []
-    quiet = Quiet(2, sleep=slept.append)
-    events: list[str] = []
-    deferred = threading.Event()
+    took_place = threading.Event()
     release = threading.Event()
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        took_place.wait(5)  # the gap: long enough for the waiting call to take the place
+
+    quiet = Quiet(2, sleep=sleep)
+    events: list[str] = []
 
     def shared(name: str, ticket: int) -> None:
         with quiet.call(ticket):
             events.append(f"{name} start")
-            release.wait(5)
+            if name == "c":
+                took_place.set()
+            # b leaves once c has its place; c stays until r is done
+            (took_place if name == "b" else release).wait(5)
             events.append(f"{name} end")
 
-    def repeating(ticket: int, gap: float) -> None:
+    def repeating(ticket: int) -> None:
         with quiet.call(ticket):
             events.append("r start")
-            with quiet.after_the_rest(gap):
-                deferred.set()
+            with quiet.apart(120.0):
                 events.append("r again")
             events.append("r end")
+            release.set()
 
     tickets = [quiet.ticket() for _ in range(3)]
-    first = threading.Thread(target=repeating, args=(tickets[0], 3600.0))
-    first.start()
-    others = [threading.Thread(target=shared, args=(n, t)) for n, t in (("b", tickets[1]), ("c", tickets[2]))]
-    for t in others:
+    threads = [
+        threading.Thread(target=repeating, args=(tickets[0],)),
+        threading.Thread(target=shared, args=("b", tickets[1])),
+        threading.Thread(target=shared, args=("c", tickets[2])),
+    ]
+    for t in threads:
         t.start()
-    while events.count("b start") + events.count("c start") < 2:  # both run: r gave up its place
-        threading.Event().wait(0.01)
-    assert not deferred.is_set(), events
-    release.set()
-    for t in (first, *others):
-        t.join()
-    again = events.index("r again")
-    assert events.index("b end") < again and events.index("c end") < again, events
-    assert len(slept) == 1 and 3500 < slept[0] <= 3600.0, slept
-
-    slept.clear()
-    alone_quiet = Quiet(2, sleep=slept.append)
-    with alone_quiet.call(alone_quiet.ticket()), alone_quiet.after_the_rest(0.0):
-        pass
-    assert slept == []
+    for t in threads:
+        t.join(10)
+    assert slept == [120.0]
+    # c had no place until r gave its up; r took b's when b ended, while c still ran
+    assert events.index("c start") < events.index("r again") < events.index("c end"), events
+    assert events.index("b end") < events.index("r again"), events

@@ -89,7 +89,7 @@ def backend_job(
     check: str,
     options: BenchOptions,
     alone: Any = None,
-    after_the_rest: Any = None,
+    apart: Any = None,
 ) -> Job:
     """A linux-cpu cell's backend perf check as the executor hands it to the perf runner."""
     step = Run(cell=cell, check=check, kind=CheckKind.PERF, reason="test")
@@ -100,7 +100,7 @@ def backend_job(
         libraries={cell: tmp_path / "lib.so"},
         bench=options,
         **({"alone": alone} if alone is not None else {}),
-        **({"after_the_rest": after_the_rest} if after_the_rest is not None else {}),
+        **({"apart": apart} if apart is not None else {}),
     )
 
 
@@ -649,8 +649,8 @@ def test_a_runtime_failing_against_llama_cpp_is_judged_by_a_second_window(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, second_window: str
 ) -> None:
     """MLX at a tenth of llama.cpp's decode in every round of one window (its waiver accepts
-    0.17): the rounds against llama.cpp run again, alone, after the rest of the checks and
-    CONFIRM_APART_S after the first, and that window's verdict is the check's; the first
+    0.17): the rounds against llama.cpp run again, alone, CONFIRM_APART_S after the first
+    (the call's place given to the others meanwhile), and that window's verdict is the check's; the first
     window's samples stay in the record. A runtime slow in both fails."""
     mlx = CellId.parse("linux-cpu.mlx")
     gemma = second_window.startswith("gemma")  # three rounds: a first look that cannot fail
@@ -669,12 +669,12 @@ def test_a_runtime_failing_against_llama_cpp_is_judged_by_a_second_window(
             return None
 
     @contextmanager
-    def after_the_rest(gap: float) -> Iterator[None]:
-        windows.append(f"after the rest, {gap:g} s apart")
+    def waits_apart(gap: float) -> Iterator[None]:
+        windows.append(f"{gap:g} s apart")
         yield
 
-    apart = f"after the rest, {perf.CONFIRM_APART_S:g} s apart"
-    job_of_mlx = backend_job(tmp_path, mlx, check_id, options, alone=Alone, after_the_rest=after_the_rest)
+    apart = f"{perf.CONFIRM_APART_S:g} s apart"
+    job_of_mlx = backend_job(tmp_path, mlx, check_id, options, alone=Alone, apart=waits_apart)
     library = tmp_path / "lib.so"
     series = [
         perf.Comparison(
@@ -1031,11 +1031,12 @@ LATER_PREFILL = [1.022, 1.157, 0.972]
 
 
 @pytest.mark.parametrize("later", ["steady", "slow again"])
-def test_a_body_failing_its_own_runner_is_run_again_after_the_rest_of_the_checks(
+def test_a_body_failing_its_own_runner_is_run_again_apart_from_its_first_rounds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, later: str
 ) -> None:
     """A body beyond its bound in three rounds (the spell's, p < 0.05) runs as many again
-    after the rest of the checks, CONFIRM_APART_S after the first, and the verdict is all six:
+    CONFIRM_APART_S after the first (the call's place given to the others meanwhile), and the
+    verdict is all six:
     still slow, FAILED; steady by then (the rounds measured two minutes later), not FAILED."""
     windows: list[str] = []
 
@@ -1045,19 +1046,17 @@ def test_a_body_failing_its_own_runner_is_run_again_after_the_rest_of_the_checks
         yield
 
     @contextmanager
-    def after_the_rest(gap: float) -> Iterator[None]:
-        windows.append(f"after the rest, {gap:g} s apart")
+    def waits_apart(gap: float) -> Iterator[None]:
+        windows.append(f"{gap:g} s apart")
         yield
 
     ratios = SPELL_PREFILL if later == "slow again" else SPELL_PREFILL[:3] + LATER_PREFILL
-    done, own_rounds = litert_prefill_check(
-        tmp_path, monkeypatch, ratios, alone=alone, after_the_rest=after_the_rest
-    )
+    done, own_rounds = litert_prefill_check(tmp_path, monkeypatch, ratios, alone=alone, apart=waits_apart)
     rounds = perf.OWN_RUNNER_ROUNDS
     assert own_rounds == [(0, rounds), (rounds, rounds)]
-    assert windows == ["alone", f"after the rest, {perf.CONFIRM_APART_S:g} s apart", "alone"]
+    assert windows == ["alone", f"{perf.CONFIRM_APART_S:g} s apart", "alone"]
     own = done.details["perf"]["own_runner"]["litert-lm"]
-    assert own["rounds"] == 2 * rounds and "after the rest of the checks" in own["confirmed"]
+    assert own["rounds"] == 2 * rounds and f"{perf.CONFIRM_APART_S:g} s later" in own["confirmed"]
     (prefill,) = [row for row in done.details["perf"]["metrics"] if row["metric"] == "own_runner_prefill"]
     if later == "slow again":
         assert prefill["verdict"] == "failed" and done.status is Status.FAILED

@@ -20,13 +20,13 @@ from eliza.core.verify_plan import Run
 
 # Where a runner measures wall time: nothing else runs on the host until the block ends.
 Alone = Callable[[], AbstractContextManager[None]]
-# Where a runner repeats a measurement apart from its first: the block starts once every
-# other call has ended, and no sooner than the gap (seconds) from when it was asked.
-AfterTheRest = Callable[[float], AbstractContextManager[None]]
+# Where a runner repeats a measurement apart from its first: the block starts the gap
+# (seconds) later, the call's place given to the others meanwhile.
+Apart = Callable[[float], AbstractContextManager[None]]
 
 
 def at_once(gap: float) -> AbstractContextManager[None]:
-    """after_the_rest where nothing runs beside: nothing to wait for."""
+    """apart() outside an executor (the tests' runs): at once."""
     return nullcontext()
 
 
@@ -43,8 +43,8 @@ class Job:
     # Where a runner measures wall time: nothing else runs on the host until the block ends
     # (the executor's; outside an executor nothing runs beside anyway).
     alone: Alone = nullcontext
-    # (the executor's; outside an executor nothing else runs, so the block starts at once)
-    after_the_rest: AfterTheRest = at_once
+    # (the executor's; outside an executor the block starts at once)
+    apart: Apart = at_once
 
     @property
     def cells(self) -> tuple[Cell, ...]:
