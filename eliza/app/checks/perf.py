@@ -308,16 +308,14 @@ OWN_RUNNER_ROUNDS = 3
 # A body still undecided against its own runner after as many again runs on to
 # OWN_RUNNER_MOST_ROUNDS where that many could decide it (each undecided metric's
 # rounds_needed, the interval narrowing with the square root of the rounds, at most
-# OWN_RUNNER_SUGGESTED_AT_MOST: six rounds' interval is itself rough, and LiteRT-LM's
-# fixture prefill, which draws of twelve of its 24 measured rounds decided 186 times in 200,
-# was suggested 14 and 17 after six in two verifies on an Intel Xeon 2-core, 2026-12-08) and
-# the rounds left would take under OWN_RUNNER_RUN_ON_S alone (at the seconds its rounds so
-# far took).
+# OWN_RUNNER_SUGGESTED_AT_MOST: six rounds' interval is itself rough) and the rounds left
+# would take under OWN_RUNNER_RUN_ON_S alone (at the seconds its rounds so far took).
 # LiteRT-LM's prefill on the tiny bundle (about 0.3 ms a prompt) reads 0.85 to 1.54 from
 # round to round on an Intel Xeon 2-core, with the best of 3, 6 or 10 repeats alike (each
 # process has a speed of its own, 2026-12-07), and six rounds left it undecided in 1 of 2
 # verifies there and 2 of 8 on an AMD EPYC 2-core: of 200 draws of 12 of 24 such rounds,
-# 186 decided, where draws of 6 decided 114. Its rounds take about 2.5 s there, LiteRT-LM's
+# 186 decided, where draws of 6 decided 114, yet after six rounds two verifies there
+# suggested 14 and 17 (2026-12-08). Its rounds take about 2.5 s there, LiteRT-LM's
 # on Gemma 4-5.3 s and MLX's on Gemma about 7 s: six more of any fit a minute. A body
 # centred on its bound with rounds 20 % apart would need about 50 and stops at six,
 # INCONCLUSIVE with the rounds that would decide.
@@ -923,11 +921,11 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
             done = judged()  # the same samples and `about`, extended in place
             _, still = undecided_parts(done) if done.status is Status.INCONCLUSIVE else (set(), set())
             left = OWN_RUNNER_MOST_ROUNDS - 2 * own_rounds
+            suggested = {b: rounds_to_decide(done, b) for b in still & own_twice}
             run_on = {
                 b
-                for b in still & own_twice
-                if rounds_to_decide(done, b) <= OWN_RUNNER_SUGGESTED_AT_MOST
-                and own_round_s[b] * left < OWN_RUNNER_RUN_ON_S
+                for b, n in suggested.items()
+                if n <= OWN_RUNNER_SUGGESTED_AT_MOST and own_round_s[b] * left < OWN_RUNNER_RUN_ON_S
             }
             if run_on and left > 0:
                 # a body still undecided that twelve rounds could decide, cheaply enough
@@ -937,7 +935,7 @@ def run(job: Job, evidence: Run) -> list[CheckOutcome]:
                     own_about[label]["rounds"] = OWN_RUNNER_MOST_ROUNDS
                     own_about[label]["ran_on"] = (
                         f"undecided after {2 * own_rounds} rounds of {own_round_s[label]:.1f} s each, "
-                        f"{rounds_to_decide(done, label)} suggested: {OWN_RUNNER_MOST_ROUNDS} in all"
+                        f"{suggested[label]} suggested: {OWN_RUNNER_MOST_ROUNDS} in all"
                     )
                 done = judged()
         if opts.perf_rounds is None and check.subject == "backend" and fails_against_the_reference(done):
